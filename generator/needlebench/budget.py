@@ -1,0 +1,144 @@
+"""``needlebench budget``: which prompts would not fit a model's context window.
+
+Lengths in the dataset are cl100k tokens; a model counts its own tokens, and its chat template adds more.
+When ``prompt + max_gen_toks`` exceeds the model's maximum length, lm-eval truncates the prompt from the left
+and only logs a warning, silently cutting needles (and the start of the frame) out of the context. This module
+counts every prompt under the model's own tokenizer and chat template (as lm-eval's ``hf`` model encodes it)
+and lists the rows that would be truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import NeedlebenchError
+from .grid import get_config, match_configs
+from .harness import max_gen_toks_for
+
+
+def load_tokenizer(path: str) -> Any:
+    """A transformers tokenizer from a local folder (never the Hub)."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise NeedlebenchError(
+            f"tokenizer {path!r} is not a local folder; pass the path of a model or tokenizer directory"
+        )
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise NeedlebenchError(
+            "tokenizer counting needs transformers; install it with `pip install 'needlebench[hf-tokenizer]'`"
+        ) from None
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise NeedlebenchError(f"tokenizer folder {path!r} could not be loaded: {str(exc).splitlines()[0]}") from None
+
+
+def render_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> str:
+    """The text the model receives: the prompt as one user turn of the chat template, or the raw prompt."""
+    if not chat_template:
+        return prompt
+    if not getattr(tokenizer, "chat_template", None):
+        raise NeedlebenchError("the tokenizer has no chat template; drop --chat-template to count raw prompts")
+    messages = [{"role": "user", "content": prompt}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def count_tokens(tokenizer: Any, text: str) -> int:
+    """Tokens of ``text`` as lm-eval's ``hf`` model encodes it (no second BOS when the text starts with one)."""
+    bos = getattr(tokenizer, "bos_token", None)
+    add_special = not (bos and text.startswith(bos))
+    return len(tokenizer(text, add_special_tokens=add_special)["input_ids"])
+
+
+def budget_rows(
+    rows: Iterable[Mapping[str, Any]],
+    tokenizer: Any,
+    max_length: int,
+    *,
+    chat_template: bool,
+    max_gen_toks: int,
+) -> list[dict[str, Any]]:
+    """The rows whose rendered prompt plus ``max_gen_toks`` exceeds ``max_length`` (one dict per row)."""
+    over = []
+    for row in rows:
+        tokens = count_tokens(tokenizer, render_prompt(tokenizer, str(row["prompt"]), chat_template))
+        total = tokens + max_gen_toks
+        if total > max_length:
+            over.append(
+                {
+                    "config": row["config"],
+                    "id": row["id"],
+                    "context_length": int(row["context_length"]),
+                    "depth_percent": row.get("depth_percent"),
+                    "prompt_tokens": tokens,
+                    "max_gen_toks": max_gen_toks,
+                    "total": total,
+                    "max_length": max_length,
+                    "truncated_tokens": total - max_length,
+                }
+            )
+    return over
+
+
+def run_budget(
+    tokenizer: str,
+    max_length: int,
+    configs: list[str],
+    *,
+    chat_template: bool,
+    max_gen_toks: int,
+    data_dir: str | None,
+) -> list[dict]:
+    """Rows of ``configs`` (names or globs) that lm-eval would left-truncate for this tokenizer and length.
+
+    ``max_gen_toks <= 0`` uses each task's own budget (the ``max_gen_toks`` of its YAML).
+    """
+    if max_length <= 0:
+        raise NeedlebenchError(f"max length {max_length} must be a positive number of tokens")
+    if not configs:
+        raise NeedlebenchError("no configs given; name at least one, e.g. single_en_4k or 'single_*_4k'")
+    specs = match_configs(configs)
+    tok = load_tokenizer(tokenizer)
+    from .dataset import load_split  # imported lazily: it pulls in the builders
+
+    flagged: list[dict] = []
+    for spec in specs:
+        budget = max_gen_toks if max_gen_toks > 0 else max_gen_toks_for(spec)
+        if budget >= max_length:
+            raise NeedlebenchError(
+                f"max_gen_toks {budget} of {spec.name} is not below max length {max_length}; raise the max length"
+            )
+        rows = load_split(spec.name, data_dir=data_dir)
+        flagged.extend(budget_rows(rows, tok, max_length, chat_template=chat_template, max_gen_toks=budget))
+    return flagged
+
+
+def format_budget(rows: list[dict]) -> str:
+    """A text report of :func:`run_budget`'s rows: a per-config summary, then the rows."""
+    if not rows:
+        return "All prompts fit: no row would be truncated."
+    lines = [f"{len(rows)} row(s) would be left-truncated by lm-eval (needles may be cut out):", ""]
+    by_config: dict[str, list[dict]] = {}
+    for row in rows:
+        by_config.setdefault(row["config"], []).append(row)
+    lines.append(f"{'config':<40} {'rows':>6} {'shortest cut':>13} {'longest cut':>12}")
+    for config, items in by_config.items():
+        cuts = [item["truncated_tokens"] for item in items]
+        lines.append(f"{config:<40} {len(items):>6} {min(cuts):>13} {max(cuts):>12}")
+    lines += ["", f"{'id':<48} {'length':>8} {'depth':>6} {'prompt':>8} {'+gen':>6} {'max':>8} {'cut':>7}"]
+    for row in rows:
+        depth = "" if row.get("depth_percent") is None else f"{float(row['depth_percent']):g}"
+        lines.append(
+            f"{row['id']:<48} {row['context_length']:>8} {depth:>6} {row['prompt_tokens']:>8} "
+            f"{row['max_gen_toks']:>6} {row['max_length']:>8} {row['truncated_tokens']:>7}"
+        )
+    return "\n".join(lines)
+
+
+def spec_budget(config: str) -> int:
+    """The ``max_gen_toks`` of a config's task (convenience for callers that show the default)."""
+    return max_gen_toks_for(get_config(config))

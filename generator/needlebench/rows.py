@@ -1,0 +1,65 @@
+"""One entry point for the rows of any config: dispatch by family and compatibility mode."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from . import __version__
+from .errors import NeedlebenchError
+from .grid import ConfigSpec
+from .options import BuildOptions
+
+
+def iter_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] | None = None) -> Iterator[dict]:
+    """Rows of `spec` (only the given context lengths when `lengths` is set), in a stable order."""
+    if lengths is not None and spec.family == "atc":
+        raise ValueError("ATC configs have no context lengths to select")
+    if spec.family == "counting_stars":
+        if options.compat == "opencompass":
+            raise NeedlebenchError(
+                f"compat mode opencompass does not apply to {spec.name}; use --compat counting-stars"
+            )
+        from .counting_stars import counting_stars_rows
+
+        return counting_stars_rows(spec, options, lengths)
+    if options.compat == "counting-stars":
+        raise NeedlebenchError(f"compat mode counting-stars does not apply to {spec.name}; use --compat opencompass")
+    if spec.family == "atc":
+        from .atc import iter_atc_rows
+
+        return iter_atc_rows(
+            spec, release_seed=options.release_seed, version=__version__, names_path=options.names, compat=options.compat
+        )
+    if options.compat == "opencompass":
+        from . import compat_opencompass
+
+        return compat_opencompass.rows(spec, options, lengths)
+    from . import haystack_tasks
+
+    generators = {
+        "single": haystack_tasks.single_rows,
+        "multi_retrieval": haystack_tasks.multi_retrieval_rows,
+        "multi_reasoning": haystack_tasks.multi_reasoning_rows,
+    }
+    return generators[spec.family](_restricted(spec, lengths), options)
+
+
+def _restricted(spec: ConfigSpec, lengths: tuple[int, ...] | None) -> ConfigSpec:
+    """The spec itself, or a view of it limited to some of its lengths."""
+    if lengths is None:
+        return spec
+    unknown = sorted(set(lengths) - set(spec.lengths))
+    if unknown:
+        raise NeedlebenchError(f"lengths {unknown} are not in {spec.name}; allowed: {list(spec.lengths)}")
+    return _LengthView(spec, lengths)
+
+
+class _LengthView:
+    """A ConfigSpec whose `lengths` are a subset (everything else, including the name and seeds, unchanged)."""
+
+    def __init__(self, spec: ConfigSpec, lengths: tuple[int, ...]) -> None:
+        self._spec = spec
+        self.lengths = tuple(length for length in spec.lengths if length in lengths)
+
+    def __getattr__(self, name: str):
+        return getattr(self._spec, name)

@@ -1,0 +1,158 @@
+"""Test helpers: hand-made rows that follow ``needlebench.schema`` (for unit tests of hooks and reports)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from needlebench.grid import get_config
+from needlebench.schema import columns_for
+
+_DEFAULTS: dict[str, Any] = {
+    "depth_percent": None,
+    "needle_depths": [],
+    "question": "",
+    "answer": "",
+    "keywords": [],
+    "needles": [],
+    "repeat": 0,
+    "seed": 1,
+    "corpus": "fixture",
+    "tokenizer": "cl100k_base",
+    "prompt_tokens": 100,
+    "haystack_tokens": 80,
+    "version": "test",
+    "buffer": 0,
+    "requested_depths": [],
+    "corpus_cycles": 0,
+    "compat": "",
+    "num_needles": 1,
+    "item_id": "",
+    "rotation": "ABCD",
+    "options": [],
+    "answer_letter": "A",
+    "prompt_style": "direct",
+    "task_variant": "acquisition",
+    "num_stars": 0,
+    "star_counts": [],
+    "wrong_counts": [],
+}
+
+NEEDLE = "\nHidden on Emerald Island is the legendary Stardust Shard.\n"
+KEYWORD = "Stardust Shard"
+STAR_COUNTS = [15, 117, 42, 69]
+WRONG_COUNTS = [16, 116, 43, 70]
+
+
+def fixture_row(config: str, **values: Any) -> dict[str, Any]:
+    """A row of ``config`` with exactly its family's columns; ``values`` override the defaults."""
+    spec = get_config(config)
+    row: dict[str, Any] = {}
+    for column in columns_for(spec.family):
+        if column in values:
+            row[column] = values[column]
+        elif column == "id":
+            row[column] = f"{config}-{values.get('context_length', 1000)}-{values.get('depth_percent')}-{values.get('repeat', 0)}"
+        elif column == "task":
+            row[column] = spec.task_label
+        elif column == "config":
+            row[column] = config
+        elif column == "language":
+            row[column] = spec.language
+        elif column == "size":
+            row[column] = spec.size or ""
+        elif column == "context_length":
+            row[column] = 1000
+        elif column == "prompt":
+            row[column] = f"Prompt of {config} #{values.get('repeat', 0)} at {values.get('context_length', 1000)}"
+        else:
+            row[column] = _DEFAULTS[column]
+    unknown = set(values) - set(row)
+    if unknown:
+        raise KeyError(f"columns {sorted(unknown)} are not in the {spec.family} schema")
+    return row
+
+
+def single_row(config: str = "single_en_4k", **values: Any) -> dict[str, Any]:
+    """An S-RT row whose needle is :data:`NEEDLE` (keyword :data:`KEYWORD`)."""
+    base = {"needles": [NEEDLE], "keywords": [KEYWORD], "answer": f"{NEEDLE}*{KEYWORD}", "depth_percent": 50.0}
+    return fixture_row(config, **{**base, **values})
+
+
+def multi_retrieval_row(config: str = "multi_retrieval_en_4k", **values: Any) -> dict[str, Any]:
+    """An M-RT row with three needles at depths 0, 50, 100."""
+    keywords = ["Stardust Shard", "Crimson Lotus", "Azure Key"]
+    base = {
+        "needles": [f"\nThe treasure is the {k}.\n" for k in keywords],
+        "keywords": keywords,
+        "requested_depths": [0.0, 50.0, 100.0],
+        "needle_depths": [0.0, 50.0, 100.0],
+        "num_needles": 3,
+    }
+    return fixture_row(config, **{**base, **values})
+
+
+def multi_reasoning_row(config: str = "multi_reasoning_en_4k", **values: Any) -> dict[str, Any]:
+    """An M-RS row whose answer is ``Paris``."""
+    base = {"answer": "Paris", "keywords": ["Paris"], "needles": ["\nA is in B.\n", "\nB is Paris.\n"], "num_needles": 2, "depth_percent": 10.0}
+    return fixture_row(config, **{**base, **values})
+
+
+def atc_rows(config: str = "atc_en", item_id: str = "item-0", num_needles: int = 3, correct_letter: str = "A") -> list[dict[str, Any]]:
+    """The four rotations of one multiple-choice ATC item (the eldest, Ann, is option A before rotation)."""
+    names = ["Ann", "Bob", "Cid", "Dee"]
+    rows = []
+    for shift, rotation in enumerate(("ABCD", "BCDA", "CDAB", "DABC")):
+        options = names[shift:] + names[:shift]
+        letter = chr(ord("A") + options.index("Ann"))
+        rows.append(
+            fixture_row(
+                config,
+                id=f"{item_id}-{rotation}",
+                item_id=item_id,
+                rotation=rotation,
+                options=options,
+                answer="Ann",
+                answer_letter=letter,
+                num_needles=num_needles,
+                prompt=f"ATC {item_id} {rotation}",
+                prompt_style="reasoning" if config.endswith("_reasoning") else "direct",
+                context_length=0,
+            )
+        )
+    return rows
+
+
+def counting_stars_row(config: str = "counting_stars_acquisition_en_128k", **values: Any) -> dict[str, Any]:
+    """A Counting-Stars row with four stars."""
+    spec = get_config(config)
+    base = {
+        "task_variant": spec.variant,
+        "num_stars": len(STAR_COUNTS),
+        "star_counts": STAR_COUNTS,
+        "wrong_counts": WRONG_COUNTS if spec.variant == "reasoning" else [],
+        "context_length": 4000,
+    }
+    return fixture_row(config, **{**base, **values})
+
+
+def write_samples(folder: Path, task: str, records: list[dict[str, Any]], date: str = "2025-01-01T00-00-00.000000") -> Path:
+    """Write an lm-eval style ``samples_<task>_<date>.jsonl`` file: each record needs ``doc``, metrics, ``resp``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"samples_{task}_{date}.jsonl"
+    with path.open("w", encoding="utf-8") as handle:
+        for index, record in enumerate(records):
+            metrics = {k: v for k, v in record.items() if k not in ("doc", "resp")}
+            line = {
+                "doc_id": index,
+                "doc": record["doc"],
+                "target": record["doc"].get("answer", ""),
+                "resps": [[record.get("resp", "")]],
+                "filtered_resps": [record.get("resp", "")],
+                "filter": "none",
+                "metrics": list(metrics),
+                **metrics,
+            }
+            handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return path
