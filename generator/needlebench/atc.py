@@ -17,6 +17,7 @@ trace back to, and the answer is ``names[0]``.
 
 from __future__ import annotations
 
+import numbers
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -150,7 +151,7 @@ def open_question(item: AtcItem) -> str:
 
 def _check_needles(num_needles: int) -> None:
     """ATC chains need at least two names (one relation sentence)."""
-    if isinstance(num_needles, bool) or not isinstance(num_needles, int) or num_needles < 2:
+    if isinstance(num_needles, bool) or not isinstance(num_needles, numbers.Integral) or num_needles < 2:
         raise NeedlebenchError(f"ATC needle count {num_needles!r} is not allowed; allowed: an integer of at least 2")
 
 

@@ -245,12 +245,10 @@ def how_to_load_git(git_path: Path, repo_id: str | None, tag: str, manifest: Map
             f"git -C {git_path} push https://huggingface.co/datasets/ORG/NAME main {tag}\n"
             f'ds = load_dataset("ORG/NAME", "{example}", split="test", revision="{tag}")'
         )
-    root = git_path.parents[2]
-    return (
-        f"# push it to the Hub: git -C {git_path} push https://huggingface.co/datasets/{repo_id} main {tag}\n"
-        f"# or serve {root} with olah (mirrors-path) and set HF_ENDPOINT to it, then:\n"
-        + how_to_load_hub(repo_id, tag, manifest)
-    )
+    lines = [f"# push it to the Hub: git -C {git_path} push https://huggingface.co/datasets/{repo_id} main {tag}"]
+    if git_path.parts[-3:] == ("datasets", *repo_id.split("/")):
+        lines.append(f"# or serve {git_path.parents[2]} with olah (mirrors-path) and point HF_ENDPOINT at it")
+    return "\n".join(lines) + "\n" + how_to_load_hub(repo_id, tag, manifest)
 
 
 # --- the Hub --------------------------------------------------------------------------------------------------
@@ -426,16 +424,15 @@ class GitRepo:
             tags[name] = peeled or target
         return tags
 
-    def tree_blobs(self, commit: str) -> dict[str, str]:
-        """Blob ids of the files of a commit, by path."""
+    def tree_entries(self, commit: str) -> dict[str, str]:
+        """``"<mode> <object id>"`` of every file (and submodule) of a commit, by path."""
         out = self.run("ls-tree", "-r", "-z", "--full-tree", commit)
-        blobs = {}
+        entries = {}
         for record in filter(None, out.split("\0")):
             meta, path = record.split("\t", 1)
-            mode, kind, oid = meta.split()
-            if kind == "blob":
-                blobs[path] = f"{mode} {oid}"
-        return blobs
+            mode, _kind, oid = meta.split()
+            entries[path] = f"{mode} {oid}"
+        return entries
 
     def hash_files(self, folder: Path, paths: list[str], *, write: bool) -> dict[str, str]:
         """Blob ids of files (raw bytes, no filters); ``write`` stores them in the object database."""
@@ -448,22 +445,29 @@ class GitRepo:
         return completed or None
 
 
-def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool]:
-    """The repository at ``git_path`` (created when absent or empty); returns (repo, created)."""
+def _remove_new_repo(git_path: Path, made_dir: bool) -> None:
+    """Undo :func:`_open_git_repo`'s creation: the folder if it made it, else only the ``.git`` it initialised."""
+    shutil.rmtree(git_path if made_dir else git_path / ".git", ignore_errors=True)
+
+
+def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
+    """The repository at ``git_path``, initialised when absent or empty.
+
+    Returns (repo, created): None for an existing repository, else whether the folder itself was made.
+    """
     git_path = git_path.resolve()
     if git_path.exists() and not git_path.is_dir():
         raise NeedlebenchError(f"git repository path {git_path} is a file; give a git repository folder or a new path")
     if not git_path.exists() or not any(git_path.iterdir()):
-        created_dir = not git_path.exists()
+        made_dir = not git_path.exists()
         git_path.mkdir(parents=True, exist_ok=True)
         repo = GitRepo(git_path)
         try:
             repo.run("init", "-q", "-b", "main")
         except NeedlebenchError:
-            if created_dir:
-                shutil.rmtree(git_path, ignore_errors=True)
+            _remove_new_repo(git_path, made_dir)
             raise
-        return repo, True
+        return repo, made_dir
     probe = GitRepo(git_path)
     bare = probe.run("rev-parse", "--is-bare-repository", check=False).strip()
     if bare not in ("true", "false"):
@@ -472,7 +476,7 @@ def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool]:
     root = repo.run("rev-parse", "--absolute-git-dir" if repo.bare else "--show-toplevel").strip()
     if Path(root).resolve() != git_path:
         raise NeedlebenchError(f"{git_path} is inside the git repository {root}; give the repository's own folder")
-    return repo, False
+    return repo, None
 
 
 def _branch(repo: GitRepo) -> str:
@@ -483,7 +487,7 @@ def _branch(repo: GitRepo) -> str:
 
 
 def _git_content(repo: GitRepo, commit: str) -> dict[str, str]:
-    return {path: blob for path, blob in repo.tree_blobs(commit).items() if is_content_path(path)}
+    return {path: blob for path, blob in repo.tree_entries(commit).items() if is_content_path(path)}
 
 
 def _git_history(repo: GitRepo, tags: dict[str, str], version: str) -> list[tuple[str, dict[str, Any] | None]]:
@@ -501,7 +505,7 @@ def _git_history(repo: GitRepo, tags: dict[str, str], version: str) -> list[tupl
 def _commit_release(repo: GitRepo, staged: Path, files: list[str], parent: str | None, message: str) -> str:
     """Commit the staged release on top of ``parent`` (keeping the parent's other files); returns the commit."""
     blobs = repo.hash_files(staged, files, write=True)
-    kept = {} if parent is None else repo.tree_blobs(parent)
+    kept = {} if parent is None else repo.tree_entries(parent)
     entries = {path: meta for path, meta in kept.items() if not is_content_path(path) and path != CARD_NAME}
     entries.update({path: f"100644 {oid}" for path, oid in blobs.items()})
     with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp:
@@ -546,8 +550,8 @@ def publish_to_git(folder: Path, git_path: Path, *, version: str, repo_id: str |
     try:
         return _publish_git(repo, Path(folder), manifest, version=version, tag=tag, repo_id=repo_id)
     except BaseException:
-        if created:
-            shutil.rmtree(git_path, ignore_errors=True)
+        if created is not None:  # nothing half-published: drop the repository this call initialised
+            _remove_new_repo(git_path, created)
         raise
 
 

@@ -13,6 +13,7 @@ The reference data (``multi_needle_reasoning_{en,zh}.json``) is a JSON list of r
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import string
 from dataclasses import dataclass
@@ -71,7 +72,7 @@ def reasoning_data() -> dict:
 
 def _check_count(num_needles: int) -> None:
     """M-RS chains have 2 to 5 needles."""
-    if (isinstance(num_needles, bool) or not isinstance(num_needles, int)
+    if (isinstance(num_needles, bool) or not isinstance(num_needles, numbers.Integral)
             or not MIN_NEEDLES <= num_needles <= MAX_NEEDLES):
         raise NeedlebenchError(
             f"reasoning needle count {num_needles!r} is not allowed; allowed: {MIN_NEEDLES} to {MAX_NEEDLES}"
@@ -80,9 +81,9 @@ def _check_count(num_needles: int) -> None:
 
 def _generator(seed: int) -> np.random.Generator:
     """A local numpy Generator for a non-negative integer seed."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise NeedlebenchError(f"seed {seed!r} is not allowed; allowed: a non-negative integer")
-    return np.random.Generator(np.random.PCG64(seed))
+    return np.random.Generator(np.random.PCG64(int(seed)))
 
 
 # ----------------------------------------------------------------------------------------------- synthetic
