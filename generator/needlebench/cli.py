@@ -73,6 +73,7 @@ def build(
     compat: Annotated[Optional[str], typer.Option(help="opencompass or counting-stars: reproduce the reference construction.")] = None,
     question_position: Annotated[str, typer.Option(help="end (the papers) or start.")] = "end",
     buffer: Annotated[Optional[int], typer.Option(help="Override the grid's length buffer (tokens).")] = None,
+    depths: Annotated[Optional[str], typer.Option(help="Override the depth grid, e.g. '0,25,50,75,100' (percent).")] = None,
     tokenizer: Annotated[str, typer.Option(help="Counting tokenizer.")] = "cl100k_base",
     num_proc: Annotated[int, typer.Option("--num-proc", help="Worker processes.")] = 1,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
@@ -105,6 +106,7 @@ def build(
         compat=compat,
         question_position=question_position,
         buffer=buffer,
+        depths=_parse_depths(depths),
     )
     manifest = build_dataset(names_list, out, options, num_proc=num_proc, overwrite=overwrite)
     table = Table("config", "rows", "haystack tokens", "fingerprint")
@@ -113,6 +115,15 @@ def build(
         table.add_row(name, f"{entry['rows']:,}", f"{entry['haystack_tokens']:,}", entry["fingerprint"][:16])
     console.print(table)
     console.print(f"wrote {out}")
+
+
+def _parse_depths(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise NeedlebenchError(f"depths {text!r} are not comma-separated numbers between 0 and 100") from None
 
 
 def _opencompass_inputs(corpus, haystack_en, haystack_zh, needles, reasoning_en, reasoning_zh, names):

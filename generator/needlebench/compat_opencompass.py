@@ -148,7 +148,7 @@ def single_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> Iterator[di
     needles = _needle_records(options.needles, spec.language)
     for length in lengths:
         buffer = effective_buffer(spec, length, options)
-        for depth in spec.depths:
+        for depth in options.depths_for(spec.depths):
             order = list(range(len(inputs.documents)))
             rnd = random.Random()
             for repeat in range(spec.repeats):
@@ -163,7 +163,7 @@ def single_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> Iterator[di
                 context = encoding.decode(tokens[:point] + needle_tokens + tokens[point:])
                 question = splice_guide(record["retrieval_question"], spec.language)
                 yield {
-                    "id": f"{spec.name}-L{length}-d{depth}-r{repeat}",
+                    "id": f"{spec.name}-L{length}-d{depth:g}-r{repeat}",
                     **_row(spec, options, length, buffer, repeat, context, question, "single", {}),
                     "depth_percent": float(depth),
                     "needle_depths": [100.0 * point / len(tokens) if tokens else 0.0],
@@ -201,7 +201,7 @@ def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> It
     encoding = get_tokenizer().encoding
     inputs = _inputs(options.haystack(spec.language), spec.language)
     lines = list(_needle_lines(options.needles))
-    depths = list(spec.depths)
+    depths = list(options.depths_for(spec.depths))
     stop, lead, fmt = ("?", "Please answer in the format of '", "'") if spec.language == "en" else ("？", "请按照'", "'的格式回答。")
     period = "." if spec.language == "en" else "。"
     for length in lengths:
@@ -235,7 +235,7 @@ def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> It
                 **_row(spec, options, length, buffer, repeat, context, question, "multi_retrieval", {}),
                 "depth_percent": None,
                 "needle_depths": [100.0 * min(p, base_tokens) / base_tokens if base_tokens else 0.0 for p in points],
-                "answer": "*".join(item["arg2"] for item in needles) + "#" + "*".join(map(str, depths)),
+                "answer": "*".join(item["arg2"] for item in needles) + "#" + "*".join(f"{d:g}" for d in depths),
                 "keywords": [item["arg2"] for item in needles],
                 "needles": [item["needle"] for item in needles],
                 "requested_depths": [float(d) for d in depths],
@@ -264,7 +264,7 @@ def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> It
             matching = [record for record in records if record.get("derivation_count") == count]
             if not matching:
                 raise NeedlebenchError(f"the reasoning needles have no record with derivation_count {count}")
-            for depth in spec.depths:
+            for depth in options.depths_for(spec.depths):
                 order = list(range(len(inputs.documents)))
                 rnd = random.Random()
                 for repeat in range(spec.repeats):
@@ -282,7 +282,7 @@ def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> It
                             points[j] += len(piece)
                     question = record["question"] + guide_sentence(spec.language)
                     yield {
-                        "id": f"{spec.name}-L{length}-d{depth}-n{count}-r{repeat}",
+                        "id": f"{spec.name}-L{length}-d{depth:g}-n{count}-r{repeat}",
                         **_row(spec, options, length, buffer, repeat, encoding.decode(tokens), question,
                                "multi_reasoning", {}),
                         "depth_percent": float(depth),

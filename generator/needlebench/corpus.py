@@ -186,6 +186,8 @@ def read_text_file(path: Path) -> list[str]:
 def load_local(path_text: str, language: str) -> Corpus:
     """A `.txt` file, a `.jsonl` file with a `text` field, or a directory of `.txt` files (sorted order)."""
     path = Path(path_text).expanduser()
+    if not path.exists():
+        raise NeedlebenchError(f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory")
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix == ".txt" and p.is_file())
         if not files:
@@ -195,8 +197,6 @@ def load_local(path_text: str, language: str) -> Corpus:
         documents = read_jsonl_documents(path)
     elif path.suffix == ".txt":
         documents = read_text_file(path)
-    elif not path.exists():
-        raise NeedlebenchError(f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory")
     else:
         raise NeedlebenchError(f"haystack {path} has suffix {path.suffix!r}; allowed: .txt, .jsonl or a directory")
     documents = [doc for doc in (_normalise_document(d) for d in documents) if doc]

@@ -114,10 +114,10 @@ def single_rows(spec: ConfigSpec, options: BuildOptions) -> Iterator[dict]:
         start = window_start_hint(corpus, target, cell.seed)
         question = splice_guide(needle.question, spec.language)
         before, after = frame_parts("single", spec.language, question, options.question_position)
-        for depth in spec.depths:
+        for depth in options.depths_for(spec.depths):
             context = build_context(corpus, target, [NeedleRequest(needle.text, depth)], start)
             yield {
-                "id": f"{spec.name}-L{cell.length}-d{depth}-r{cell.repeat}",
+                "id": f"{spec.name}-L{cell.length}-d{depth:g}-r{cell.repeat}",
                 **_base_row(cell, options, corpus, context, before, after),
                 "depth_percent": float(depth),
                 "question": question,
@@ -133,7 +133,7 @@ def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions) -> Iterator[di
     """M-RT: one distinct needle at every depth of the grid, all in one prompt, one question per needle."""
     corpus = _tokenized(spec, options)
     bank = _retrieval_needles(options.needles, spec.language)
-    depths = list(spec.depths)
+    depths = list(options.depths_for(spec.depths))
     for cell in _cells(spec, options):
         target = cell.length - cell.buffer
         needles = choose_distinct_needles(bank, len(depths), derive_seed(cell.seed, "needles"))
@@ -186,12 +186,12 @@ def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions) -> Iterator[di
             chain = choose_reasoning_set(count, spec.language, derive_seed(cell.seed, "chain", count), path)
             question = reasoning_question(chain.question, spec.language)
             before, after = frame_parts("multi_reasoning", spec.language, question, options.question_position)
-            for depth in spec.depths:
+            for depth in options.depths_for(spec.depths):
                 depths = reasoning_depths(depth, count)
                 requests = [NeedleRequest(text, d) for text, d in zip(chain.needles, depths)]
                 context = build_context(corpus, target, requests, start)
                 yield {
-                    "id": f"{spec.name}-L{cell.length}-d{depth}-n{count}-r{cell.repeat}",
+                    "id": f"{spec.name}-L{cell.length}-d{depth:g}-n{count}-r{cell.repeat}",
                     **_base_row(cell, options, corpus, context, before, after),
                     "depth_percent": float(depth),
                     "question": question,

@@ -26,8 +26,14 @@ class BuildOptions:
     compat: str | None = None
     question_position: str = "end"
     buffer: int | None = None
+    depths: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.depths is not None:
+            object.__setattr__(self, "depths", tuple(float(d) for d in self.depths))
+            bad = [d for d in self.depths if not 0 <= d <= 100]
+            if bad or not self.depths:
+                raise NeedlebenchError(f"depths {list(self.depths)} must be percentages between 0 and 100")
         if self.compat is not None and self.compat not in COMPAT_MODES:
             raise NeedlebenchError(f"unknown compat mode {self.compat!r}; allowed: {', '.join(COMPAT_MODES)}")
         if self.question_position not in ("end", "start"):
@@ -43,10 +49,19 @@ class BuildOptions:
     def reasoning_needles(self, language: str) -> str | None:
         return self.reasoning_needles_en if language == "en" else self.reasoning_needles_zh
 
+    def depths_for(self, spec_depths: tuple[int, ...]) -> tuple[float, ...]:
+        """The depth grid to use: the override, or the config's own."""
+        return self.depths if self.depths is not None else tuple(float(d) for d in spec_depths)
+
     def to_recipe(self) -> dict:
-        return {"generator_version": __version__, **asdict(self)}
+        recipe = {"generator_version": __version__, **asdict(self)}
+        recipe["depths"] = list(self.depths) if self.depths is not None else None
+        return recipe
 
     @classmethod
     def from_recipe(cls, recipe: dict) -> "BuildOptions":
         names = {field.name for field in fields(cls)}
-        return cls(**{key: value for key, value in recipe.items() if key in names})
+        values = {key: value for key, value in recipe.items() if key in names}
+        if values.get("depths") is not None:
+            values["depths"] = tuple(values["depths"])
+        return cls(**values)

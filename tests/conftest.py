@@ -1,0 +1,36 @@
+"""Shared fixtures: an isolated cache, the default corpora tokenised once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Keep the tests' caches (tokenised corpora, on-the-fly datasets) apart from a user's, but reuse them across
+# runs on the same machine: the first tokenisation of the default corpora takes a few seconds.
+os.environ.setdefault("NEEDLEBENCH_CACHE", str(Path.home() / ".cache" / "needlebench-tests"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def cl100k():
+    from needlebench.tokenizer import get_tokenizer
+
+    return get_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def english_corpus(cl100k):
+    from needlebench.haystacks import tokenized_for
+
+    return tokenized_for(None, "en", "cl100k_base", 0)
+
+
+@pytest.fixture(scope="session")
+def chinese_corpus(cl100k):
+    from needlebench.haystacks import tokenized_for
+
+    return tokenized_for(None, "zh", "cl100k_base", 0)

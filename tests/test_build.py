@@ -1,0 +1,124 @@
+"""Building dataset folders: Hub layout, load_dataset offline, byte-identical rebuilds, atomic writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from needlebench.build import MANIFEST, build_dataset, shard_plan
+from needlebench.errors import NeedlebenchError
+from needlebench.grid import get_config
+from needlebench.options import BuildOptions
+
+CONFIGS = ["single_en_4k", "multi_retrieval_zh_4k", "atc_en"]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("built") / "ds"
+    build_dataset(CONFIGS, folder, BuildOptions(), num_proc=1, progress=False)
+    return folder
+
+
+def test_layout_and_load_dataset(built):
+    from datasets import load_dataset
+
+    manifest = json.loads((built / MANIFEST).read_text())
+    assert list(manifest["configs"]) == CONFIGS
+    for name in CONFIGS:
+        spec = get_config(name)
+        entry = manifest["configs"][name]
+        assert entry["rows"] == spec.num_rows
+        dataset = load_dataset(str(built), name, split="test")
+        assert dataset.num_rows == spec.num_rows
+        assert sum(dataset["haystack_tokens"]) == entry["haystack_tokens"]
+        assert dataset.features["needle_depths"].feature.dtype == "float64"
+    readme = (built / "README.md").read_text()
+    assert "config_name: single_en_4k" in readme and "data/single_en_4k/test-*.parquet" in readme
+    assert not [p for p in built.iterdir() if p.name.startswith(".")]
+
+
+def test_row_groups_are_small_for_long_configs():
+    from needlebench.build import _group_rows
+
+    assert _group_rows(get_config("single_en_1000k")) <= 4
+    assert _group_rows(get_config("single_en_4k")) >= 100
+    assert len(shard_plan(get_config("single_en_1000k"))) == 8
+    assert len(shard_plan(get_config("single_en_4k"))) == 1
+
+
+def test_rebuild_is_byte_identical_with_two_processes(built, tmp_path):
+    again = tmp_path / "again"
+    build_dataset(CONFIGS, again, BuildOptions(), num_proc=2, progress=False)
+    assert _files(again) == _files(built)
+
+
+def test_a_shard_of_a_long_config_is_deterministic_with_small_row_groups(tmp_path):
+    from needlebench.build import _build_shard
+
+    spec = get_config("multi_retrieval_en_256k")
+    shards = shard_plan(spec)
+    assert [shard.lengths for shard in shards] == [(32000,), (128000,), (256000,)]
+    for folder in (tmp_path / "one", tmp_path / "two"):
+        _build_shard(shards[0], BuildOptions(), str(folder))
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")
+    path = tmp_path / "one" / "test-00000-of-00003.parquet"
+    assert pq.read_table(path).num_rows == spec.repeats
+    assert pq.ParquetFile(path).metadata.num_row_groups > 1
+
+
+def test_extends_a_folder_of_the_same_recipe(built, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy)
+    build_dataset(["single_zh_4k"], copy, BuildOptions(), progress=False)
+    manifest = json.loads((copy / MANIFEST).read_text())
+    assert set(manifest["configs"]) == {*CONFIGS, "single_zh_4k"}
+    with pytest.raises(NeedlebenchError, match="another recipe"):
+        build_dataset(["single_zh_4k"], copy, BuildOptions(release_seed=5), progress=False)
+
+
+def test_refuses_a_foreign_folder_unless_overwrite(tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(NeedlebenchError, match="not a needlebench dataset"):
+        build_dataset(["atc_zh"], foreign, BuildOptions(), progress=False)
+    assert _files(foreign) == {"notes.txt": b"mine"}
+    build_dataset(["atc_zh"], foreign, BuildOptions(), progress=False, overwrite=True)
+    assert not (foreign / "notes.txt").exists() and (foreign / MANIFEST).exists()
+
+
+def test_a_failing_build_leaves_nothing(tmp_path, monkeypatch):
+    import needlebench.build as build_module
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("crash in the middle")
+
+    monkeypatch.setattr(build_module, "write_shard", boom)
+    target = tmp_path / "crash"
+    with pytest.raises(RuntimeError):
+        build_dataset(["atc_en"], target, BuildOptions(), progress=False)
+    assert not target.exists()
+
+
+def test_a_failing_build_keeps_the_existing_configs(built, tmp_path, monkeypatch):
+    import shutil
+
+    import needlebench.build as build_module
+
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy)
+    before = _files(copy)
+    monkeypatch.setattr(build_module, "write_shard", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("x")))
+    with pytest.raises(RuntimeError):
+        build_dataset(["single_en_4k"], copy, BuildOptions(), progress=False)
+    assert _files(copy) == before

@@ -1,0 +1,74 @@
+"""`--compat opencompass`: a hand-checked example built from tiny input files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from needlebench.grid import get_config
+from needlebench.options import BuildOptions
+from needlebench.rows import iter_rows
+
+DOCS = ["Alpha beta gamma.", "Delta epsilon.", "Zeta eta theta."]
+NEEDLES = [
+    {"needle": "Hidden on Red Island is the Blue Gem.", "arg1": "Red Island", "arg2": "Blue Gem", "language": "English",
+     "retrieval_question": "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'"},
+    {"needle": "Hidden on Green Island is the Gold Cup.", "arg1": "Green Island", "arg2": "Gold Cup", "language": "English",
+     "retrieval_question": "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'"},
+]
+FRAME = (
+    "You are an intelligent AI assistant skilled in answering user questions.\n"
+    "Please keep your answers concise and clear. Do not talk about irrelevant topics or repeat your answers.\n"
+    "The document given to you by the user is {context}\n\nNow, the question is: {question}"
+)
+GUIDED = (
+    "What is hidden on {island} Island? Before answering, please consider what in the document is most relevant "
+    "to this question. Please answer in the format 'The item hidden on {island} Island is ______.'"
+)
+
+
+@pytest.fixture
+def options(tmp_path):
+    haystack = tmp_path / "haystack.jsonl"
+    haystack.write_text("".join(json.dumps({"text": d, "title": str(i)}) + "\n" for i, d in enumerate(DOCS)))
+    needles = tmp_path / "needles.jsonl"
+    needles.write_text("".join(json.dumps(n) + "\n" for n in NEEDLES))
+    return BuildOptions(compat="opencompass", haystack_en=str(haystack), needles=str(needles))
+
+
+def test_hand_checked_single_needle_prompts(options, cl100k):
+    rows = {row["id"]: row for row in iter_rows(get_config("single_en_4k"), options, (1000,))}
+    # repeat 0: random.seed(0) shuffles the three documents to (0, 2, 1); random.seed(0); choice -> needle 1.
+    # The documents are short of the target, so all of them are used, concatenated with no separator.
+    haystack0 = "Alpha beta gamma.Zeta eta theta.Delta epsilon."
+    needle1 = "\n" + NEEDLES[1]["needle"] + "\n"
+    row = rows["single_en_4k-L1000-d0-r0"]
+    assert row["prompt"] == FRAME.format(context=needle1 + haystack0, question=GUIDED.format(island="Green"))
+    assert row["answer"] == needle1 + "*Gold Cup"
+    assert rows["single_en_4k-L1000-d100-r0"]["prompt"] == FRAME.format(
+        context=haystack0 + needle1, question=GUIDED.format(island="Green")
+    )
+    # repeat 1 shuffles the repeat-0 order again (cumulative): random.seed(1) permutes a list [x, y, z] into
+    # [y, z, x], so (0, 2, 1) becomes (2, 1, 0); random.seed(1); choice -> needle 0.
+    haystack1 = "Zeta eta theta.Delta epsilon.Alpha beta gamma."
+    needle0 = "\n" + NEEDLES[0]["needle"] + "\n"
+    assert rows["single_en_4k-L1000-d0-r1"]["prompt"] == FRAME.format(
+        context=needle0 + haystack1, question=GUIDED.format(island="Red")
+    )
+    assert row["prompt_tokens"] == cl100k.count(row["prompt"]) and row["compat"] == "opencompass"
+
+
+def test_token_offset_insertion_in_the_middle(options, cl100k):
+    row = next(r for r in iter_rows(get_config("single_en_4k"), options, (1000,)) if r["id"].endswith("d52-r0"))
+    tokens = cl100k.encode("Alpha beta gamma.Zeta eta theta.Delta epsilon.")
+    point = int(len(tokens) * 52 / 100)
+    context = cl100k.decode(tokens[:point] + cl100k.encode("\n" + NEEDLES[1]["needle"] + "\n") + tokens[point:])
+    assert FRAME.format(context=context, question=GUIDED.format(island="Green")) == row["prompt"]
+
+
+def test_multi_retrieval_joins_with_the_enumeration_comma(options):
+    spec = get_config("multi_retrieval_en_4k")
+    row = next(iter_rows(spec, BuildOptions(**{**options.__dict__, "needles": None}), (2000,)))
+    assert "?、" in row["question"] and "'" in row["question"]
+    assert row["answer"].endswith("#" + "*".join(map(str, spec.depths)))

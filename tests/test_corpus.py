@@ -1,0 +1,61 @@
+"""Corpora: the embedded defaults read as prose, local files, and one-line errors for bad inputs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from needlebench.corpus import default_chinese, default_english, load_corpus
+from needlebench.errors import NeedlebenchError
+
+
+def test_default_english_reads_as_prose():
+    corpus = default_english()
+    assert corpus.documents[0].startswith("In the beginning God created the heaven and the earth. And the earth")
+    text = corpus.text
+    assert not re.search(r"\[|\]|^\d+:\d+", text, re.MULTILINE)  # no brackets, no verse numbers
+    assert len(corpus.documents) == 132  # 66 books of the KJV and of the ASV
+    assert len(text) > 8_000_000
+
+
+def test_default_chinese_has_no_chapter_titles():
+    corpus = default_chinese()
+    assert len(corpus.documents) == 120
+    assert not any(re.match(r"第.+回", doc) for doc in corpus.documents)
+    assert "\t" not in corpus.text and "\u3000" not in corpus.text
+    assert corpus.documents[0].startswith("滚滚长江东逝水")
+
+
+def test_local_inputs(tmp_path):
+    (tmp_path / "a.txt").write_text("First file.", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("Second file.", encoding="utf-8")
+    assert load_corpus(str(tmp_path), "en").documents == ("First file.", "Second file.")
+    jsonl = tmp_path / "h.jsonl"
+    jsonl.write_text(json.dumps({"text": "One."}) + "\n" + json.dumps({"text": "Two."}) + "\n")
+    assert load_corpus(str(jsonl), "en").documents == ("One.", "Two.")
+
+
+@pytest.mark.parametrize(
+    "content, suffix, message",
+    [
+        ("", ".txt", "is empty"),
+        ("{not json\n", ".jsonl", "malformed JSON on line 1"),
+        (json.dumps({"body": "x"}) + "\n", ".jsonl", "no string field 'text'"),
+        ("x", ".csv", "allowed: .txt, .jsonl"),
+    ],
+)
+def test_bad_inputs(tmp_path, content, suffix, message):
+    path = tmp_path / f"h{suffix}"
+    path.write_text(content)
+    with pytest.raises(NeedlebenchError, match=message) as error:
+        load_corpus(str(path), "en")
+    assert "\n" not in str(error.value)
+
+
+def test_missing_file_and_unknown_language(tmp_path):
+    with pytest.raises(NeedlebenchError, match="does not exist"):
+        load_corpus(str(tmp_path / "nope.txt"), "en")
+    with pytest.raises(NeedlebenchError, match="allowed: en, zh"):
+        load_corpus(None, "fr")
