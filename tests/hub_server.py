@@ -36,8 +36,18 @@ STOP_TIMEOUT = 10.0
 CLIENT_TIMEOUT = 180.0
 _RESULT_MARK = "@@HUB-CLIENT-RESULT@@"
 #: Environment variables removed from client processes (no credentials, no caches outside the test folder).
-_SCRUBBED = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "HUGGINGFACE_HUB_CACHE",
-             "HF_ASSETS_CACHE", "HF_XET_CACHE", "TRANSFORMERS_CACHE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+_SCRUBBED = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_HUB_CACHE",
+    "HF_DATASETS_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "HF_ASSETS_CACHE",
+    "HF_XET_CACHE",
+    "TRANSFORMERS_CACHE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+)
 
 
 class ClientError(Exception):
@@ -164,7 +174,9 @@ def wait_until_up(url: str, process: subprocess.Popen, timeout: float, log: Path
         if _answers(f"{url}/api/datasets/needlebench-probe/none/refs"):
             return
         time.sleep(0.2)
-    raise RuntimeError(f"olah did not answer on {url} within {timeout:.0f} s:\n{log.read_text(errors='replace')[-3000:]}")
+    raise RuntimeError(
+        f"olah did not answer on {url} within {timeout:.0f} s:\n{log.read_text(errors='replace')[-3000:]}"
+    )
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -263,14 +275,99 @@ def commit_files(path: Path, files: dict[str, bytes | str], *, tag: str | None =
     return git(path, "rev-parse", "HEAD").strip()
 
 
+# --- small needlebench dataset folders -------------------------------------------------------------------------
+
+#: A recipe shaped like the builder's (defaults, public-domain corpora).
+FIXTURE_RECIPE: dict[str, Any] = {
+    "buffer": None,
+    "compat": None,
+    "corpora": {
+        "en": {"name": "fixture-en", "language": "en", "source": "test fixture", "revision": "r1",
+               "license": "public domain", "documents": 2, "sha256": "a" * 64},
+    },
+    "generator_version": "0.1.0",
+    "haystack_en": None,
+    "haystack_zh": None,
+    "names": None,
+    "needles": None,
+    "question_position": "end",
+    "reasoning_needles_en": None,
+    "reasoning_needles_zh": None,
+    "release_seed": 20240711,
+    "tokenizer": "cl100k_base",
+}  # fmt: skip
+
+
+def _fixture_value(dtype: Any, column: str, index: int, salt: str) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_list(dtype):
+        return [_fixture_value(dtype.value_type, column, index, salt)]
+    if pa.types.is_integer(dtype):
+        return index
+    if pa.types.is_floating(dtype):
+        return float(index) / 2
+    return f"{column}-{index}{salt}"
+
+
+def fixture_rows(config: str, rows: int, salt: str = "") -> list[dict[str, Any]]:
+    """``rows`` synthetic rows with exactly the columns of the config's family."""
+    from needlebench.grid import get_config
+    from needlebench.schema import columns_for
+
+    family = get_config(config).family
+    data = [{col: _fixture_value(t, col, i, salt) for col, t in columns_for(family).items()} for i in range(rows)]
+    for row in data:
+        row["config"] = config
+    return data
+
+
+def make_dataset_folder(folder: Path, configs: dict[str, int], *, salt: str = "", card: bool = True) -> dict:
+    """A needlebench dataset folder with synthetic rows (Parquet, manifest, card); returns the manifest."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from needlebench.card import write_card
+    from needlebench.grid import get_config
+    from needlebench.schema import arrow_schema
+    from needlebench.verify import fingerprint_files
+
+    folder = Path(folder)
+    entries = {}
+    for name, count in configs.items():
+        rows = fixture_rows(name, count, salt)
+        relative = f"data/{name}/test-00000-of-00001.parquet"
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pylist(rows, schema=arrow_schema(get_config(name).family))
+        pq.write_table(table, folder / relative, row_group_size=16)
+        entries[name] = {
+            "rows": count,
+            "haystack_tokens": 1000 * count,
+            "prompt_tokens": 1100 * count,
+            "fingerprint": fingerprint_files([folder / relative]),
+            "files": [relative],
+        }
+    manifest = {
+        "format": "needlebench-dataset",
+        "format_version": 1,
+        "generator_version": "0.1.0",
+        "recipe": json.loads(json.dumps(FIXTURE_RECIPE)),
+        "configs": entries,
+    }
+    (folder / "needlebench.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    if card:
+        write_card(folder, manifest)
+    return manifest
+
+
 # --- the client side (runs in the subprocess) -----------------------------------------------------------------
 
 
-def load_rows(repo_id: str, config: str | None, revision: str, split: str = "test") -> list[dict[str, Any]]:
-    """``datasets.load_dataset`` of a Hub dataset at a revision, as plain rows."""
+def load_rows(path: str, config: str | None, revision: str | None = None, split: str = "test") -> list[dict[str, Any]]:
+    """``datasets.load_dataset`` of a Hub dataset (at a revision) or a local folder, as plain rows."""
     import datasets
 
-    return datasets.load_dataset(repo_id, config, split=split, revision=revision).to_list()
+    return datasets.load_dataset(path, config, split=split, revision=revision).to_list()
 
 
 def hub_settings() -> dict[str, Any]:
@@ -301,7 +398,7 @@ def _resolve(target: str) -> Any:
 def _call_one(call: dict[str, Any]) -> dict[str, Any]:
     try:
         value = _resolve(call["target"])(*call.get("args", []), **call.get("kwargs", {}))
-    except Exception as error:  # noqa: BLE001 - reported to the test process, which decides
+    except Exception as error:  # reported to the test process, which decides
         return {"error": {"type": type(error).__name__, "message": str(error)}}
     return {"ok": _jsonable(value)}
 

@@ -53,7 +53,7 @@ def test_multi_retrieval_recall_and_hits():
     row = multi_retrieval_row()
     result = harness.process_multi_retrieval(row, ["Stardust Shard and Azure Key"])
     assert result["recall"] == pytest.approx(200 / 3)
-    assert result["needle_hits"] == [1, 0, 1]
+    assert result["needle_hits"] == [100.0, 0.0, 100.0]
     assert harness.process_multi_retrieval(row, [harness.oracle_answer(row)])["recall"] == 100.0
 
 

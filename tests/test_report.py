@@ -26,10 +26,10 @@ def _haystack_records() -> dict[str, list[dict]]:
                 doc = single_row(config, context_length=length, depth_percent=depth, prompt=f"{config}-{length}-{depth}")
                 rows.append({"doc": doc, "score": value})
         records[config] = rows
-    for language, hits in {"en": [1, 1, 0], "zh": [1, 0, 0]}.items():
+    for language, hits in {"en": [100.0, 100.0, 0.0], "zh": [100.0, 0.0, 0.0]}.items():
         config = f"multi_retrieval_{language}_4k"
         doc = multi_retrieval_row(config, context_length=1000)
-        records[config] = [{"doc": doc, "recall": 100.0 * sum(hits) / 3, "needle_hits": hits}]
+        records[config] = [{"doc": doc, "recall": sum(hits) / 3, "needle_hits": hits}]
     for language, value in {"en": 50.0, "zh": 30.0}.items():
         config = f"multi_reasoning_{language}_4k"
         doc = multi_reasoning_row(config, context_length=1000, depth_percent=10.0)

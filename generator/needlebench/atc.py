@@ -3,7 +3,8 @@
 An item is a chain of N distinct names, eldest first, and N-1 relation sentences: sentence i says that
 ``names[i]`` is an elder relative of ``names[i+1]`` (one of the 8 templates with one of the 10 relation terms of
 ``data/atc.yaml``). The sentences are shuffled; the question asks for the eldest relative the last person can
-trace back to, and the answer is ``names[0]``.
+trace back to, and the answer is ``names[0]``. Our items join the sentences with the language's
+``sentence_separator`` (a space in English, nothing in Chinese); the reference joins them with nothing.
 
 * Multiple-choice configs (direct, reasoning, extended): the options are ``names[0:4]`` (padded with other
   names when the chain is shorter), the answer is always option A before rotation, and every item becomes 4

@@ -67,6 +67,17 @@ COUNTING_STARS_LENGTHS = {
 COUNTING_STARS_TASKS = ("acquisition", "reasoning")
 STAR_COUNTS = (32, 64, 128, 256, 512, 1024)
 DEFAULT_STARS = 32
+#: For M above the paper's 32, a length is in the config only if it holds at least this many tokens per star,
+#: so the star sentences stay a minority of the context (a reasoning star sentence is ~40 tokens).
+MIN_TOKENS_PER_STAR = {"acquisition": 64, "reasoning": 96}
+
+
+def counting_stars_lengths(size: str, task: str, stars: int) -> tuple[int, ...]:
+    """The paper's 32 lengths of a family; for M > 32 only those with room for the stars."""
+    lengths = COUNTING_STARS_LENGTHS[size]
+    if stars <= DEFAULT_STARS:
+        return lengths
+    return tuple(length for length in lengths if length >= stars * MIN_TOKENS_PER_STAR[task])
 
 
 def depths_for(size: str) -> tuple[int, ...]:
@@ -100,7 +111,7 @@ class ConfigSpec:
     @property
     def lengths(self) -> tuple[int, ...]:
         if self.family == "counting_stars":
-            return COUNTING_STARS_LENGTHS[self.size]
+            return counting_stars_lengths(self.size, self.variant, self.stars)
         if self.size is None:
             return ()
         return CONTEXT_LENGTHS[self.size]
@@ -175,6 +186,8 @@ def _build_registry() -> dict[str, ConfigSpec]:
         for language in LANGUAGES:
             for size in COUNTING_STARS_LENGTHS:
                 for stars in STAR_COUNTS:
+                    if not counting_stars_lengths(size, task, stars):
+                        continue
                     suffix = "" if stars == DEFAULT_STARS else f"_m{stars}"
                     name = f"counting_stars_{task}_{language}_{size}{suffix}"
                     specs.append(ConfigSpec(name, "counting_stars", language, size, variant=task, stars=stars))

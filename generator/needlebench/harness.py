@@ -291,10 +291,10 @@ def process_single(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, 
 
 
 def process_multi_retrieval(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
-    """M-RT: needle recall (0..100) and the per-needle hits (1/0, in the order of ``keywords``)."""
+    """M-RT: needle recall (0..100) and the per-needle hits (100/0, in the order of ``keywords``)."""
     prediction = _prediction(results)
     keywords = list(doc["keywords"])
-    hits = [int(hit) for hit in scoring.keyword_hits(prediction, keywords)]
+    hits = [100.0 if hit else 0.0 for hit in scoring.keyword_hits(prediction, keywords)]
     return {"recall": scoring.multi_retrieval_recall(prediction, keywords), "needle_hits": hits}
 
 

@@ -84,6 +84,7 @@ def _cells(spec: ConfigSpec, options: BuildOptions) -> Iterator[Cell]:
 def _base_row(
     cell: Cell, options: BuildOptions, corpus: TokenizedCorpus, context: Context, before: str, after: str
 ) -> dict:
+    prompt, prompt_tokens = context.framed(before, after)
     return {
         "task": cell.spec.task_label,
         "config": cell.spec.name,
@@ -91,11 +92,11 @@ def _base_row(
         "size": cell.spec.size,
         "context_length": cell.length,
         "needle_depths": context.actual_depths,
-        "prompt": before + context.text + after,
+        "prompt": prompt,
         "repeat": cell.repeat,
         "corpus": corpus_label(corpus),
         "tokenizer": options.tokenizer,
-        "prompt_tokens": corpus.count([before, *context.segments, after]),
+        "prompt_tokens": prompt_tokens,
         "haystack_tokens": context.tokens,
         "version": __version__,
         "buffer": cell.buffer,

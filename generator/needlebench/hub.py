@@ -85,8 +85,11 @@ def hub_error_message(error: BaseException, what: str) -> str:
     endpoint = constants.ENDPOINT
     if isinstance(error, hf_errors.RevisionNotFoundError):
         return f"{what}: revision not found on {endpoint}; give an existing tag, branch or commit"
-    if isinstance(error, hf_errors.RepositoryNotFoundError):  # includes gated repos
-        return f"{what}: repository not found or not accessible on {endpoint}; check ORG/NAME (and a token)"
+    if isinstance(error, hf_errors.RepositoryNotFoundError) or type(error).__name__ == "DatasetNotFoundError":
+        return (
+            f"{what}: not found or not accessible on {endpoint}; check the repository, revision and file names "
+            "(and the token for a private repository)"
+        )
     if isinstance(error, hf_errors.OfflineModeIsEnabled) or (
         isinstance(error, hf_errors.LocalEntryNotFoundError) and constants.HF_HUB_OFFLINE
     ):
@@ -95,8 +98,19 @@ def hub_error_message(error: BaseException, what: str) -> str:
         return f"{what}: file not found in the repository on {endpoint}"
     if isinstance(error, hf_errors.HfHubHTTPError) and error.response is not None:
         return f"{what}: the Hub at {endpoint} answered HTTP {error.response.status_code}"
-    reason = " ".join(str(error).split())[:160] or type(error).__name__
-    return f"{what}: cannot reach the Hub at {endpoint} ({type(error).__name__}: {reason}); check HF_ENDPOINT and the network"
+    cause = root_cause(error)
+    reason = str(cause).splitlines()[0][:160] if str(cause) else ""
+    detail = f"{type(cause).__name__}: {reason}" if reason else type(cause).__name__
+    return f"{what}: cannot reach the Hub at {endpoint} ({detail}); check HF_ENDPOINT and the network"
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The innermost exception of a chain (the transport error behind a cache miss, for example)."""
+    seen = {id(error)}
+    while (inner := error.__cause__ or error.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        error = inner
+    return error
 
 
 def check_revision(revision: str | None) -> str | None:
@@ -108,12 +122,12 @@ def check_revision(revision: str | None) -> str | None:
 
 def parse_corpus_option(value: str) -> tuple[str, str]:
     """``opencompass`` or ``opencompass@REV`` -> (repo id, revision); the revision defaults to the pinned one."""
-    name, _, revision = value.partition("@")
-    if name != "opencompass" or (value.endswith("@") and not revision):
+    name, at, revision = value.partition("@")
+    if name != "opencompass" or (at and not _REVISION.match(revision)):
         raise NeedlebenchError(
             f"corpus option {value!r} is not valid; allowed: opencompass or opencompass@REV (a tag, branch or commit)"
         )
-    return OPENCOMPASS_REPO, check_revision(revision) or OPENCOMPASS_REVISION
+    return OPENCOMPASS_REPO, revision or OPENCOMPASS_REVISION
 
 
 def _preflight(repo_id: str, filename: str, revision: str) -> None:
@@ -175,7 +189,7 @@ def parse_hub_spec(spec: str) -> HubSpec:
     repo_id, at, revision = repo_part.partition("@")
     if not _REPO_ID.match(repo_id) or (at and not revision):
         raise NeedlebenchError(f"haystack {spec!r} does not name a Hub dataset; allowed: {_SPEC_FORM}")
-    config, split, column = (rest + ["", "", ""])[:3]
+    config, split, column = [*rest, "", "", ""][:3]
     return HubSpec(
         repo_id=repo_id,
         revision=check_revision(revision or None),
@@ -201,12 +215,13 @@ def resolve_dataset(repo_id: str, revision: str | None) -> tuple[str, str]:
 
 def _load_column(parsed: HubSpec, commit: str, spec: str) -> list[str]:
     import datasets
+    from datasets.exceptions import DatasetsError
 
     try:
         dataset = datasets.load_dataset(parsed.repo_id, parsed.config, split=parsed.split, revision=commit)
     except hub_errors() as error:
         raise NeedlebenchError(hub_error_message(error, f"haystack {spec}")) from None
-    except ValueError as error:  # unknown config or split
+    except (ValueError, FileNotFoundError, DatasetsError) as error:  # unknown config or split, no data files
         raise NeedlebenchError(f"haystack {spec}: {' '.join(str(error).split())[:200]}") from None
     if parsed.column not in dataset.column_names:
         raise NeedlebenchError(

@@ -42,16 +42,25 @@ class NeedleRequest:
 
 @dataclass
 class Context:
-    """A rendered context and what made it."""
+    """A context (as segments over the corpus) and what made it; `text` renders it."""
 
-    text: str
+    corpus: TokenizedCorpus
     tokens: int  # exact, haystack + needles
     haystack_tokens: int  # exact, the haystack window alone
     start: int  # window, char positions in the corpus stream
     end: int
     actual_depths: list[float]  # per needle, in request order
     cycles: int  # how often the window wrapped around the corpus
-    segments: list  # for exact prompt counting (frames are added around these)
+    segments: list  # strings and corpus spans; frames are added around these
+
+    @property
+    def text(self) -> str:
+        return self.corpus.render(self.segments)
+
+    def framed(self, before: str, after: str) -> tuple[str, int]:
+        """The prompt with the context between `before` and `after`, and its exact token count."""
+        segments = [before, *self.segments, after]
+        return self.corpus.render(segments), self.corpus.count(segments)
 
 
 def _insertion_literal(corpus: TokenizedCorpus, position: int, needle: str) -> str:
@@ -222,7 +231,7 @@ def _fill_from(
     segments = assemble(corpus, start, end, positions, texts)
     haystack_tokens = corpus.count([(start, end)])
     return Context(
-        text=corpus.render(segments),
+        corpus=corpus,
         tokens=count,
         haystack_tokens=haystack_tokens,
         start=start,

@@ -192,11 +192,15 @@ def manifest_changes(previous: Mapping[str, Any] | None, current: Mapping[str, A
     added = [name for name in configs if name not in before]
     removed = ordered_configs(name for name in before if name not in current["configs"])
     changed = [
-        name for name in configs if name in before and before[name].get("fingerprint") != current["configs"][name]["fingerprint"]
+        name
+        for name in configs
+        if name in before and before[name].get("fingerprint") != current["configs"][name]["fingerprint"]
     ]
     old_recipe, new_recipe = previous.get("recipe", {}), current.get("recipe", {})
     recipe_keys = sorted(
-        key for key in set(old_recipe) | set(new_recipe) if key != "generator_version" and old_recipe.get(key) != new_recipe.get(key)
+        key
+        for key in set(old_recipe) | set(new_recipe)
+        if key != "generator_version" and old_recipe.get(key) != new_recipe.get(key)
     )
     changes = []
     if previous.get("generator_version") != current.get("generator_version"):
@@ -224,6 +228,15 @@ def build_changelog(history: list[tuple[str, Mapping[str, Any] | None]]) -> list
             previous = manifest
         entries.append({"version": tag_for(version), "changes": changes})
     return entries[::-1]
+
+
+def release_result(repo: str, revision: str, tag: str, created: bool, usage: str) -> PublishResult:
+    """A :class:`PublishResult` whose ``how_to_load`` starts with the published revision."""
+    if created:
+        header = f"published {repo} {tag} at commit {revision}"
+    else:
+        header = f"{repo} {tag} already holds this data (commit {revision}); nothing to do"
+    return PublishResult(repo, revision, tag, created, f"{header}\n{usage}")
 
 
 def how_to_load_hub(repo_id: str, tag: str, manifest: Mapping[str, Any]) -> str:
@@ -304,7 +317,7 @@ def _publish_hub(
     tags = _hub_tags(api, repo_id, token)
     if tag in tags:
         if same_hub_content(_hub_tree(api, repo_id, tags[tag], token), local_digests(folder, manifest)):
-            return PublishResult(repo_id, tags[tag], tag, False, how_to_load_hub(repo_id, tag, manifest))
+            return release_result(repo_id, tags[tag], tag, False, how_to_load_hub(repo_id, tag, manifest))
         raise NeedlebenchError(
             f"tag {tag} of {repo_id} already holds different data; tags are never moved, publish a new version"
         )
@@ -322,9 +335,14 @@ def _publish_hub(
             token=token,
         )
     api.create_tag(
-        repo_id, tag=tag, revision=commit.oid, tag_message=f"needlebench release {tag}", repo_type="dataset", token=token
+        repo_id,
+        tag=tag,
+        revision=commit.oid,
+        tag_message=f"needlebench release {tag}",
+        repo_type="dataset",
+        token=token,
     )
-    return PublishResult(repo_id, commit.oid, tag, True, how_to_load_hub(repo_id, tag, manifest))
+    return release_result(repo_id, commit.oid, tag, True, how_to_load_hub(repo_id, tag, manifest))
 
 
 def publish_folder(
@@ -403,7 +421,9 @@ class GitRepo:
                 command, input=stdin, capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT, check=False
             )
         except FileNotFoundError:
-            raise NeedlebenchError("git is not installed; publishing into a git repository needs the git command") from None
+            raise NeedlebenchError(
+                "git is not installed; publishing into a git repository needs the git command"
+            ) from None
         except subprocess.TimeoutExpired:
             raise NeedlebenchError(f"git {args[0]} in {self.path} did not finish within {GIT_TIMEOUT} s") from None
         if check and completed.returncode != 0:
@@ -523,9 +543,11 @@ def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str)
     if commit == parent:
         return
     if not repo.bare:
-        old_tree = repo.run("rev-parse", f"{parent}^{{tree}}").strip() if parent else repo.run(
-            "hash-object", "-t", "tree", "-w", "--stdin", stdin=""
-        ).strip()
+        old_tree = (
+            repo.run("rev-parse", f"{parent}^{{tree}}").strip()
+            if parent
+            else repo.run("hash-object", "-t", "tree", "-w", "--stdin", stdin="").strip()
+        )
         repo.run("read-tree", "-m", "-u", old_tree, commit)
     repo.run("update-ref", "-m", f"needlebench publish {commit[:12]}", branch, commit, parent or "")
 
@@ -571,7 +593,9 @@ def _publish_git(
         local = repo.hash_files(folder, content_files(manifest), write=False)
         remote = _git_content(repo, tags[tag])
         if {path: meta.split()[-1] for path, meta in remote.items()} == local:
-            return PublishResult(str(repo.path), tags[tag], tag, False, how_to_load_git(repo.path, repo_id, tag, manifest))
+            return release_result(
+                str(repo.path), tags[tag], tag, False, how_to_load_git(repo.path, repo_id, tag, manifest)
+            )
         raise NeedlebenchError(
             f"tag {tag} of {repo.path} already holds different data; tags are never moved, publish a new version"
         )
@@ -586,4 +610,4 @@ def _publish_git(
         commit = _commit_release(repo, staged, files, parent, message)
     _advance_branch(repo, branch, parent, commit)
     repo.run("tag", "-a", tag, "-m", f"needlebench release {tag}", commit)
-    return PublishResult(str(repo.path), commit, tag, True, how_to_load_git(repo.path, repo_id, tag, manifest))
+    return release_result(str(repo.path), commit, tag, True, how_to_load_git(repo.path, repo_id, tag, manifest))

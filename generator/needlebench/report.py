@@ -357,7 +357,7 @@ def heatmap_points(spec: ConfigSpec, samples: Iterable[Sample]) -> list[tuple[An
             points += [(index + 1, length, float(v)) for index, v in enumerate(metrics.get("per_star") or [])]
         elif spec.family == "multi_retrieval":
             depths = doc.get("requested_depths") or doc.get("needle_depths") or []
-            points += [(float(d), length, 100.0 * float(hit)) for d, hit in zip(depths, metrics.get("needle_hits") or [])]
+            points += [(float(d), length, float(hit)) for d, hit in zip(depths, metrics.get("needle_hits") or [])]
         elif spec.family in HEADLINE_METRIC and doc.get("depth_percent") is not None:
             metric = HEADLINE_METRIC[spec.family]
             if metric in metrics:

@@ -41,7 +41,9 @@ def fingerprint_files(paths: Iterable[Path]) -> str:
 def _check_relative_file(config: str, name: object) -> str:
     """A manifest file entry must be a relative POSIX path ``data/<config>/...parquet`` inside the folder."""
     if not isinstance(name, str):
-        raise NeedlebenchError(f"config {config!r} lists file {name!r}; expected a path like data/{config}/test-*.parquet")
+        raise NeedlebenchError(
+            f"config {config!r} lists file {name!r}; expected a path like data/{config}/test-*.parquet"
+        )
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or path.parts[:2] != ("data", config) or path.suffix != ".parquet":
         raise NeedlebenchError(
@@ -53,26 +55,26 @@ def _check_relative_file(config: str, name: object) -> str:
 def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
     """Check the manifest's shape (format, version, configs with rows, fingerprint and files); returns it."""
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise NeedlebenchError(f"{where} is not a needlebench manifest; expected \"format\": \"{MANIFEST_FORMAT}\"")
+        raise NeedlebenchError(f'{where} is not a needlebench manifest; expected "format": "{MANIFEST_FORMAT}"')
     version = manifest.get("format_version")
     if version not in SUPPORTED_FORMAT_VERSIONS:
         allowed = ", ".join(map(str, SUPPORTED_FORMAT_VERSIONS))
         raise NeedlebenchError(f"{where} has format_version {version!r}; this needlebench reads {allowed}")
     configs = manifest.get("configs")
     if not isinstance(configs, dict) or not configs:
-        raise NeedlebenchError(f"{where} lists no configs; expected a \"configs\" object with at least one config")
+        raise NeedlebenchError(f'{where} lists no configs; expected a "configs" object with at least one config')
     for name, entry in configs.items():
         if not isinstance(entry, dict):
             raise NeedlebenchError(f"config {name!r} in {where} is {entry!r}; expected an object")
         if not isinstance(entry.get("rows"), int) or not _HEX64.match(str(entry.get("fingerprint", ""))):
-            raise NeedlebenchError(f"config {name!r} in {where} needs an integer \"rows\" and a sha256 \"fingerprint\"")
+            raise NeedlebenchError(f'config {name!r} in {where} needs an integer "rows" and a sha256 "fingerprint"')
         files = entry.get("files")
         if not isinstance(files, list) or not files:
             raise NeedlebenchError(f"config {name!r} in {where} lists no files; expected data/{name}/test-*.parquet")
         for file_name in files:
             _check_relative_file(name, file_name)
     if not isinstance(manifest.get("recipe", {}), dict):
-        raise NeedlebenchError(f"{where} has a \"recipe\" that is not an object")
+        raise NeedlebenchError(f'{where} has a "recipe" that is not an object')
     return manifest
 
 
@@ -87,7 +89,9 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise NeedlebenchError(f"cannot read {path}: {error}; expected the JSON manifest of `needlebench build`") from None
+        raise NeedlebenchError(
+            f"cannot read {path}: {error}; expected the JSON manifest of `needlebench build`"
+        ) from None
     return validate_manifest(manifest, str(path))
 
 
@@ -132,12 +136,20 @@ def rebuild_fingerprints(manifest: Mapping[str, Any], configs: list[str], *, num
 
 
 def check_folder(
-    folder: Path, configs: Iterable[str] | None = None, *, rebuild: bool = True, num_proc: int = 1
+    folder: Path,
+    configs: Iterable[str] | None = None,
+    *,
+    rebuild: bool = True,
+    num_proc: int = 1,
+    label: str | None = None,
 ) -> dict[str, str]:
-    """Configs of a dataset folder that differ, each with the reason; empty when everything matches."""
+    """Configs of a dataset folder that differ, each with the reason; empty when everything matches.
+
+    ``label`` names the dataset in error messages (default: the folder's manifest path).
+    """
     folder = Path(folder)
     manifest = read_manifest(folder)
-    names = select_configs(manifest, configs, str(folder / MANIFEST_NAME))
+    names = select_configs(manifest, configs, label or str(folder / MANIFEST_NAME))
     differences = check_files(folder, manifest, names)
     if rebuild:
         for name, fingerprint in rebuild_fingerprints(manifest, names, num_proc=num_proc).items():
@@ -175,9 +187,7 @@ def download_repo(repo_id: str, revision: str, configs: list[str] | None, target
     if configs is not None:
         patterns = [MANIFEST_NAME, "README.md", *(f"data/{name}/*" for name in configs)]
     try:
-        snapshot_download(
-            repo_id, repo_type="dataset", revision=revision, local_dir=target, allow_patterns=patterns
-        )
+        snapshot_download(repo_id, repo_type="dataset", revision=revision, local_dir=target, allow_patterns=patterns)
     except hub_errors() as error:
         raise NeedlebenchError(hub_error_message(error, f"dataset {repo_id}@{revision}")) from None
     return target
@@ -193,7 +203,11 @@ def check_repo(
     wanted = None if configs is None else list(configs)
     with tempfile.TemporaryDirectory(prefix="needlebench-verify-repo-") as temp:
         folder = download_repo(repo_id, revision, wanted, Path(temp) / "snapshot")
-        return check_folder(folder, wanted, rebuild=rebuild, num_proc=num_proc)
+        if not (folder / MANIFEST_NAME).is_file():
+            raise NeedlebenchError(
+                f"dataset {repo_id}@{revision} is not a needlebench dataset: it has no {MANIFEST_NAME}"
+            )
+        return check_folder(folder, wanted, rebuild=rebuild, num_proc=num_proc, label=f"dataset {repo_id}@{revision}")
 
 
 def verify_repo(

@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -43,11 +44,27 @@ def rows_per_group(approx_prompt_chars: int) -> int:
     return max(1, min(MAX_ROW_GROUP_ROWS, ROW_GROUP_BYTES // max(1, approx_prompt_chars * 3)))
 
 
+@cache
 def schema_with_features(family: str) -> pa.Schema:
     schema = arrow_schema(family)
     features = features_for(family)
     metadata = {"huggingface": json.dumps({"info": {"features": features.to_dict()}}, sort_keys=True)}
     return schema.with_metadata(metadata)
+
+
+def _string_array(values: list) -> pa.Array:
+    """A string column built from UTF-8 bytes: far faster than pyarrow's own conversion of long `str`s."""
+    encoded = [None if value is None else value.encode("utf-8") for value in values]
+    return pa.array(encoded, type=pa.binary()).cast(pa.string())
+
+
+def rows_to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """Column-wise conversion of rows (dicts with exactly the schema's keys) to a table."""
+    columns = []
+    for field in schema:
+        values = [row[field.name] for row in rows]
+        columns.append(_string_array(values) if field.type == pa.string() else pa.array(values, type=field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def write_shard(rows: Iterable[dict], family: str, path: Path, group_rows: int) -> ShardStats:
@@ -62,7 +79,7 @@ def write_shard(rows: Iterable[dict], family: str, path: Path, group_rows: int) 
             temporary,
             schema,
             compression="zstd",
-            compression_level=3,
+            compression_level=1,
             use_dictionary=[name for name in _DICTIONARY_COLUMNS if name in schema.names],
             write_statistics=False,
             store_schema=True,
@@ -74,10 +91,10 @@ def write_shard(rows: Iterable[dict], family: str, path: Path, group_rows: int) 
                 stats.haystack_tokens += int(row["haystack_tokens"] or 0)
                 stats.prompt_tokens += int(row["prompt_tokens"] or 0)
                 if len(batch) >= group_rows:
-                    writer.write_table(pa.Table.from_pylist(batch, schema=schema), row_group_size=group_rows)
+                    writer.write_table(rows_to_table(batch, schema), row_group_size=group_rows)
                     batch = []
             if batch or stats.rows == 0:
-                writer.write_table(pa.Table.from_pylist(batch, schema=schema), row_group_size=group_rows)
+                writer.write_table(rows_to_table(batch, schema), row_group_size=group_rows)
         os.replace(temporary, path)
     finally:
         if temporary.exists():

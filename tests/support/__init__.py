@@ -137,6 +137,15 @@ def counting_stars_row(config: str = "counting_stars_acquisition_en_128k", **val
     return fixture_row(config, **{**base, **values})
 
 
+def build_data(configs: list[str], folder: Path) -> Path:
+    """Build real configs (the pinned release seed) into a dataset folder, as ``needlebench build`` does."""
+    from needlebench.build import build_dataset
+    from needlebench.options import BuildOptions
+
+    build_dataset(configs, folder, BuildOptions(), progress=False)
+    return folder
+
+
 def write_samples(folder: Path, task: str, records: list[dict[str, Any]], date: str = "2025-01-01T00-00-00.000000") -> Path:
     """Write an lm-eval style ``samples_<task>_<date>.jsonl`` file: each record needs ``doc``, metrics, ``resp``."""
     folder.mkdir(parents=True, exist_ok=True)

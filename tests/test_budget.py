@@ -1,0 +1,76 @@
+"""``budget``: prompts that lm-eval would left-truncate under a model's own tokenizer and chat template."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from needlebench import budget
+from needlebench.errors import NeedlebenchError
+from support import build_data, single_row
+from support.smollm import smollm_dir
+
+
+class WordTokenizer:
+    """A stand-in tokenizer: one token per whitespace-separated word, a BOS token, a two-token chat frame."""
+
+    bos_token = "<s>"
+    chat_template = "{{ messages }}"
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        words = text.split()
+        return {"input_ids": ([1] if add_special_tokens else []) + list(range(len(words)))}
+
+    def apply_chat_template(self, messages, tokenize: bool = False, add_generation_prompt: bool = True) -> str:
+        return "<s> USER: " + messages[0]["content"] + " ASSISTANT:"
+
+
+def test_budget_rows_flags_prompt_plus_generation_over_the_limit():
+    rows = [single_row(prompt="word " * n, context_length=n, id=f"r{n}") for n in (10, 50, 90)]
+    tokenizer = WordTokenizer()
+    plain = budget.budget_rows(rows, tokenizer, 100, chat_template=False, max_gen_toks=20)
+    # raw prompt: words + BOS; 50 + 1 + 20 = 71 fits, 90 + 1 + 20 = 111 does not
+    assert [row["id"] for row in plain] == ["r90"]
+    assert plain[0]["prompt_tokens"] == 91 and plain[0]["truncated_tokens"] == 11
+    chat = budget.budget_rows(rows, tokenizer, 72, chat_template=True, max_gen_toks=20)
+    # chat frame: "<s>" (no second BOS), "USER:", "ASSISTANT:" -> words + 3; 50 + 3 + 20 = 73 > 72
+    assert [row["id"] for row in chat] == ["r50", "r90"]
+
+
+def test_format_budget_summarises_per_config():
+    assert "no row would be truncated" in budget.format_budget([])
+    rows = budget.budget_rows([single_row(prompt="w " * 40, id="only")], WordTokenizer(), 30, chat_template=False, max_gen_toks=5)
+    text = budget.format_budget(rows)
+    assert "1 row(s) would be left-truncated" in text and "single_en_4k" in text and "only" in text
+
+
+def test_bad_input_is_a_user_error(tmp_path: Path):
+    with pytest.raises(NeedlebenchError, match="not a local folder"):
+        budget.run_budget(str(tmp_path / "missing"), 4096, ["single_en_4k"], chat_template=False, max_gen_toks=0, data_dir=None)
+    with pytest.raises(NeedlebenchError, match="positive"):
+        budget.run_budget(str(tmp_path), 0, ["single_en_4k"], chat_template=False, max_gen_toks=0, data_dir=None)
+    with pytest.raises(NeedlebenchError, match="unknown config"):
+        budget.run_budget(str(tmp_path), 4096, ["single_en_5k"], chat_template=False, max_gen_toks=0, data_dir=None)
+    with pytest.raises(NeedlebenchError, match="could not be loaded"):
+        budget.run_budget(str(tmp_path), 4096, ["single_en_4k"], chat_template=False, max_gen_toks=0, data_dir=None)
+
+
+@pytest.fixture(scope="module")
+def srt_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_data(["single_en_4k"], tmp_path_factory.mktemp("budget") / "needlebench")
+
+
+def test_smollm_tokenizer_flags_rows_a_small_window_would_cut(srt_data: Path):
+    model = str(smollm_dir())
+    flagged = budget.run_budget(model, 1200, ["single_en_4k"], chat_template=True, max_gen_toks=256, data_dir=str(srt_data))
+    lengths = {row["context_length"] for row in flagged}
+    assert 1000 not in lengths and {3000, 4000} <= lengths
+    assert sum(row["context_length"] == 4000 for row in flagged) == 200  # every 4k-length row (20 depths x 10)
+    assert all(row["total"] > 1200 and row["max_gen_toks"] == 256 for row in flagged)
+    # the chat template costs tokens: raw prompts are shorter
+    raw = budget.run_budget(model, 1200, ["single_en_4k"], chat_template=False, max_gen_toks=256, data_dir=str(srt_data))
+    by_id = {row["id"]: row["prompt_tokens"] for row in raw}
+    assert all(row["prompt_tokens"] > by_id[row["id"]] for row in flagged if row["id"] in by_id)
+    # the model's own 8k window fits everything; 0 uses the task's own max_gen_toks
+    assert budget.run_budget(model, 8192, ["single_en_4k"], chat_template=True, max_gen_toks=0, data_dir=str(srt_data)) == []

@@ -1,0 +1,159 @@
+"""End to end through lm-evaluation-harness itself (CPU, offline).
+
+* the oracle model scores full marks on one small real config of every family, run through ``needlebench
+  eval`` (lm-eval's CLI with our model registered and the task folder included by default);
+* SmolLM2-135M-Instruct (``--model hf``, chat template) on a few 1,000-token S-RT English prompts: every output
+  is scored by the hook and the mean is above zero;
+* ``report`` on those lm-eval outputs writes tables and PNG heatmaps.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from needlebench import harness, scoring
+from needlebench.evaluate import ORACLE_MODEL, run_eval
+from needlebench.report import write_report
+from support import build_data
+from support.smollm import smollm_dir
+
+REPO = Path(__file__).resolve().parent.parent
+TASK_DIR = REPO / "harness_tasks" / "needlebench"
+
+#: One small config of every family (and both ATC prompt kinds).
+ORACLE_CONFIGS = [
+    "single_en_4k",
+    "multi_retrieval_zh_4k",
+    "multi_reasoning_en_4k",
+    "atc_en",
+    "atc_zh_reasoning",
+    "atc_en_open",
+    "counting_stars_acquisition_en_128k",
+    "counting_stars_reasoning_zh_128k",
+]
+#: Full marks per metric (NeedleBench 0..100, Counting-Stars 0..1).
+FULL_MARKS = {"score": 100.0, "recall": 100.0, "needle_hits": 100.0, "reference": 100.0, "strict": 100.0,
+              "acc": 100.0, "perf_4": 100.0, "star_score": 1.0, "per_star": 1.0}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_data(ORACLE_CONFIGS, tmp_path_factory.mktemp("data") / "needlebench")
+
+
+@pytest.fixture(scope="module")
+def srt_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_data(["single_en_4k"], tmp_path_factory.mktemp("srt") / "needlebench")
+
+
+def _results_json(output: Path) -> dict[str, Any]:
+    paths = sorted(output.rglob("results_*.json"))
+    assert paths, f"lm-eval wrote no results under {output}"
+    return json.loads(paths[-1].read_text(encoding="utf-8"))
+
+
+def _samples(output: Path, task: str) -> list[dict[str, Any]]:
+    paths = sorted(output.rglob(f"samples_{task}_*.jsonl"))
+    assert paths, f"lm-eval logged no samples of {task}"
+    return [json.loads(line) for line in paths[-1].read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_oracle_scores_full_marks_through_the_cli(data_dir: Path, tmp_path: Path):
+    output = tmp_path / "oracle"
+    tasks = ",".join(harness.task_name(config) for config in ORACLE_CONFIGS)
+    status = run_eval(
+        [
+            "run", "--model", ORACLE_MODEL, "--tasks", tasks,
+            "--metadata", json.dumps({"data_dir": str(data_dir)}),
+            "--limit", "40", "--output_path", str(output), "--log_samples",
+        ]
+    )
+    assert status == 0
+    results = _results_json(output)["results"]
+    for config in ORACLE_CONFIGS:
+        metrics = {key.split(",")[0]: value for key, value in results[harness.task_name(config)].items()
+                   if key.endswith(",none") and "_stderr" not in key}
+        assert metrics, config
+        for metric, value in metrics.items():
+            assert value == pytest.approx(FULL_MARKS[metric]), (config, metric, value)
+    # ATC rows come as whole items (four rotations), so perf_4 covers complete items
+    atc = _samples(output, "needlebench_atc_en")
+    assert {sample["doc"]["rotation"] for sample in atc} == {"ABCD", "BCDA", "CDAB", "DABC"}
+    stars = _samples(output, "needlebench_counting_stars_acquisition_en_128k")
+    assert len(stars) == 32 and all(sample["per_star"] == [1.0] * 32 for sample in stars)
+
+    report_dir = tmp_path / "oracle-report"
+    write_report(output, report_dir)
+    assert "| 4k | S-RT | - | 100.00 | 100.00 |" in (report_dir / "needlebench.md").read_text(encoding="utf-8")
+    assert (report_dir / "heatmap_counting_stars_reasoning_zh_128k.png").is_file()
+
+
+@pytest.fixture(scope="module")
+def smollm_run(srt_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2 with lm-eval's ``hf`` model and its chat template on four 1,000-token S-RT prompts."""
+    from lm_eval import simple_evaluate
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.tasks import TaskManager
+
+    output = tmp_path_factory.mktemp("smollm")
+    manager = TaskManager(
+        include_path=str(TASK_DIR),
+        include_defaults=False,
+        metadata={"data_dir": str(srt_data_dir), "context_lengths": 1000},
+    )
+    tracker = EvaluationTracker(output_path=str(output))
+    results = simple_evaluate(
+        model="hf",
+        model_args={"pretrained": str(smollm_dir()), "dtype": "float32", "max_length": 2048},
+        tasks=["needlebench_single_en_4k"],
+        limit=4,
+        batch_size=4,
+        device="cpu",
+        apply_chat_template=True,
+        log_samples=True,
+        task_manager=manager,
+        evaluation_tracker=tracker,
+        gen_kwargs={"max_gen_toks": 48},  # the needle sentence is about 20 tokens; keeps the CPU run short
+    )
+    samples = results.pop("samples")
+    tracker.save_results_aggregated(results=results, samples=samples)
+    for task in results["configs"]:
+        tracker.save_results_samples(task_name=task, samples=samples[task])
+    return output
+
+
+def _request_text(arguments: Any) -> str:
+    """The context of a logged request (a list of argument tuples, or lm-eval's ``gen_args_N`` dict form)."""
+    first = arguments[0] if isinstance(arguments, list) else next(iter(arguments.values()))
+    return first[0] if isinstance(first, list) else first["arg_0"]
+
+
+def test_smollm_outputs_are_scored_by_the_hook(smollm_run: Path):
+    samples = _samples(smollm_run, "needlebench_single_en_4k")
+    assert len(samples) == 4
+    for sample in samples:
+        doc = sample["doc"]
+        assert doc["context_length"] == 1000
+        prompt = _request_text(sample["arguments"])
+        assert doc["prompt"] in prompt and prompt != doc["prompt"]  # the chat template wraps the prompt
+        response = sample["filtered_resps"][0]
+        expected = scoring.single_retrieval_score(response, doc["needles"][0], doc["keywords"][0])
+        assert sample["score"] == pytest.approx(expected)
+    score = _results_json(smollm_run)["results"]["needlebench_single_en_4k"]["score,none"]
+    assert score > 0.0
+
+
+def test_report_on_lm_eval_output_writes_tables_and_images(smollm_run: Path, tmp_path: Path):
+    written = write_report(smollm_run, tmp_path / "report")
+    names = {path.name for path in written}
+    assert {"needlebench.md", "needlebench.csv", "lm_eval_results.csv", "heatmap_single_en_4k.png", "README.md"} <= names
+    with Image.open(tmp_path / "report" / "heatmap_single_en_4k.png") as image:
+        image.verify()
+        assert image.format == "PNG"
+    table = (tmp_path / "report" / "needlebench.csv").read_text(encoding="utf-8")
+    assert table.startswith("Size,Task,Chinese,English,Overall")

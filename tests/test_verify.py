@@ -1,0 +1,137 @@
+"""Verify: files on disk against the manifest, and rebuilding from the recorded recipe."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from hub_server import make_dataset_folder
+
+from needlebench.errors import NeedlebenchError
+from needlebench.verify import check_folder, fingerprint_files, read_manifest, verify_folder
+
+REAL_CONFIG = "single_en_4k"
+
+
+@pytest.fixture()
+def folder(tmp_path: Path) -> Path:
+    make_dataset_folder(tmp_path / "ds", {"single_en_4k": 4, "atc_en": 3})
+    return tmp_path / "ds"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real build of one small config (the default corpora, release seed and tokenizer)."""
+    from needlebench.build import BuildOptions, build_dataset
+
+    out = tmp_path_factory.mktemp("built") / "ds"
+    build_dataset([REAL_CONFIG], out, BuildOptions(), progress=False)
+    return out
+
+
+def _alter(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_fingerprint_is_the_builders(folder: Path, tmp_path: Path) -> None:
+    from needlebench.build import fingerprint_files as builder_fingerprint
+
+    extra = folder / "data" / "atc_en" / "test-00001-of-00002.parquet"
+    shutil.copy(folder / "data" / "single_en_4k" / "test-00000-of-00001.parquet", extra)
+    files = sorted((folder / "data" / "atc_en").glob("*.parquet"), reverse=True)
+    assert fingerprint_files(files) == builder_fingerprint(files)
+    assert fingerprint_files(files) == fingerprint_files(list(reversed(files)))
+
+
+def test_intact_folder_passes_the_file_check(folder: Path) -> None:
+    assert verify_folder(folder, None, rebuild=False) == []
+    assert verify_folder(folder, ["atc_en"], rebuild=False) == []
+
+
+def test_altered_missing_and_unlisted_files_are_reported(folder: Path) -> None:
+    _alter(folder / "data" / "atc_en" / "test-00000-of-00001.parquet")
+    assert verify_folder(folder, None, rebuild=False) == ["atc_en"]
+    assert verify_folder(folder, ["single_en_4k"], rebuild=False) == []
+    (folder / "data" / "single_en_4k" / "test-00000-of-00001.parquet").unlink()
+    reasons = check_folder(folder, rebuild=False)
+    assert reasons == {
+        "single_en_4k": "missing file data/single_en_4k/test-00000-of-00001.parquet",
+        "atc_en": "files on disk do not match the manifest fingerprint",
+    }
+
+
+def test_an_unlisted_parquet_file_counts_as_a_difference(folder: Path) -> None:
+    shutil.copy(
+        folder / "data" / "atc_en" / "test-00000-of-00001.parquet", folder / "data" / "atc_en" / "test-extra.parquet"
+    )
+    assert "unlisted file data/atc_en/test-extra.parquet" in check_folder(folder, rebuild=False)["atc_en"]
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda m: m.update(format="other"), "not a needlebench manifest"),
+        (lambda m: m.update(format_version=7), "format_version 7"),
+        (lambda m: m.update(configs={}), "lists no configs"),
+        (lambda m: m["configs"]["atc_en"].update(files=["../../etc/passwd.parquet"]), "'../../etc/passwd.parquet'"),
+        (lambda m: m["configs"]["atc_en"].update(files=["data/single_en_4k/x.parquet"]), "data/atc_en/"),
+        (lambda m: m["configs"]["atc_en"].update(fingerprint="xyz"), "sha256"),
+    ],
+)
+def test_bad_manifests_are_one_line_errors(folder: Path, change, needle: str) -> None:
+    path = folder / "needlebench.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(NeedlebenchError) as excinfo:
+        verify_folder(folder, None, rebuild=False)
+    assert needle in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_not_a_dataset_and_unknown_configs_are_errors(folder: Path, tmp_path: Path) -> None:
+    with pytest.raises(NeedlebenchError, match="does not exist"):
+        verify_folder(tmp_path / "missing", None)
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(NeedlebenchError, match="not a needlebench dataset"):
+        verify_folder(tmp_path / "plain", None)
+    (folder / "needlebench.json").write_text("{not json")
+    with pytest.raises(NeedlebenchError, match="cannot read"):
+        read_manifest(folder)
+    make_dataset_folder(tmp_path / "again", {"atc_en": 2})
+    with pytest.raises(NeedlebenchError) as excinfo:
+        verify_folder(tmp_path / "again", ["atc_zh"], rebuild=False)
+    assert "'atc_zh'" in str(excinfo.value) and "atc_en" in str(excinfo.value)
+
+
+def test_rebuild_reproduces_a_real_build(built: Path) -> None:
+    assert verify_folder(built, None) == []
+    assert verify_folder(built, [REAL_CONFIG], num_proc=2) == []
+
+
+def test_rebuild_detects_files_and_recipes_that_differ(built: Path, tmp_path: Path) -> None:
+    altered = tmp_path / "altered"
+    shutil.copytree(built, altered)
+    _alter(altered / "data" / REAL_CONFIG / "test-00000-of-00001.parquet")
+    assert check_folder(altered) == {REAL_CONFIG: "files on disk do not match the manifest fingerprint"}
+
+    reseeded = tmp_path / "reseeded"
+    shutil.copytree(built, reseeded)
+    manifest = json.loads((reseeded / "needlebench.json").read_text())
+    manifest["recipe"]["release_seed"] += 1  # the files no longer follow from the recorded recipe
+    (reseeded / "needlebench.json").write_text(json.dumps(manifest))
+    assert verify_folder(reseeded, None, rebuild=False) == []
+    reasons = check_folder(reseeded)
+    assert list(reasons) == [REAL_CONFIG] and reasons[REAL_CONFIG].startswith("rebuilding from the recorded recipe")
+
+
+def test_a_real_build_has_a_loadable_card(built: Path) -> None:
+    from huggingface_hub import DatasetCard
+
+    card = DatasetCard.load(built / "README.md")
+    assert card.data.configs[0]["config_name"] == REAL_CONFIG
+    manifest = read_manifest(built)
+    assert manifest["configs"][REAL_CONFIG]["fingerprint"] in card.text
