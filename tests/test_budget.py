@@ -18,9 +18,9 @@ class WordTokenizer:
     bos_token = "<s>"
     chat_template = "{{ messages }}"
 
-    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
-        words = text.split()
-        return {"input_ids": ([1] if add_special_tokens else []) + list(range(len(words)))}
+    def __call__(self, texts: list[str], add_special_tokens: bool = True) -> dict[str, list[list[int]]]:
+        prefix = [1] if add_special_tokens else []
+        return {"input_ids": [prefix + list(range(len(text.split()))) for text in texts]}
 
     def apply_chat_template(self, messages, tokenize: bool = False, add_generation_prompt: bool = True) -> str:
         return "<s> USER: " + messages[0]["content"] + " ASSISTANT:"

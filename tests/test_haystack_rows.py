@@ -32,6 +32,7 @@ def test_single_rows(config, cl100k):
     rows = _rows(config, lengths=(1000, 2000), limit=None)
     spec = get_config(config)
     assert len(rows) == 2 * len(spec.depths) * spec.repeats
+    deviations = []
     for row in rows[:: 7]:
         assert row.keys() == columns_for("single").keys()
         context = _context(row)
@@ -40,7 +41,9 @@ def test_single_rows(config, cl100k):
         # the answer is recoverable from the prompt: the needle (with its keyword) is in the document
         assert row["needles"][0] in context and row["keywords"][0] in row["needles"][0]
         assert row["keywords"][0] not in row["question"]
-        assert abs(row["needle_depths"][0] - row["depth_percent"]) <= 12
+        deviations.append(abs(row["needle_depths"][0] - row["depth_percent"]))
+    # nearest sentence boundary: off by at most half a (long) sentence of a 400-token haystack, ~1% typically
+    assert max(deviations) <= 15 and sum(deviations) / len(deviations) <= 4
     ids = [row["id"] for row in rows]
     assert len(set(ids)) == len(ids)
     seeds = {row["seed"] for row in rows}

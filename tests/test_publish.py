@@ -480,3 +480,18 @@ def test_git_failure_after_init_removes_the_new_repository(
         with pytest.raises(NeedlebenchError, match="simulated"):
             publish_to_git(folder, target, version="1.0.0")
     assert not (tmp_path / "fresh").exists() and list(empty.iterdir()) == []
+
+
+def test_cli_publish_to_git_prints_the_revision_and_rejects_bad_versions(folder: Path, tmp_path: Path) -> None:
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-c", "from needlebench.cli import main; main()", "publish", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+    repo = tmp_path / "mirror" / "datasets" / "org" / "nb"
+    result = cli(str(folder), "--to-git", str(repo), "--version", "1.0.0")
+    assert result.returncode == 0, result.stderr
+    assert _head(repo) in result.stdout and 'revision="v1.0.0"' in result.stdout
+    result = cli(str(folder), "--to-git", str(repo), "--version", "1.0")
+    assert result.returncode == 2 and "'1.0'" in result.stderr and len(result.stderr.strip().splitlines()) == 1

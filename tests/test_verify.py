@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,25 @@ def test_a_real_build_has_a_loadable_card(built: Path) -> None:
     assert card.data.configs[0]["config_name"] == REAL_CONFIG
     manifest = read_manifest(built)
     assert manifest["configs"][REAL_CONFIG]["fingerprint"] in card.text
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """The `needlebench` console script (exit 0 ok, 1 differs, 2 bad input)."""
+    command = [sys.executable, "-c", "from needlebench.cli import main; main()", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_cli_verify_passes_and_rejects_bad_input(built: Path, tmp_path: Path) -> None:
+    assert _cli("verify", str(built)).returncode == 0
+    result = _cli("verify", str(tmp_path / "nothing-here"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.xfail(reason="cli.main() drops the exit code that app(standalone_mode=False) returns for typer.Exit")
+def test_cli_verify_exits_1_naming_the_config_that_differs(built: Path, tmp_path: Path) -> None:
+    altered = tmp_path / "altered"
+    shutil.copytree(built, altered)
+    _alter(altered / "data" / REAL_CONFIG / "test-00000-of-00001.parquet")
+    result = _cli("verify", str(altered))
+    assert REAL_CONFIG in result.stdout
+    assert result.returncode == 1

@@ -17,6 +17,9 @@ from .errors import NeedlebenchError
 from .grid import get_config, match_configs
 from .harness import max_gen_toks_for
 
+#: Prompts encoded per tokenizer call (fast tokenizers encode a batch in parallel).
+ENCODE_BATCH = 64
+
 
 def load_tokenizer(path: str) -> Any:
     """A transformers tokenizer from a local folder (never the Hub)."""
@@ -47,11 +50,18 @@ def render_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def count_tokens(tokenizer: Any, text: str) -> int:
-    """Tokens of ``text`` as lm-eval's ``hf`` model encodes it (no second BOS when the text starts with one)."""
+def count_tokens(tokenizer: Any, texts: list[str]) -> list[int]:
+    """Tokens of each text as lm-eval's ``hf`` model encodes it (no second BOS when a text starts with one)."""
     bos = getattr(tokenizer, "bos_token", None)
-    add_special = not (bos and text.startswith(bos))
-    return len(tokenizer(text, add_special_tokens=add_special)["input_ids"])
+    counts = [0] * len(texts)
+    for add_special in (True, False):
+        indices = [i for i, text in enumerate(texts) if (not (bos and text.startswith(bos))) == add_special]
+        for start in range(0, len(indices), ENCODE_BATCH):
+            chunk = indices[start : start + ENCODE_BATCH]
+            encoded = tokenizer([texts[i] for i in chunk], add_special_tokens=add_special)["input_ids"]
+            for i, ids in zip(chunk, encoded):
+                counts[i] = len(ids)
+    return counts
 
 
 def budget_rows(
@@ -63,9 +73,10 @@ def budget_rows(
     max_gen_toks: int,
 ) -> list[dict[str, Any]]:
     """The rows whose rendered prompt plus ``max_gen_toks`` exceeds ``max_length`` (one dict per row)."""
+    rows = list(rows)
+    texts = [render_prompt(tokenizer, str(row["prompt"]), chat_template) for row in rows]
     over = []
-    for row in rows:
-        tokens = count_tokens(tokenizer, render_prompt(tokenizer, str(row["prompt"]), chat_template))
+    for row, tokens in zip(rows, count_tokens(tokenizer, texts)):
         total = tokens + max_gen_toks
         if total > max_length:
             over.append(

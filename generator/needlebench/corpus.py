@@ -76,12 +76,14 @@ def _package_version(distribution: str) -> str:
         return ""
 
 
-_BRACKETS = re.compile(r"[\[\]]")
+_BRACKETS = re.compile(r"[\[\]\u0590-\u05FF]")  # translators' brackets, Psalm 119's Hebrew letter headings
 _SPACES = re.compile(r"[ \t]+")
+#: The few non-ASCII characters of the English bibles, spelled in ASCII (plain prose, and a compact `str`).
+_ASCII_SPELLING = str.maketrans({"’": "'", "‘": "'", "“": '"', "”": '"', "—": "--", "æ": "ae", "Æ": "Ae", "ï": "i", "ü": "u"})
 
 
 def _clean_verse(text: str) -> str:
-    return _SPACES.sub(" ", _BRACKETS.sub("", text)).strip()
+    return _SPACES.sub(" ", _BRACKETS.sub("", text.translate(_ASCII_SPELLING))).strip()
 
 
 def read_bible(path: Path) -> list[str]:
