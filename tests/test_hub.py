@@ -113,17 +113,12 @@ def test_opencompass_file_rejects_other_names() -> None:
 # --- against the server -------------------------------------------------------------------------------------------
 
 
-def test_client_processes_use_the_local_endpoint(hub: HubServer) -> None:
-    settings = hub.call("hub_server:hub_settings")
-    assert settings["hub"] == hub.url and settings["datasets"] == hub.url
-    assert settings["cache"].startswith(str(hub.home))
-
-
 def test_opencompass_files_download_and_cache(hub: HubServer, opencompass: dict[str, str], tmp_path: Path) -> None:
     commit = opencompass["commit"]
     home = tmp_path / "hf-home"
     results = hub.calls(
         [
+            ("hub_server:hub_settings", (), {}),
             ("needlebench.hub:opencompass_file", ("needles.jsonl", commit), {}),
             ("needlebench.hub:opencompass_file", ("PaulGrahamEssays.jsonl",), {"revision": "fixture-v1"}),
             ("needlebench.hub:opencompass_file", ("names.json", "no-such-revision"), {}),
@@ -131,7 +126,8 @@ def test_opencompass_files_download_and_cache(hub: HubServer, opencompass: dict[
         ],
         hf_home=home,
     )
-    needles_path, essays_path, missing_revision, corpus = results
+    settings, needles_path, essays_path, missing_revision, corpus = results
+    assert settings == {"hub": hub.url, "datasets": hub.url, "cache": str(home / "hub")}  # the env took effect
     assert Path(needles_path).read_text(encoding="utf-8") == opencompass["needles.jsonl"]
     assert Path(essays_path).read_text(encoding="utf-8") == opencompass["PaulGrahamEssays.jsonl"]
     assert str(home) in needles_path  # in the huggingface_hub cache
@@ -226,17 +222,26 @@ def test_verify_repo_rebuilds_a_real_build(hub: HubServer, tmp_path: Path) -> No
 
 
 def test_unreachable_endpoint_fails_fast_with_one_line_errors(tmp_path: Path) -> None:
-    env = client_env(f"http://127.0.0.1:{free_port()}", tmp_path / "hf")
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    folder = tmp_path / "ds"
+    make_dataset_folder(folder, {"atc_en": 2})
     started = time.monotonic()
     results = run_client(
         [
             {"target": "needlebench.hub:opencompass_file", "args": ["needles.jsonl"]},
             {"target": "needlebench.hub:load_hub_documents", "args": ["hub:org/texts@v1"]},
             {"target": "needlebench.verify:verify_repo", "args": ["org/nb", "v1.0.0", None]},
+            {
+                "target": "needlebench.publish:publish_folder",
+                "args": [str(folder)],
+                "kwargs": {"repo_id": "org/nb", "version": "1.0.0"},
+            },
         ],
-        env,
+        client_env(endpoint, tmp_path / "hf"),
     )
     assert time.monotonic() - started < 45
     for result in results:
         assert isinstance(result, ClientError) and result.type_name == "NeedlebenchError", result
-        assert "cannot reach the Hub" in result.message and "\n" not in result.message
+        assert "cannot reach the Hub" in result.message and endpoint in result.message
+        assert "\n" not in result.message
+    assert "publishing org/nb v1.0.0" in results[-1].message

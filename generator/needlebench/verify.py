@@ -31,7 +31,7 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._
 def fingerprint_files(paths: Iterable[Path]) -> str:
     """SHA-256 hex of the bytes of ``paths`` concatenated in sorted path order."""
     digest = hashlib.sha256()
-    for path in sorted((Path(p) for p in paths), key=lambda p: p.as_posix()):
+    for path in sorted(Path(p) for p in paths):  # the builder's order (needlebench.writer.fingerprint_files)
         with path.open("rb") as stream:
             while chunk := stream.read(_CHUNK):
                 digest.update(chunk)
