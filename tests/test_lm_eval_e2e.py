@@ -18,6 +18,7 @@ from PIL import Image
 
 from needlebench import harness, scoring
 from needlebench.evaluate import ORACLE_MODEL, run_eval
+from needlebench.report import SAMPLES_FILE_RE as SAMPLES_NAME
 from needlebench.report import write_report
 from support import build_data
 from support.smollm import smollm_dir
@@ -58,7 +59,10 @@ def _results_json(output: Path) -> dict[str, Any]:
 
 
 def _samples(output: Path, task: str) -> list[dict[str, Any]]:
-    paths = sorted(output.rglob(f"samples_{task}_*.jsonl"))
+    paths = sorted(
+        path for path in output.rglob(f"samples_{task}_*.jsonl")
+        if (match := SAMPLES_NAME.match(path.name)) and match.group("task") == task
+    )
     assert paths, f"lm-eval logged no samples of {task}"
     return [json.loads(line) for line in paths[-1].read_text(encoding="utf-8").splitlines() if line.strip()]
 

@@ -149,7 +149,6 @@ def test_cli_verify_rejects_bad_input(tmp_path: Path) -> None:
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.xfail(reason="cli.main() drops the exit code that app(standalone_mode=False) returns for typer.Exit")
 def test_cli_verify_exits_1_naming_the_config_that_differs(built: Path, tmp_path: Path) -> None:
     altered = tmp_path / "altered"
     shutil.copytree(built, altered)

@@ -256,9 +256,8 @@ def _install(out_dir: Path, staging: Path, specs: list[ConfigSpec], manifest: di
         os.replace(staging / spec.name, target)
     from .card import write_card
 
-    card_tmp = staging / "README.md"
-    write_card(staging, manifest)
+    write_card(out_dir, manifest)  # after the data is in place, so the card lists file sizes
     manifest_tmp = staging / MANIFEST
     manifest_tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(card_tmp, out_dir / "README.md")
+    os.chmod(manifest_tmp, 0o644)
     os.replace(manifest_tmp, out_dir / MANIFEST)

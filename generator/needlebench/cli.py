@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -237,7 +238,7 @@ def verify(
 def main() -> None:
     """Console-script entry point: one-line errors and exit status 2 for bad input."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except NeedlebenchError as error:
         print(f"needlebench: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)
@@ -246,10 +247,7 @@ def main() -> None:
     except typer.Abort:
         print("needlebench: aborted", file=sys.stderr)
         sys.exit(130)
-    except Exception as error:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(error, click.ClickException):
-            print(f"needlebench: error: {error.format_message()}", file=sys.stderr)
-            sys.exit(error.exit_code)
-        raise
+    except click.ClickException as error:  # usage errors (unknown option, missing argument): exit 2
+        print(f"needlebench: error: {error.format_message()}", file=sys.stderr)
+        sys.exit(error.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -240,11 +240,11 @@ def load_corpus(spec: str | None, language: str) -> Corpus:
         documents, meta = load_hub_documents(spec)
         return _from_documents(spec, language, documents, meta)
     if spec == "opencompass" or spec.startswith("opencompass@"):
-        from .hub import opencompass_file, parse_corpus_option
+        from .hub import OPENCOMPASS_LICENSE, opencompass_file, parse_corpus_option
 
         _, revision = parse_corpus_option(spec)
         filename = "PaulGrahamEssays.jsonl" if language == "en" else "zh_finance.jsonl"
         path = opencompass_file(filename, revision)
-        meta = {"source": f"opencompass/NeedleBench {filename}", "revision": revision or "", "license": "see source"}
+        meta = {"source": f"opencompass/NeedleBench {filename}", "revision": revision or "", "license": OPENCOMPASS_LICENSE}
         return _from_documents(f"opencompass/{filename}", language, read_jsonl_documents(path), meta)
     return load_local(spec, language)

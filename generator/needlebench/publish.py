@@ -24,11 +24,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .card import ordered_configs, render_card, write_text_atomic
 from .errors import NeedlebenchError
 from .verify import MANIFEST_NAME, check_files, check_repo_id, read_manifest
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
 
 _SEMVER = re.compile(
     r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
@@ -352,7 +355,7 @@ def publish_folder(
     version: str,
     private: bool = False,
     token: str | None = None,
-    api: Any | None = None,
+    api: HfApi | None = None,
 ) -> PublishResult:
     """Publish a dataset folder to the Hub dataset ``repo_id`` and tag it ``v<version>``.
 

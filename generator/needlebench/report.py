@@ -31,7 +31,7 @@ from . import scoring
 from .errors import NeedlebenchError
 from .grid import SIZES, ConfigSpec, registry
 
-_SAMPLES_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
+SAMPLES_FILE_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
 _RESULTS_RE = re.compile(r"^results_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.json$")
 
 LANGUAGE_COLUMNS = (("zh", "Chinese"), ("en", "English"))
@@ -131,7 +131,7 @@ def load_runs(results_dir: Path) -> list[Run]:
     runs = []
     for folder in folders:
         run = Run(folder)
-        for path in _latest_by_key(folder.glob("samples_*.jsonl"), _SAMPLES_RE, lambda m: m.group("task")):
+        for path in _latest_by_key(folder.glob("samples_*.jsonl"), SAMPLES_FILE_RE, lambda m: m.group("task")):
             run.samples.extend(read_samples(path))
         for path in _latest_by_key(folder.glob("results_*.json"), _RESULTS_RE, lambda m: "results"):
             run.results = json.loads(path.read_text(encoding="utf-8"))
