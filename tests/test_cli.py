@@ -52,6 +52,7 @@ def _bad_inputs(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["build", "single_en_4k", "--buffer", "1000"], "buffer 1000 is not smaller than length 1000"),
         (["build", "single_en_4k", "--compat", "nope"], "unknown compat mode 'nope'"),
         (["build", "atc_en", "--out", str(foreign)], "not a needlebench dataset"),
+        (["build", "atc_en", "--bogus"], "No such option: --bogus"),
     ]
 
 

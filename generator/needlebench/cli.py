@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -247,7 +246,8 @@ def main() -> None:
     except typer.Abort:
         print("needlebench: aborted", file=sys.stderr)
         sys.exit(130)
-    except click.ClickException as error:  # usage errors (unknown option, missing argument): exit 2
-        print(f"needlebench: error: {error.format_message()}", file=sys.stderr)
-        sys.exit(error.exit_code)
+    except typer.TyperException as error:  # usage errors (unknown option, missing argument): exit 2
+        message = error.format_message() if hasattr(error, "format_message") else str(error)
+        print(f"needlebench: error: {message}", file=sys.stderr)
+        sys.exit(getattr(error, "exit_code", 2))
     sys.exit(code if isinstance(code, int) else 0)
