@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from needlebench import budget
 from needlebench.errors import NeedlebenchError
 from support import build_data, single_row
@@ -40,14 +39,18 @@ def test_budget_rows_flags_prompt_plus_generation_over_the_limit():
 
 def test_format_budget_summarises_per_config():
     assert "no row would be truncated" in budget.format_budget([])
-    rows = budget.budget_rows([single_row(prompt="w " * 40, id="only")], WordTokenizer(), 30, chat_template=False, max_gen_toks=5)
+    rows = budget.budget_rows(
+        [single_row(prompt="w " * 40, id="only")], WordTokenizer(), 30, chat_template=False, max_gen_toks=5
+    )
     text = budget.format_budget(rows)
     assert "1 row(s) would be left-truncated" in text and "single_en_4k" in text and "only" in text
 
 
 def test_bad_input_is_a_user_error(tmp_path: Path):
     with pytest.raises(NeedlebenchError, match="not a local folder nor a model in the local"):
-        budget.run_budget(str(tmp_path / "missing"), 4096, ["single_en_4k"], chat_template=False, max_gen_toks=0, data_dir=None)
+        budget.run_budget(
+            str(tmp_path / "missing"), 4096, ["single_en_4k"], chat_template=False, max_gen_toks=0, data_dir=None
+        )
     with pytest.raises(NeedlebenchError, match="positive"):
         budget.run_budget(str(tmp_path), 0, ["single_en_4k"], chat_template=False, max_gen_toks=0, data_dir=None)
     with pytest.raises(NeedlebenchError, match="unknown config"):
@@ -63,7 +66,9 @@ def srt_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_smollm_tokenizer_flags_rows_a_small_window_would_cut(srt_data: Path):
     model = str(smollm_dir())
-    flagged = budget.run_budget(model, 1200, ["single_en_4k"], chat_template=True, max_gen_toks=256, data_dir=str(srt_data))
+    flagged = budget.run_budget(
+        model, 1200, ["single_en_4k"], chat_template=True, max_gen_toks=256, data_dir=str(srt_data)
+    )
     lengths = {row["context_length"] for row in flagged}
     assert 1000 not in lengths and {3000, 4000} <= lengths
     assert sum(row["context_length"] == 4000 for row in flagged) == 200  # every 4k-length row (20 depths x 10)
@@ -73,6 +78,9 @@ def test_smollm_tokenizer_flags_rows_a_small_window_would_cut(srt_data: Path):
     prompts = [f"{row['id']} prompt" for row in flagged[:1]] + ["The document given to you by the user is short."]
     raw = budget.count_tokens(tokenizer, [budget.render_prompt(tokenizer, p, False) for p in prompts])
     chat = budget.count_tokens(tokenizer, [budget.render_prompt(tokenizer, p, True) for p in prompts])
-    assert all(c > r for c, r in zip(chat, raw))
+    assert all(c > r for c, r in zip(chat, raw, strict=True))
     # the model's own 8k window fits everything; 0 uses the task's own max_gen_toks
-    assert budget.run_budget(model, 8192, ["single_en_4k"], chat_template=True, max_gen_toks=None, data_dir=str(srt_data)) == []
+    assert (
+        budget.run_budget(model, 8192, ["single_en_4k"], chat_template=True, max_gen_toks=None, data_dir=str(srt_data))
+        == []
+    )

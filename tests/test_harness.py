@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-
 from needlebench import harness
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluate import oracle_answers, with_default_include_path
@@ -68,7 +67,7 @@ def test_multi_reasoning_reference_and_strict():
 def test_atc_rows_and_circular_aggregation():
     rows = atc_rows()
     answers = [f"Answer: {row['answer_letter']}" for row in rows]
-    results = [harness.process_atc(row, [answer]) for row, answer in zip(rows, answers)]
+    results = [harness.process_atc(row, [answer]) for row, answer in zip(rows, answers, strict=True)]
     assert [r["acc"] for r in results] == [100.0] * 4
     assert harness.agg_perf_4([r["perf_4"] for r in results]) == 100.0
     # one wrong rotation fails the whole item
@@ -101,7 +100,10 @@ def test_counting_stars_per_star_scores():
     wrong_only = json.dumps({"小企鹅": WRONG_COUNTS}, ensure_ascii=False)
     assert harness.process_counting_stars(rea, [wrong_only])["per_star"] == [0.25] * 4
     for row in (acq, rea):
-        assert harness.process_counting_stars(row, [harness.oracle_answer(row)]) == {"star_score": 1.0, "per_star": [1.0] * 4}
+        assert harness.process_counting_stars(row, [harness.oracle_answer(row)]) == {
+            "star_score": 1.0,
+            "per_star": [1.0] * 4,
+        }
     assert json.loads(harness.oracle_answer(rea)) == {"小企鹅": STAR_COUNTS}
 
 
@@ -121,7 +123,11 @@ def test_oracle_answers_look_rows_up_by_prompt():
     assert plain == [NEEDLE.strip(), "Paris"]
     # a chat template wraps the prompt; the request's own doc is not needed to find the row
     wrapped = oracle_answers(
-        [request("<|user|>second prompt<|assistant|>", rows[1]), request("<|user|>first prompt<|assistant|>", None), request("first prompt", rows[0])]
+        [
+            request("<|user|>second prompt<|assistant|>", rows[1]),
+            request("<|user|>first prompt<|assistant|>", None),
+            request("first prompt", rows[0]),
+        ]
     )
     assert wrapped == ["Paris", NEEDLE.strip(), NEEDLE.strip()]
     with pytest.raises(NeedlebenchError):
@@ -151,9 +157,22 @@ def test_load_dataset_rejects_bad_input(tmp_path):
         harness.load_dataset(needlebench_config="single_en_4k", context_lengths=1500)
 
 
+def test_load_dataset_names_a_config_missing_from_the_folder(tmp_path):
+    (tmp_path / "needlebench.json").write_text(
+        json.dumps({"format": "needlebench-dataset", "configs": {"atc_en": {}}}), encoding="utf-8"
+    )
+    with pytest.raises(NeedlebenchError, match=r"'single_en_4k' is not built .* atc_en"):
+        harness.load_dataset(needlebench_config="single_en_4k", data_dir=str(tmp_path))
+
+
 def test_resolve_source_precedence(tmp_path, monkeypatch):
     monkeypatch.delenv(harness.DATA_DIR_ENV, raising=False)
-    assert harness.resolve_source({"pretrained": "x"}) == {"data_dir": None, "repo_id": None, "revision": None, "release_seed": None}
+    assert harness.resolve_source({"pretrained": "x"}) == {
+        "data_dir": None,
+        "repo_id": None,
+        "revision": None,
+        "release_seed": None,
+    }
     hub = harness.resolve_source({"repo_id": "org/needlebench", "revision": "v1.0", "release_seed": "7"})
     assert hub == {"data_dir": None, "repo_id": "org/needlebench", "revision": "v1.0", "release_seed": 7}
     monkeypatch.setenv(harness.DATA_DIR_ENV, str(tmp_path))
@@ -187,7 +206,9 @@ def test_every_config_has_a_task_with_version_and_budget():
     assert harness.max_gen_toks_for(get_config("atc_en_reasoning")) == 1024
     assert harness.max_gen_toks_for(get_config("counting_stars_acquisition_en_128k")) == 8 * 32 + 64
     assert harness.max_gen_toks_for(get_config("counting_stars_reasoning_zh_1000k_m1024")) == 8 * 1024 + 64
-    assert harness.max_gen_toks_for(get_config("multi_retrieval_en_4k")) > harness.max_gen_toks_for(get_config("single_en_4k"))
+    assert harness.max_gen_toks_for(get_config("multi_retrieval_en_4k")) > harness.max_gen_toks_for(
+        get_config("single_en_4k")
+    )
 
 
 def test_base_templates_are_greedy_generate_until():
@@ -213,9 +234,18 @@ def test_groups_cover_families_and_sizes():
     groups = {name: yaml.safe_load(text) for name, text in files.items() if name.startswith("_needlebench_")}
     by_name = {cfg["group"]: cfg for cfg in groups.values()}
     expected = {
-        "needlebench_single", "needlebench_multi_retrieval", "needlebench_multi_reasoning", "needlebench_atc",
-        "needlebench_counting_stars", "needlebench_4k", "needlebench_8k", "needlebench_32k", "needlebench_128k",
-        "needlebench_200k", "needlebench_256k", "needlebench_1000k",
+        "needlebench_single",
+        "needlebench_multi_retrieval",
+        "needlebench_multi_reasoning",
+        "needlebench_atc",
+        "needlebench_counting_stars",
+        "needlebench_4k",
+        "needlebench_8k",
+        "needlebench_32k",
+        "needlebench_128k",
+        "needlebench_200k",
+        "needlebench_256k",
+        "needlebench_1000k",
     }
     assert set(by_name) == expected
     assert "needlebench_counting_stars_reasoning_zh_128k_m64" in by_name["needlebench_128k"]["task"]
@@ -249,8 +279,21 @@ def test_lm_eval_finds_and_parses_every_task():
 
 def test_default_include_path_is_added_once():
     path = Path("/x/harness_tasks")
-    assert with_default_include_path(["run", "--model", "hf"], path) == ["run", "--include_path", str(path), "--model", "hf"]
+    assert with_default_include_path(["run", "--model", "hf"], path) == [
+        "run",
+        "--include_path",
+        str(path),
+        "--model",
+        "hf",
+    ]
     assert with_default_include_path(["--model", "hf"], path) == ["--model", "hf", "--include_path", str(path)]
     given = ["run", "--include_path=/y", "--tasks", "t"]
     assert with_default_include_path(given, path) == given
     assert with_default_include_path(["--help"], path) == ["--help"]
+
+
+def test_run_eval_returns_lm_eval_exit_status(capsys):
+    from needlebench.evaluate import run_eval
+
+    assert run_eval(["run", "--no-such-option"]) == 2
+    assert "--no-such-option" in capsys.readouterr().err

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image
-
 from needlebench import harness, scoring
 from needlebench.evaluate import ORACLE_MODEL, run_eval
 from needlebench.report import SAMPLES_FILE_RE as SAMPLES_NAME
 from needlebench.report import write_report
+from PIL import Image
 from support import build_data
 from support.smollm import smollm_dir
 
@@ -38,8 +37,17 @@ ORACLE_CONFIGS = [
     "counting_stars_reasoning_zh_128k",
 ]
 #: Full marks per metric (NeedleBench 0..100, Counting-Stars 0..1).
-FULL_MARKS = {"score": 100.0, "recall": 100.0, "needle_hits": 100.0, "reference": 100.0, "strict": 100.0,
-              "acc": 100.0, "perf_4": 100.0, "star_score": 1.0, "per_star": 1.0}
+FULL_MARKS = {
+    "score": 100.0,
+    "recall": 100.0,
+    "needle_hits": 100.0,
+    "reference": 100.0,
+    "strict": 100.0,
+    "acc": 100.0,
+    "perf_4": 100.0,
+    "star_score": 1.0,
+    "per_star": 1.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +68,8 @@ def _results_json(output: Path) -> dict[str, Any]:
 
 def _samples(output: Path, task: str) -> list[dict[str, Any]]:
     paths = sorted(
-        path for path in output.rglob(f"samples_{task}_*.jsonl")
+        path
+        for path in output.rglob(f"samples_{task}_*.jsonl")
         if (match := SAMPLES_NAME.match(path.name)) and match.group("task") == task
     )
     assert paths, f"lm-eval logged no samples of {task}"
@@ -72,16 +81,28 @@ def test_oracle_scores_full_marks_through_the_cli(data_dir: Path, tmp_path: Path
     tasks = ",".join(harness.task_name(config) for config in ORACLE_CONFIGS)
     status = run_eval(
         [
-            "run", "--model", ORACLE_MODEL, "--tasks", tasks,
-            "--metadata", json.dumps({"data_dir": str(data_dir)}),
-            "--limit", "40", "--output_path", str(output), "--log_samples",
+            "run",
+            "--model",
+            ORACLE_MODEL,
+            "--tasks",
+            tasks,
+            "--metadata",
+            json.dumps({"data_dir": str(data_dir)}),
+            "--limit",
+            "40",
+            "--output_path",
+            str(output),
+            "--log_samples",
         ]
     )
     assert status == 0
     results = _results_json(output)["results"]
     for config in ORACLE_CONFIGS:
-        metrics = {key.split(",")[0]: value for key, value in results[harness.task_name(config)].items()
-                   if key.endswith(",none") and "_stderr" not in key}
+        metrics = {
+            key.split(",")[0]: value
+            for key, value in results[harness.task_name(config)].items()
+            if key.endswith(",none") and "_stderr" not in key
+        }
         assert metrics, config
         for metric, value in metrics.items():
             assert value == pytest.approx(FULL_MARKS[metric]), (config, metric, value)
@@ -155,7 +176,13 @@ def test_smollm_outputs_are_scored_by_the_hook(smollm_run: Path):
 def test_report_on_lm_eval_output_writes_tables_and_images(smollm_run: Path, tmp_path: Path):
     written = write_report(smollm_run, tmp_path / "report")
     names = {path.name for path in written}
-    assert {"needlebench.md", "needlebench.csv", "lm_eval_results.csv", "heatmap_single_en_4k.png", "README.md"} <= names
+    assert {
+        "needlebench.md",
+        "needlebench.csv",
+        "lm_eval_results.csv",
+        "heatmap_single_en_4k.png",
+        "README.md",
+    } <= names
     with Image.open(tmp_path / "report" / "heatmap_single_en_4k.png") as image:
         image.verify()
         assert image.format == "PNG"
@@ -167,7 +194,6 @@ def test_plain_dataset_path_task_reads_a_pinned_folder(srt_data_dir: Path, tmp_p
     """The README's plain ``dataset_path``/``dataset_name`` form: our task included, lm-eval's own loader."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
-
     from needlebench.evaluate import oracle_model
 
     folder = tmp_path / "tasks"

@@ -7,11 +7,18 @@ import json
 from pathlib import Path
 
 import pytest
-from PIL import Image
-
 from needlebench import harness, report
 from needlebench.errors import NeedlebenchError
-from support import atc_rows, counting_stars_row, fixture_row, multi_reasoning_row, multi_retrieval_row, single_row, write_samples
+from PIL import Image
+from support import (
+    atc_rows,
+    counting_stars_row,
+    fixture_row,
+    multi_reasoning_row,
+    multi_retrieval_row,
+    single_row,
+    write_samples,
+)
 
 
 def _haystack_records() -> dict[str, list[dict]]:
@@ -23,7 +30,9 @@ def _haystack_records() -> dict[str, list[dict]]:
         rows = []
         for length in (1000, 2000):
             for depth in (0.0, 50.0):
-                doc = single_row(config, context_length=length, depth_percent=depth, prompt=f"{config}-{length}-{depth}")
+                doc = single_row(
+                    config, context_length=length, depth_percent=depth, prompt=f"{config}-{length}-{depth}"
+                )
                 rows.append({"doc": doc, "score": value})
         records[config] = rows
     for language, hits in {"en": [100.0, 100.0, 0.0], "zh": [100.0, 0.0, 0.0]}.items():
@@ -42,7 +51,9 @@ def _atc_records() -> dict[str, list[dict]]:
     for n, correct_rotations in ((2, 4), (4, 3)):  # n=2: all four rotations right; n=4: one wrong
         for index, row in enumerate(atc_rows("atc_en", item_id=f"en-{n}", num_needles=n)):
             correct = index < correct_rotations
-            records["atc_en"].append({"doc": row, "acc": 100.0 if correct else 0.0, "perf_4": [row["item_id"], row["rotation"], correct]})
+            records["atc_en"].append(
+                {"doc": row, "acc": 100.0 if correct else 0.0, "perf_4": [row["item_id"], row["rotation"], correct]}
+            )
     open_row = fixture_row("atc_en_open", answer="Ann", prompt_style="open", context_length=0)
     records["atc_en_open"] = [{"doc": open_row, "score": 100.0}]
     return records
@@ -68,7 +79,12 @@ def results_dir(tmp_path: Path) -> Path:
     for group in (_haystack_records(), _atc_records(), _stars_records()):
         for config, rows in group.items():
             write_samples(folder, harness.task_name(config), rows)
-    results = {"results": {"needlebench_single_en_4k": {"alias": "single_en_4k", "score,none": 80.0, "score_stderr,none": 1.0}}, "n-samples": {"needlebench_single_en_4k": {"original": 4, "effective": 4}}}
+    results = {
+        "results": {
+            "needlebench_single_en_4k": {"alias": "single_en_4k", "score,none": 80.0, "score_stderr,none": 1.0}
+        },
+        "n-samples": {"needlebench_single_en_4k": {"original": 4, "effective": 4}},
+    }
     (folder / "results_2025-01-01T00-00-00.000000.json").write_text(json.dumps(results), encoding="utf-8")
     return tmp_path / "results"
 
@@ -103,7 +119,9 @@ def test_tables_follow_the_paper_formulas(results_dir: Path, tmp_path: Path):
     assert stars[0]["Avg."] == ""  # two of the four tasks are missing
 
     harness_rows = _csv(out / "lm_eval_results.csv")
-    assert harness_rows == [{"Task or group": "needlebench_single_en_4k", "Metric": "score", "Value": "80.0", "Samples": "4"}]
+    assert harness_rows == [
+        {"Task or group": "needlebench_single_en_4k", "Metric": "score", "Value": "80.0", "Samples": "4"}
+    ]
     assert "| S-RT |" in (out / "needlebench.md").read_text(encoding="utf-8")
 
 
@@ -141,7 +159,9 @@ def test_newest_samples_file_wins(tmp_path: Path):
 
 def test_several_model_folders_get_their_own_reports(tmp_path: Path):
     for model in ("model-a", "model-b"):
-        write_samples(tmp_path / "results" / model, "needlebench_single_en_4k", [{"doc": single_row(prompt="p"), "score": 50.0}])
+        write_samples(
+            tmp_path / "results" / model, "needlebench_single_en_4k", [{"doc": single_row(prompt="p"), "score": 50.0}]
+        )
     written = report.write_report(tmp_path / "results", tmp_path / "out")
     assert (tmp_path / "out" / "model-a" / "needlebench.csv") in written
     assert (tmp_path / "out" / "model-b" / "README.md") in written

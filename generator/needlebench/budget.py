@@ -66,7 +66,7 @@ def count_tokens(tokenizer: Any, texts: list[str]) -> list[int]:
         for start in range(0, len(indices), ENCODE_BATCH):
             chunk = indices[start : start + ENCODE_BATCH]
             encoded = tokenizer([texts[i] for i in chunk], add_special_tokens=add_special)["input_ids"]
-            for i, ids in zip(chunk, encoded):
+            for i, ids in zip(chunk, encoded, strict=True):
                 counts[i] = len(ids)
     return counts
 
@@ -83,7 +83,7 @@ def budget_rows(
     rows = list(rows)
     texts = [render_prompt(tokenizer, str(row["prompt"]), chat_template) for row in rows]
     over = []
-    for row, tokens in zip(rows, count_tokens(tokenizer, texts)):
+    for row, tokens in zip(rows, count_tokens(tokenizer, texts), strict=True):
         total = tokens + max_gen_toks
         if total > max_length:
             over.append(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,6 @@ ORACLE_MODEL = "needlebench-oracle"
 
 #: lm-eval sub-commands that accept ``--include_path``.
 _INCLUDE_SUBCOMMANDS = ("run", "validate", "ls")
-
-_ORACLE_CLASS: type | None = None
 
 
 def default_include_path() -> Path | None:
@@ -135,11 +134,9 @@ def oracle_answers(requests: Sequence[Any]) -> list[str]:
     return answers
 
 
+@cache
 def _oracle_class() -> type:
     """Define (once) and return the oracle ``LM`` subclass; importing lm-eval happens here."""
-    global _ORACLE_CLASS
-    if _ORACLE_CLASS is not None:
-        return _ORACLE_CLASS
     from lm_eval.api.model import LM
 
     class NeedlebenchOracleLM(LM):
@@ -165,7 +162,6 @@ def _oracle_class() -> type:
             """A plain template: the messages' contents, one per line (the prompt stays a substring)."""
             return "\n".join(str(message.get("content", "")) for message in chat_history)
 
-    _ORACLE_CLASS = NeedlebenchOracleLM
     return NeedlebenchOracleLM
 
 
@@ -175,7 +171,7 @@ def register_models() -> None:
     from lm_eval.api.registry import model_registry, register_model
 
     cls = _oracle_class()
-    if ORACLE_MODEL in model_registry.keys():
+    if ORACLE_MODEL in model_registry:
         return
     register_model(ORACLE_MODEL)(cls)
 

@@ -61,9 +61,7 @@ class FamilyTemplate:
 #: guide sentence invites a line of reasoning first); M-RT answers 11-20 short answers; ATC reasoning prompts
 #: ask for chain-of-thought; Counting-Stars budgets are set per config from the number of stars.
 FAMILY_TEMPLATES: dict[str, FamilyTemplate] = {
-    "single": FamilyTemplate(
-        "single", "S-RT (single-needle retrieval)", "process_single", (("score", "mean"),), 256
-    ),
+    "single": FamilyTemplate("single", "S-RT (single-needle retrieval)", "process_single", (("score", "mean"),), 256),
     "multi_retrieval": FamilyTemplate(
         "multi_retrieval",
         "M-RT (multi-needle retrieval)",
@@ -85,9 +83,7 @@ FAMILY_TEMPLATES: dict[str, FamilyTemplate] = {
         (("acc", "mean"), ("perf_4", "agg_perf_4")),
         128,
     ),
-    "atc_open": FamilyTemplate(
-        "atc_open", "ATC (open-ended)", "process_atc_open", (("score", "mean"),), 512
-    ),
+    "atc_open": FamilyTemplate("atc_open", "ATC (open-ended)", "process_atc_open", (("score", "mean"),), 512),
     "counting_stars": FamilyTemplate(
         "counting_stars",
         "Counting-Stars",
@@ -103,7 +99,7 @@ ATC_REASONING_MAX_GEN_TOKS = 1024
 TOKENS_PER_STAR = 8
 STAR_SLACK_TOKENS = 64
 
-#: Groups by family: (group name, family templates it holds, metrics it aggregates).
+#: Groups by family: (group name, metrics it aggregates over the family's tasks).
 FAMILY_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "single": ("needlebench_single", ("score",)),
     "multi_retrieval": ("needlebench_multi_retrieval", ("recall",)),
@@ -231,6 +227,22 @@ def resolve_source(metadata: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def check_built(folder: Path, config: str) -> None:
+    """Raise a one-line error when a built folder's manifest does not list ``config``."""
+    from .build import read_manifest
+
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return  # not a needlebench-built folder (e.g. a downloaded repo); load_split decides
+    built = list(manifest.get("configs", {}))
+    if config not in built:
+        shown = ", ".join(built[:8]) + (" ..." if len(built) > 8 else "")
+        raise NeedlebenchError(
+            f"config {config!r} is not built in data_dir {str(folder)!r} (it holds: {shown or 'nothing'}); "
+            f"add it with `needlebench build {config} --out {folder}`"
+        )
+
+
 def load_dataset(**metadata: Any) -> dict[str, Any]:
     """lm-eval ``custom_dataset`` hook: ``{"test": rows of the task's config}``.
 
@@ -246,6 +258,8 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
     spec = get_config(str(config))
     lengths = _context_length_filter(metadata.get("context_lengths"), spec)
     source = resolve_source(metadata)
+    if source["data_dir"] is not None:
+        check_built(Path(source["data_dir"]), spec.name)
     from .dataset import load_split  # imported lazily: it pulls in the builders
 
     split = load_split(spec.name, **source)
@@ -267,7 +281,7 @@ def remember_split(rows: Iterable[Mapping[str, Any]]) -> None:
 
 def loaded_rows() -> Iterable[Mapping[str, Any]]:
     """Every row :func:`load_dataset` returned in this process (in load order)."""
-    for rows in list(_LOADED_SPLITS):
+    for rows in _LOADED_SPLITS:
         yield from rows
 
 
@@ -361,7 +375,6 @@ def agg_flat_mean(items: Iterable[Sequence[float]]) -> float:
 
 def oracle_answer(doc: Mapping[str, Any]) -> str:
     """The answer that scores full marks on a row (proves the pipeline end to end)."""
-    family = str(doc["config"]).split("_")[0]
     task = doc["task"]
     if task == "S-RT":
         return str(doc["needles"][0]).strip()
@@ -380,7 +393,10 @@ def oracle_answer(doc: Mapping[str, Any]) -> str:
     if task == "Counting-Stars":
         key = "小企鹅" if doc["language"] == "zh" else "little_penguin"
         return json.dumps({key: [int(count) for count in doc["star_counts"]]}, ensure_ascii=False)
-    raise NeedlebenchError(f"row task {task!r} (config family {family!r}) has no oracle answer")
+    raise NeedlebenchError(
+        f"row task {task!r} of config {doc.get('config')!r} has no oracle answer; "
+        "allowed tasks: S-RT, M-RT, M-RS, ATC, Counting-Stars"
+    )
 
 
 # --------------------------------------------------------------------------------------------- YAML rendering

@@ -109,7 +109,9 @@ def read_samples(path: Path) -> list[Sample]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                raise NeedlebenchError(f"{path}:{number} is not a JSON line; pass an lm-eval --output_path folder") from None
+                raise NeedlebenchError(
+                    f"{path}:{number} is not a JSON line; pass an lm-eval --output_path folder"
+                ) from None
             doc = record.get("doc") or {}
             spec = configs.get(str(doc.get("config")))
             if spec is None:
@@ -261,25 +263,48 @@ def build_tables(run: Run) -> list[Table]:
         for label, values in needlebench_scores(haystack, size).items():
             rows.append([size, label, values["zh"], values["en"], values["all"]])
     if rows:
-        tables.append(Table("needlebench", "NeedleBench (v1 scores, 0-100)", ["Size", "Task", "Chinese", "English", "Overall"], rows))
+        tables.append(
+            Table(
+                "needlebench", "NeedleBench (v1 scores, 0-100)", ["Size", "Task", "Chinese", "English", "Overall"], rows
+            )
+        )
     atc = run.of_family("atc")
     if atc:
         category_rows, detail_rows = atc_tables(atc)
         tables.append(
-            Table("atc", "Ancestral Trace Challenge (CircularEval perf_4 weighted by needle count, 0-100)",
-                  ["Category", "Score", "Row accuracy", "Needle counts"], category_rows)
+            Table(
+                "atc",
+                "Ancestral Trace Challenge (CircularEval perf_4 weighted by needle count, 0-100)",
+                ["Category", "Score", "Row accuracy", "Needle counts"],
+                category_rows,
+            )
         )
         if detail_rows:
-            tables.append(Table("atc_by_needles", "ATC perf_4 by needle count", ["Category", "Needles", "perf_4"], detail_rows))
+            tables.append(
+                Table("atc_by_needles", "ATC perf_4 by needle count", ["Category", "Needles", "perf_4"], detail_rows)
+            )
     stars = counting_stars_rows(run.of_family("counting_stars"))
     if stars:
         tables.append(
-            Table("counting_stars", "Counting-Stars (mean over stars x lengths, 0-1)",
-                  ["Size", "Stars", "Me-Acq ZH", "Me-Acq EN", "Me-Rea ZH", "Me-Rea EN", "Avg."], stars, digits=3)
+            Table(
+                "counting_stars",
+                "Counting-Stars (mean over stars x lengths, 0-1)",
+                ["Size", "Stars", "Me-Acq ZH", "Me-Acq EN", "Me-Rea ZH", "Me-Rea EN", "Avg."],
+                stars,
+                digits=3,
+            )
         )
     harness_rows = lm_eval_rows(run.results)
     if harness_rows:
-        tables.append(Table("lm_eval_results", "lm-eval results (as reported by the harness)", ["Task or group", "Metric", "Value", "Samples"], harness_rows, digits=3))
+        tables.append(
+            Table(
+                "lm_eval_results",
+                "lm-eval results (as reported by the harness)",
+                ["Task or group", "Metric", "Value", "Samples"],
+                harness_rows,
+                digits=3,
+            )
+        )
     return tables
 
 
@@ -316,7 +341,9 @@ def write_table(table: Table, out_dir: Path) -> list[Path]:
         writer = csv.writer(handle)
         writer.writerow(table.header)
         for row in table.rows:
-            writer.writerow(["" if cell is None else (round(cell, 6) if isinstance(cell, float) else cell) for cell in row])
+            writer.writerow(
+                ["" if cell is None else (round(cell, 6) if isinstance(cell, float) else cell) for cell in row]
+            )
     return [md, path]
 
 
@@ -357,7 +384,8 @@ def heatmap_points(spec: ConfigSpec, samples: Iterable[Sample]) -> list[tuple[An
             points += [(index + 1, length, float(v)) for index, v in enumerate(metrics.get("per_star") or [])]
         elif spec.family == "multi_retrieval":
             depths = doc.get("requested_depths") or doc.get("needle_depths") or []
-            points += [(float(d), length, float(hit)) for d, hit in zip(depths, metrics.get("needle_hits") or [])]
+            hits = metrics.get("needle_hits") or []
+            points += [(float(d), length, float(hit)) for d, hit in zip(depths, hits, strict=False)]
         elif spec.family in HEADLINE_METRIC and doc.get("depth_percent") is not None:
             metric = HEADLINE_METRIC[spec.family]
             if metric in metrics:
@@ -383,9 +411,10 @@ def build_heatmaps(run: Run) -> list[Heatmap]:
         maps.append(
             Heatmap(
                 name=f"heatmap_{name}",
-                title=f"{spec.task_label} {spec.language.upper()} {spec.size}" + (f" ({spec.variant}, {spec.stars} stars)" if stars else ""),
+                title=f"{spec.task_label} {spec.language.upper()} {spec.size}"
+                + (f" ({spec.variant}, {spec.stars} stars)" if stars else ""),
                 row_label="Star index" if stars else "Depth (%)",
-                column_label="Context length (words/characters)" if stars else "Context length (cl100k tokens)",
+                column_label="Context length" if stars else "Context length (cl100k tokens)",
                 rows=rows,
                 columns=columns,
                 values=values,
@@ -417,7 +446,9 @@ def draw_heatmap(heatmap: Heatmap, path: Path) -> Path:
     FigureCanvasAgg(figure)
     axes = figure.add_subplot(1, 1, 1)
     cmap = LinearSegmentedColormap.from_list("needlebench", list(HEATMAP_COLOURS)).with_extremes(bad="#dddddd")
-    image = axes.imshow(np.ma.masked_invalid(data), aspect="auto", cmap=cmap, vmin=0.0, vmax=heatmap.vmax, origin="upper")
+    image = axes.imshow(
+        np.ma.masked_invalid(data), aspect="auto", cmap=cmap, vmin=0.0, vmax=heatmap.vmax, origin="upper"
+    )
     axes.set_xticks(range(len(heatmap.columns)), [_tick_label(c) for c in heatmap.columns], rotation=45, ha="right")
     step = max(1, len(heatmap.rows) // 24)
     axes.set_yticks(range(0, len(heatmap.rows), step), [_tick_label(r) for r in heatmap.rows[::step]])

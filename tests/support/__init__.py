@@ -53,7 +53,9 @@ def fixture_row(config: str, **values: Any) -> dict[str, Any]:
         if column in values:
             row[column] = values[column]
         elif column == "id":
-            row[column] = f"{config}-{values.get('context_length', 1000)}-{values.get('depth_percent')}-{values.get('repeat', 0)}"
+            row[column] = (
+                f"{config}-{values.get('context_length', 1000)}-{values.get('depth_percent')}-{values.get('repeat', 0)}"
+            )
         elif column == "task":
             row[column] = spec.task_label
         elif column == "config":
@@ -95,11 +97,19 @@ def multi_retrieval_row(config: str = "multi_retrieval_en_4k", **values: Any) ->
 
 def multi_reasoning_row(config: str = "multi_reasoning_en_4k", **values: Any) -> dict[str, Any]:
     """An M-RS row whose answer is ``Paris``."""
-    base = {"answer": "Paris", "keywords": ["Paris"], "needles": ["\nA is in B.\n", "\nB is Paris.\n"], "num_needles": 2, "depth_percent": 10.0}
+    base = {
+        "answer": "Paris",
+        "keywords": ["Paris"],
+        "needles": ["\nA is in B.\n", "\nB is Paris.\n"],
+        "num_needles": 2,
+        "depth_percent": 10.0,
+    }
     return fixture_row(config, **{**base, **values})
 
 
-def atc_rows(config: str = "atc_en", item_id: str = "item-0", num_needles: int = 3, correct_letter: str = "A") -> list[dict[str, Any]]:
+def atc_rows(
+    config: str = "atc_en", item_id: str = "item-0", num_needles: int = 3, correct_letter: str = "A"
+) -> list[dict[str, Any]]:
     """The four rotations of one multiple-choice ATC item (the eldest, Ann, is option A before rotation)."""
     names = ["Ann", "Bob", "Cid", "Dee"]
     rows = []
@@ -146,7 +156,9 @@ def build_data(configs: list[str], folder: Path) -> Path:
     return folder
 
 
-def write_samples(folder: Path, task: str, records: list[dict[str, Any]], date: str = "2025-01-01T00-00-00.000000") -> Path:
+def write_samples(
+    folder: Path, task: str, records: list[dict[str, Any]], date: str = "2025-01-01T00-00-00.000000"
+) -> Path:
     """Write an lm-eval style ``samples_<task>_<date>.jsonl`` file: each record needs ``doc``, metrics, ``resp``."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"samples_{task}_{date}.jsonl"
