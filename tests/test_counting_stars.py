@@ -367,14 +367,26 @@ def test_star_count_not_allowed():
     assert "M=100" in message and "1024" in message
 
 
-def test_more_stars_than_sentence_boundaries_fails_up_front():
-    spec = get_config("counting_stars_acquisition_en_128k_m1024")
-    for lengths in ((4000,), (128000,)):
+def test_more_stars_than_sentence_boundaries_fails_up_front(tmp_path):
+    # a haystack with one sentence end per ~600 words offers too few boundaries for 64 stars at 8,000 tokens
+    haystack = tmp_path / "sparse.txt"
+    haystack.write_text(" ".join(["word"] * 600 + ["end."]) * 400, encoding="utf-8")
+    spec = get_config("counting_stars_acquisition_en_128k_m64")
+    for lengths in ((8000,), (128000,)):
         with pytest.raises(NeedlebenchError) as excinfo:
-            counting_stars_rows(spec, BuildOptions(), lengths)
+            counting_stars_rows(spec, BuildOptions(haystack_en=str(haystack)), lengths)
         message = _one_line_error(excinfo)
-        assert "M=1024" in message and "4000-token" in message and "smallest 4000" in message
-    assert spec.num_rows == 32 and spec.name in registry()  # listing the config still works
+        assert "M=64" in message and "8000-token" in message and "smallest 8000" in message
+    assert spec.num_rows == 31 and spec.name in registry()  # listing the config still works
+
+
+@pytest.mark.parametrize("task", ["acquisition", "reasoning"])
+@pytest.mark.parametrize("size", ["128k", "1000k"])
+def test_the_largest_star_counts_fit_the_default_corpora_at_every_length(task, size):
+    spec = get_config(f"counting_stars_{task}_en_{size}_m1024")
+    # the capacity check covers every length of the config before the first row is made
+    row = next(counting_stars_rows(spec, BuildOptions(), (spec.lengths[0],)))
+    assert row["num_stars"] == 1024 and len(row["star_counts"]) == 1024
 
 
 def test_unknown_config_and_length():

@@ -283,8 +283,8 @@ def _selected_lengths(spec: ConfigSpec, lengths: Iterable[int] | None) -> tuple[
     unknown = sorted(wanted - set(spec.lengths))
     if unknown:
         raise NeedlebenchError(
-            f"length {unknown[0]} is not a length of {spec.name}; allowed: {spec.lengths[0]}, {spec.lengths[1]}, "
-            f"..., {spec.lengths[-1]} (multiples of {spec.lengths[0]})"
+            f"length {unknown[0]} is not a length of {spec.name}; allowed: {spec.lengths[0]}, "
+            f"{spec.lengths[1] if len(spec.lengths) > 1 else ''}, ..., {spec.lengths[-1]} ({len(spec.lengths)} lengths)"
         )
     return tuple(length for length in spec.lengths if length in wanted)
 
