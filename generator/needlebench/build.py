@@ -162,15 +162,14 @@ def _validate(specs: list[ConfigSpec], options: BuildOptions) -> None:
 def _preload(specs: list[ConfigSpec], options: BuildOptions) -> None:
     """Load and tokenise the corpora (and the schemas, which import `datasets`) in the parent, so forked
     workers share them instead of reloading."""
-    from .haystacks import stream_tokens_needed, tokenized_for
+    from .haystacks import tokenized_corpus
     from .writer import schema_with_features
 
     for family in {spec.family for spec in specs}:
         schema_with_features(family)
     for spec in specs:
         if spec.family in ("single", "multi_retrieval", "multi_reasoning", "counting_stars") and options.compat is None:
-            tokenized_for(options.haystack(spec.language), spec.language, options.tokenizer,
-                          stream_tokens_needed(max(spec.lengths)))
+            tokenized_corpus(spec, options)
 
 
 def _build_all(

@@ -295,8 +295,7 @@ def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> It
                     }
 
 
-def rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] | None) -> Iterator[dict]:
-    """Rows of a haystack config in the reference's loop order (length, depth, repeat)."""
-    selected = tuple(spec.lengths if lengths is None else lengths)
+def rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
+    """Rows of a haystack config for `lengths`, in the reference's loop order (length, depth, repeat)."""
     generators = {"single": single_rows, "multi_retrieval": multi_retrieval_rows, "multi_reasoning": multi_reasoning_rows}
-    return generators[spec.family](spec, options, selected)
+    return generators[spec.family](spec, options, lengths)

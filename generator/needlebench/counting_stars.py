@@ -52,12 +52,7 @@ from .grid import (
     ConfigSpec,
 )
 from .haystack_tasks import corpus_label
-from .haystacks import (
-    corpus_for,
-    stream_tokens_needed,
-    tokenized_for,
-    window_start_hint,
-)
+from .haystacks import corpus_for, tokenized_corpus, window_start_hint
 from .options import BuildOptions
 from .placement import Context, NeedleRequest, build_context, sentence_start_at_or_after
 from .schema import check_row
@@ -374,7 +369,7 @@ def _capacity_error(spec: ConfigSpec, failing: list[tuple[int, int]], star_share
 def star_capacity(spec: ConfigSpec, options: BuildOptions) -> dict[int, int]:
     """Distinct sentence boundaries each length's haystack window offers (the stars need `spec.stars`)."""
     _check_spec(spec)
-    corpus = _tokenized(spec, options)
+    corpus = tokenized_corpus(spec, options)
     return {length: len(_first_window(corpus, _random_cell(spec, options, length)).offsets) for length in spec.lengths}
 
 
@@ -474,12 +469,6 @@ def _row(spec: ConfigSpec, options: BuildOptions, cell: StarCell, layout: _Layou
     return row
 
 
-def _tokenized(spec: ConfigSpec, options: BuildOptions) -> TokenizedCorpus:
-    return tokenized_for(
-        options.haystack(spec.language), spec.language, options.tokenizer, stream_tokens_needed(max(spec.lengths))
-    )
-
-
 def _default_rows(
     spec: ConfigSpec, options: BuildOptions, corpus: TokenizedCorpus, cells: Sequence[StarCell]
 ) -> Iterator[dict]:
@@ -520,7 +509,7 @@ def counting_stars_rows(
             options.haystack(spec.language), spec.language, options.tokenizer, _compat_units(spec, max(spec.lengths))
         )
         return _compat_rows(spec, options, haystack, [_compat_cell(spec, options, length) for length in chosen])
-    corpus = _tokenized(spec, options)
+    corpus = tokenized_corpus(spec, options)
     cells = {length: _random_cell(spec, options, length) for length in spec.lengths}
     check_capacity(spec, corpus, list(cells.values()))
     return _default_rows(spec, options, corpus, [cells[length] for length in chosen])

@@ -15,7 +15,7 @@ from functools import cache
 from . import __version__
 from .errors import NeedlebenchError
 from .grid import REASONING_NEEDLE_SPACING, ConfigSpec
-from .haystacks import stream_tokens_needed, tokenized_for, window_start_hint
+from .haystacks import tokenized_corpus, window_start_hint
 from .needles import (
     RetrievalNeedle,
     choose_distinct_needles,
@@ -68,14 +68,8 @@ def corpus_label(corpus: TokenizedCorpus) -> str:
     return f"{info.name}@{info.revision}" if info.revision else f"{info.name}@sha256:{info.sha256[:12]}"
 
 
-def _tokenized(spec: ConfigSpec, options: BuildOptions) -> TokenizedCorpus:
-    return tokenized_for(
-        options.haystack(spec.language), spec.language, options.tokenizer, stream_tokens_needed(max(spec.lengths))
-    )
-
-
-def _cells(spec: ConfigSpec, options: BuildOptions) -> Iterator[Cell]:
-    for length in spec.lengths:
+def _cells(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[Cell]:
+    for length in lengths:
         buffer = effective_buffer(spec, length, options)
         for repeat in range(spec.repeats):
             yield Cell(spec, length, repeat, buffer, derive_seed(options.release_seed, spec.name, length, repeat))
@@ -105,11 +99,11 @@ def _base_row(
     }
 
 
-def single_rows(spec: ConfigSpec, options: BuildOptions) -> Iterator[dict]:
+def single_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
     """S-RT: one needle per prompt at each depth of the grid."""
-    corpus = _tokenized(spec, options)
+    corpus = tokenized_corpus(spec, options)
     bank = _retrieval_needles(options.needles, spec.language)
-    for cell in _cells(spec, options):
+    for cell in _cells(spec, options, lengths):
         target = cell.length - cell.buffer
         needle = choose_needle(bank, derive_seed(cell.seed, "needle"))
         start = window_start_hint(corpus, target, cell.seed)
@@ -130,12 +124,12 @@ def single_rows(spec: ConfigSpec, options: BuildOptions) -> Iterator[dict]:
             }
 
 
-def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions) -> Iterator[dict]:
+def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
     """M-RT: one distinct needle at every depth of the grid, all in one prompt, one question per needle."""
-    corpus = _tokenized(spec, options)
+    corpus = tokenized_corpus(spec, options)
     bank = _retrieval_needles(options.needles, spec.language)
     depths = list(options.depths_for(spec.depths))
-    for cell in _cells(spec, options):
+    for cell in _cells(spec, options, lengths):
         target = cell.length - cell.buffer
         needles = choose_distinct_needles(bank, len(depths), derive_seed(cell.seed, "needles"))
         question = splice_guide(
@@ -174,13 +168,13 @@ def reasoning_question(question: str, language: str) -> str:
     return question + separator + guide_sentence(language)
 
 
-def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions) -> Iterator[dict]:
+def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
     """M-RS: a 2-5 needle reasoning chain per prompt, first needle at the depth, then every 10%."""
     from .reasoning_needles import choose_reasoning_set
 
-    corpus = _tokenized(spec, options)
+    corpus = tokenized_corpus(spec, options)
     path = options.reasoning_needles(spec.language)
-    for cell in _cells(spec, options):
+    for cell in _cells(spec, options, lengths):
         target = cell.length - cell.buffer
         start = window_start_hint(corpus, target, cell.seed)
         for count in spec.needle_counts:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from functools import cache
 
 from .corpus import Corpus, load_corpus
+from .grid import ConfigSpec
+from .options import BuildOptions
 from .errors import NeedlebenchError
 from .seeding import rng
 from .tokenized import TokenizedCorpus, copies_for, tokenize_corpus
@@ -14,6 +16,13 @@ from .tokenizer import TiktokenTokenizer, get_tokenizer
 @cache
 def corpus_for(spec: str | None, language: str) -> Corpus:
     return load_corpus(spec, language)
+
+
+def tokenized_corpus(spec: ConfigSpec, options: BuildOptions) -> TokenizedCorpus:
+    """The haystack corpus of a config's language, tokenised and cycled for the config's longest length."""
+    return tokenized_for(
+        options.haystack(spec.language), spec.language, options.tokenizer, stream_tokens_needed(max(spec.lengths))
+    )
 
 
 def tokenized_for(spec: str | None, language: str, tokenizer_spec: str, max_window: int) -> TokenizedCorpus:

@@ -30,10 +30,11 @@ def iter_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] 
         return iter_atc_rows(
             spec, release_seed=options.release_seed, version=__version__, names_path=options.names, compat=options.compat
         )
+    selected = _selected_lengths(spec, lengths)
     if options.compat == "opencompass":
         from . import compat_opencompass
 
-        return compat_opencompass.rows(spec, options, lengths)
+        return compat_opencompass.rows(spec, options, selected)
     from . import haystack_tasks
 
     generators = {
@@ -41,25 +42,14 @@ def iter_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] 
         "multi_retrieval": haystack_tasks.multi_retrieval_rows,
         "multi_reasoning": haystack_tasks.multi_reasoning_rows,
     }
-    return generators[spec.family](_restricted(spec, lengths), options)
+    return generators[spec.family](spec, options, selected)
 
 
-def _restricted(spec: ConfigSpec, lengths: tuple[int, ...] | None) -> ConfigSpec:
-    """The spec itself, or a view of it limited to some of its lengths."""
+def _selected_lengths(spec: ConfigSpec, lengths: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The config's lengths, or the given subset of them in grid order."""
     if lengths is None:
-        return spec
+        return spec.lengths
     unknown = sorted(set(lengths) - set(spec.lengths))
     if unknown:
         raise NeedlebenchError(f"lengths {unknown} are not in {spec.name}; allowed: {list(spec.lengths)}")
-    return _LengthView(spec, lengths)
-
-
-class _LengthView:
-    """A ConfigSpec whose `lengths` are a subset (everything else, including the name and seeds, unchanged)."""
-
-    def __init__(self, spec: ConfigSpec, lengths: tuple[int, ...]) -> None:
-        self._spec = spec
-        self.lengths = tuple(length for length in spec.lengths if length in lengths)
-
-    def __getattr__(self, name: str):
-        return getattr(self._spec, name)
+    return tuple(length for length in spec.lengths if length in lengths)

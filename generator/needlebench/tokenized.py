@@ -98,10 +98,6 @@ class TokenizedCorpus:
     def hard_at_or_before(self, char: int) -> int:
         return int(np.searchsorted(self.hard_chars, char, side="right")) - 1
 
-    def is_hard(self, char: int) -> bool:
-        i = self.hard_at_or_after(char)
-        return i < len(self.hard_chars) and int(self.hard_chars[i]) == char
-
     def approx_token_index(self, char: int) -> int:
         """Token index of the nearest hard boundary at or before `char` (exact at hard boundaries)."""
         return int(self.hard_tokens[max(0, self.hard_at_or_before(char))])
