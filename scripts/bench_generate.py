@@ -78,6 +78,7 @@ def main(
     reference_samples: Annotated[int, typer.Option(help="Reference samples timed per (config, length).")] = 2,
     keep: Annotated[Path | None, typer.Option(help="Keep the built folder here.")] = None,
     cold: Annotated[bool, typer.Option(help="Use an empty token cache (time the first tokenisation too).")] = False,
+    compression: Annotated[str, typer.Option(help="Parquet codec of the build: zstd, snappy or none.")] = "zstd",
 ) -> None:
     import os
 
@@ -89,7 +90,7 @@ def main(
     from needlebench.tokenizer import get_tokenizer
 
     specs = match_configs(configs)
-    options = BuildOptions()
+    options = BuildOptions(compression=compression)
     out = Path(tempfile.mkdtemp(prefix="nb-bench-")) / "data"
     started = time.perf_counter()
     manifest = build_dataset([s.name for s in specs], out, options, num_proc=num_proc)
@@ -121,7 +122,7 @@ def main(
     table.add_row("configs", ", ".join(s.name for s in specs))
     table.add_row("rows (prompts)", f"{rows:,}")
     table.add_row("context tokens", f"{tokens:,}")
-    table.add_row("build wall time", f"{seconds:.1f} s (num_proc={num_proc}{', cold cache' if cold else ''})")
+    table.add_row("build wall time", f"{seconds:.1f} s (num_proc={num_proc}, {compression}{', cold cache' if cold else ''})")
     table.add_row("prompts/s", f"{rows / seconds:,.1f}")
     table.add_row("context tokens/s", f"{tokens / seconds:,.0f}")
     table.add_row("peak RSS", f"{max(own, children):,.0f} MiB (main {own:,.0f}, largest worker {children:,.0f})")

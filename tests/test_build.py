@@ -122,3 +122,13 @@ def test_a_failing_build_keeps_the_existing_configs(built, tmp_path, monkeypatch
     with pytest.raises(RuntimeError):
         build_dataset(["single_en_4k"], copy, BuildOptions(), progress=False)
     assert _files(copy) == before
+
+
+def test_compression_choice_changes_bytes_not_rows(built, tmp_path):
+    plain = tmp_path / "plain"
+    build_dataset(["atc_en"], plain, BuildOptions(compression="none"), progress=False)
+    name = "data/atc_en/test-00000-of-00001.parquet"
+    assert pq.ParquetFile(plain / name).metadata.row_group(0).column(0).compression == "UNCOMPRESSED"
+    assert pq.ParquetFile(built / name).metadata.row_group(0).column(0).compression == "ZSTD"
+    assert pq.read_table(plain / name).equals(pq.read_table(built / name))
+    assert json.loads((plain / MANIFEST).read_text())["recipe"]["compression"] == "none"

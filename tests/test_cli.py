@@ -53,6 +53,7 @@ def _bad_inputs(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["build", "single_en_4k", "--compat", "nope"], "unknown compat mode 'nope'"),
         (["build", "atc_en", "--out", str(foreign)], "not a needlebench dataset"),
         (["build", "atc_en", "--bogus"], "No such option: --bogus"),
+        (["build", "atc_en", "--compression", "gzip"], "unknown compression 'gzip'"),
     ]
 
 

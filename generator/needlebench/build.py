@@ -68,7 +68,7 @@ def _build_shard(shard: Shard, options: BuildOptions, folder: str) -> ShardStats
 
     spec = get_config(shard.config)
     rows = iter_rows(spec, options, shard.lengths)
-    return write_shard(rows, spec.family, Path(folder) / shard.filename, _group_rows(spec))
+    return write_shard(rows, spec.family, Path(folder) / shard.filename, _group_rows(spec), options.compression)
 
 
 def read_manifest(folder: Path) -> dict | None:

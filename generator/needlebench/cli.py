@@ -75,6 +75,7 @@ def build(
     buffer: Annotated[Optional[int], typer.Option(help="Override the grid's length buffer (tokens).")] = None,
     depths: Annotated[Optional[str], typer.Option(help="Override the depth grid, e.g. '0,25,50,75,100' (percent).")] = None,
     tokenizer: Annotated[str, typer.Option(help="Counting tokenizer.")] = "cl100k_base",
+    compression: Annotated[str, typer.Option(help="Parquet codec: zstd, snappy or none (fastest, largest).")] = "zstd",
     num_proc: Annotated[int, typer.Option("--num-proc", help="Worker processes.")] = 1,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
 ) -> None:
@@ -107,6 +108,7 @@ def build(
         question_position=question_position,
         buffer=buffer,
         depths=_parse_depths(depths),
+        compression=compression,
     )
     manifest = build_dataset(names_list, out, options, num_proc=num_proc, overwrite=overwrite)
     table = Table("config", "rows", "haystack tokens", "fingerprint")

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from . import __version__
 from .errors import NeedlebenchError
 from .seeding import RELEASE_SEED
+from .writer import COMPRESSIONS
 
 COMPAT_MODES = ("opencompass", "counting-stars")
 
@@ -27,8 +28,13 @@ class BuildOptions:
     question_position: str = "end"
     buffer: int | None = None
     depths: tuple[float, ...] | None = None
+    compression: str = "zstd"
 
     def __post_init__(self) -> None:
+        if self.compression not in COMPRESSIONS:
+            raise NeedlebenchError(
+                f"unknown compression {self.compression!r}; allowed: {', '.join(COMPRESSIONS)}"
+            )
         if self.depths is not None:
             object.__setattr__(self, "depths", tuple(float(d) for d in self.depths))
             bad = [d for d in self.depths if not 0 <= d <= 100]

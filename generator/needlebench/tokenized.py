@@ -27,7 +27,7 @@ import regex
 from .corpus import Corpus
 from .tokenizer import TiktokenTokenizer
 
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5
 
 #: Sentence terminators followed by optional closing quotes/brackets.
 _SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’」』)）]*")
@@ -35,8 +35,9 @@ _SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’」』)）]*")
 #: A line break that ends a non-empty line (the insertion point is the break itself).
 _LINE_END = re.compile(r"\S\n")
 
-#: Characters of space-delimited scripts: a cut between two of them would split a word.
-_WORD_CHAR = re.compile(r"[A-Za-z0-9\u00C0-\u024F]")
+#: Characters of space-delimited words (letters, digits, apostrophes, hyphens): a cut between two of them would
+#: split a word such as "don't" or "well-known".
+_WORD_CHAR = re.compile(r"[A-Za-z0-9\u00C0-\u024F'’-]")
 
 #: Characters around a glue window kept as margin from the window's end before trusting a boundary.
 _MARGIN = 8
