@@ -88,3 +88,18 @@ def test_needles_larger_than_room_is_an_error(english_corpus):
 def test_depth_outside_range_is_an_error(english_corpus):
     with pytest.raises(NeedlebenchError, match="outside 0-100"):
         build_context(english_corpus, 1000, [NeedleRequest(NEEDLE["en"], 120)], 0)
+
+
+def test_cut_points_keep_contractions_and_hyphenated_words_whole(cl100k):
+    from needlebench.corpus import Corpus
+    from needlebench.tokenized import tokenize_corpus
+
+    text = "He said don't go. A well-known road. 他说：“走吧。”"
+    corpus = tokenize_corpus(Corpus("t", "en", (text,), "test", "none"), cl100k)
+    allowed = {i for i in range(1, len(corpus.text) + 1) if corpus.is_cut_point(i)}
+    for word in ("don't", "well-known"):
+        start = text.index(word)
+        assert not allowed & set(range(start + 1, start + len(word))), word
+    assert text.index("said") + 4 in allowed  # after a whole word
+    assert text.index("走") + 1 in allowed  # between Chinese characters
+    assert text.index(" go") + 1 not in allowed  # never right after a space
