@@ -94,7 +94,10 @@ def test_refuses_a_foreign_folder_unless_overwrite(tmp_path):
         build_dataset(["atc_zh"], foreign, BuildOptions(), progress=False)
     assert _files(foreign) == {"notes.txt": b"mine"}
     build_dataset(["atc_zh"], foreign, BuildOptions(), progress=False, overwrite=True)
-    assert not (foreign / "notes.txt").exists() and (foreign / MANIFEST).exists()
+    # --overwrite replaces what a build owns (data/, README.md, the manifest) and keeps the rest, e.g. .git
+    assert (foreign / "notes.txt").read_text() == "mine" and (foreign / MANIFEST).exists()
+    build_dataset(["atc_en"], foreign, BuildOptions(), progress=False, overwrite=True)
+    assert sorted(p.name for p in (foreign / "data").iterdir()) == ["atc_en"]
 
 
 def test_a_failing_build_leaves_nothing(tmp_path, monkeypatch):

@@ -72,3 +72,39 @@ def test_multi_retrieval_joins_with_the_enumeration_comma(options):
     row = next(iter_rows(spec, BuildOptions(**{**options.__dict__, "needles": None}), (2000,)))
     assert "?、" in row["question"] and "'" in row["question"]
     assert row["answer"].endswith("#" + "*".join(map(str, spec.depths)))
+
+
+@pytest.mark.parametrize(
+    "needles_text, message",
+    [
+        ("[1]\n", "expected a JSON object"),
+        (json.dumps({"needle": "x", "language": "English"}) + "\n", "retrieval_question"),
+    ],
+)
+def test_bad_needle_files_are_one_line_errors(tmp_path, options, needles_text, message):
+    from needlebench.errors import NeedlebenchError
+
+    bad = tmp_path / "bad_needles.jsonl"
+    bad.write_text(needles_text)
+    broken = BuildOptions(**{**options.__dict__, "needles": str(bad)})
+    with pytest.raises(NeedlebenchError, match=message) as error:
+        next(iter_rows(get_config("single_en_4k"), broken, (1000,)))
+    assert "\n" not in str(error.value)
+
+
+def test_bad_reasoning_file_is_a_one_line_error(tmp_path, options):
+    from needlebench.errors import NeedlebenchError
+
+    bad = tmp_path / "reasoning.json"
+    bad.write_text(json.dumps([{"derivations": [], "derivation_count": 2, "question": "q", "answer": "a"}]))
+    broken = BuildOptions(**{**options.__dict__, "reasoning_needles_en": str(bad)})
+    with pytest.raises(NeedlebenchError, match="derivation"):
+        next(iter_rows(get_config("multi_reasoning_en_4k"), broken, (1000,)))
+
+
+def test_unicode_line_separators_inside_json_strings_are_not_line_breaks(tmp_path, options):
+    needles = tmp_path / "needles.jsonl"
+    record = {**NEEDLES[0], "needle": "Hidden on Red Island\u2028is the Blue Gem."}
+    needles.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
+    row = next(iter_rows(get_config("single_en_4k"), BuildOptions(**{**options.__dict__, "needles": str(needles)}), (1000,)))
+    assert "Red Island\u2028is the Blue Gem." in row["prompt"]

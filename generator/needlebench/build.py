@@ -128,11 +128,12 @@ def build_dataset(
     """Build `configs` into `out_dir`; returns the manifest. Existing configs of the same recipe are kept."""
     if num_proc < 1:
         raise NeedlebenchError(f"--num-proc {num_proc} is not allowed; use 1 or more processes")
-    specs = [get_config(name) for name in configs]
+    specs = [get_config(name) for name in dict.fromkeys(configs)]
     out_dir = Path(out_dir)
-    previous = _check_out_dir(out_dir, options, overwrite)
     _validate(specs, options)
     corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
+    options = options.pinned(corpora)
+    previous = _check_out_dir(out_dir, options, overwrite)
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=out_dir))
@@ -241,11 +242,19 @@ def _registry_names() -> list[str]:
     return list(registry())
 
 
+#: What a build owns in its folder; `--overwrite` replaces these and leaves everything else (e.g. `.git`) alone.
+_OWNED = ("data", "README.md", MANIFEST)
+
+
 def _install(out_dir: Path, staging: Path, specs: list[ConfigSpec], manifest: dict, overwrite: bool) -> None:
     data = out_dir / "data"
     if overwrite:
-        for stale in [p for p in out_dir.iterdir() if p != staging]:
-            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        for name in _OWNED:
+            stale = out_dir / name
+            if stale.is_dir():
+                os.replace(stale, staging / f".old-{name}")
+            elif stale.exists():
+                stale.unlink()
     data.mkdir(exist_ok=True)
     for spec in specs:
         target = data / spec.name

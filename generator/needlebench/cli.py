@@ -129,22 +129,13 @@ def _parse_depths(text: str | None) -> tuple[float, ...] | None:
 
 
 def _opencompass_inputs(corpus, haystack_en, haystack_zh, needles, reasoning_en, reasoning_zh, names):
-    """Fill unset inputs with the paper's files from the Hub dataset opencompass/NeedleBench."""
-    from .hub import opencompass_file, parse_corpus_option
+    """Fill unset inputs with the paper's files from the Hub dataset opencompass/NeedleBench, as the pinned spec
+    ``opencompass@REV`` (downloaded and cached when read; the recipe records the spec, not a local path)."""
+    from .hub import parse_corpus_option
 
     _, revision = parse_corpus_option(corpus)
-
-    def fetch(filename: str) -> str:
-        return str(opencompass_file(filename, revision))
-
-    return (
-        haystack_en or fetch("PaulGrahamEssays.jsonl"),
-        haystack_zh or fetch("zh_finance.jsonl"),
-        needles or fetch("needles.jsonl"),
-        reasoning_en or fetch("multi_needle_reasoning_en.json"),
-        reasoning_zh or fetch("multi_needle_reasoning_zh.json"),
-        names or fetch("names.json"),
-    )
+    spec = f"opencompass@{revision}"
+    return tuple(value or spec for value in (haystack_en, haystack_zh, needles, reasoning_en, reasoning_zh, names))
 
 
 @app.command(

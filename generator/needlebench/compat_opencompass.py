@@ -28,7 +28,8 @@ from .errors import NeedlebenchError
 from .grid import REASONING_NEEDLE_SPACING, ConfigSpec
 from .haystack_tasks import effective_buffer
 from .haystacks import corpus_for
-from .needles import LANGUAGE_NAMES, needle_bank, splice_guide
+from .needles import LANGUAGE_NAMES, load_needles_file, needle_bank, splice_guide
+from .reasoning_needles import generate_reasoning_set, load_reasoning_file
 from .options import BuildOptions
 from .prompts import frame_parts, guide_sentence
 from .tokenizer import get_tokenizer
@@ -63,15 +64,21 @@ def _needle_lines(path: str | None) -> tuple[str, ...]:
     if path is None:
         records = [needle.as_record() for language in ("en", "zh") for needle in needle_bank(language)]
         return tuple(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-    try:
-        return tuple(Path(path).read_text(encoding="utf-8").splitlines(keepends=True))
+    try:  # the reference's readlines() (never splits on U+2028 and the like, unlike str.splitlines)
+        with open(path, encoding="utf-8") as handle:
+            return tuple(handle.readlines())
     except (OSError, UnicodeDecodeError) as error:
         raise NeedlebenchError(f"cannot read needles file {path}: {error}") from error
 
 
 def _needle_records(path: str | None, language: str) -> list[dict]:
+    """The raw records of a language, in file order (the file is validated first: one-line errors)."""
+    if path is not None:
+        load_needles_file(path, language)
     records = []
     for number, line in enumerate(_needle_lines(path), start=1):
+        if not line.strip():
+            continue
         try:
             record = json.loads(line.strip())
         except json.JSONDecodeError:
@@ -86,8 +93,6 @@ def _needle_records(path: str | None, language: str) -> list[dict]:
 @cache
 def _reasoning_records(path: str | None, language: str) -> tuple[dict, ...]:
     if path is None:
-        from .reasoning_needles import generate_reasoning_set
-
         return tuple(
             {
                 "derivations": list(chain.needles),
@@ -98,13 +103,8 @@ def _reasoning_records(path: str | None, language: str) -> tuple[dict, ...]:
             for count in (2, 3, 4, 5)
             for chain in (generate_reasoning_set(count, language, seed) for seed in range(50))
         )
-    try:
-        records = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise NeedlebenchError(f"cannot read reasoning needles file {path}: {error}") from error
-    if not isinstance(records, list):
-        raise NeedlebenchError(f"reasoning needles file {path} is not a JSON list of records")
-    return tuple(records)
+    load_reasoning_file(path, language)  # validates every record (one-line errors)
+    return tuple(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def _accumulate(inputs: _Inputs, order: list[int], target: int) -> list[int]:
@@ -130,7 +130,7 @@ def _row(spec, options, length, buffer, repeat, context, question, family, extra
         "question": question,
         "repeat": repeat,
         "seed": repeat,
-        "corpus": _inputs(options.haystack(spec.language), spec.language).corpus,
+        "corpus": _inputs(options.haystack_file(spec.language), spec.language).corpus,
         "tokenizer": options.tokenizer,
         "prompt_tokens": len(encoding.encode_ordinary(prompt)),
         "haystack_tokens": len(encoding.encode_ordinary(context)),
@@ -144,8 +144,8 @@ def _row(spec, options, length, buffer, repeat, context, question, family, extra
 
 def single_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> Iterator[dict]:
     encoding = get_tokenizer().encoding
-    inputs = _inputs(options.haystack(spec.language), spec.language)
-    needles = _needle_records(options.needles, spec.language)
+    inputs = _inputs(options.haystack_file(spec.language), spec.language)
+    needles = _needle_records(options.needles_file(), spec.language)
     for length in lengths:
         buffer = effective_buffer(spec, length, options)
         for depth in options.depths_for(spec.depths):
@@ -199,8 +199,8 @@ def _unique_entries(rnd: random.Random, lines: list[str], count: int, language: 
 
 def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> Iterator[dict]:
     encoding = get_tokenizer().encoding
-    inputs = _inputs(options.haystack(spec.language), spec.language)
-    lines = list(_needle_lines(options.needles))
+    inputs = _inputs(options.haystack_file(spec.language), spec.language)
+    lines = list(_needle_lines(options.needles_file()))
     depths = list(options.depths_for(spec.depths))
     stop, lead, fmt = ("?", "Please answer in the format of '", "'") if spec.language == "en" else ("？", "请按照'", "'的格式回答。")
     period = "." if spec.language == "en" else "。"
@@ -216,6 +216,12 @@ def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> It
             rnd.shuffle(order)
             needles = list(chosen)
             rnd.shuffle(needles)
+            for item in needles:
+                if item["retrieval_question"].count("'") < 2:
+                    raise NeedlebenchError(
+                        f"needle question {item['retrieval_question'][:60]!r} has no quoted answer format "
+                        "('...'), which the reference M-RT question needs"
+                    )
             wrapped = ["\n" + item["needle"] + "\n" for item in needles]
             questions = "、".join(item["retrieval_question"].split(stop)[0] + stop for item in needles)
             formats = "、".join(item["retrieval_question"].split("'")[1].split(period)[0] for item in needles)
@@ -256,7 +262,7 @@ def _reasoning_points(total: int, depth: float, lengths: list[int]) -> list[int]
 
 def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> Iterator[dict]:
     encoding = get_tokenizer().encoding
-    inputs = _inputs(options.haystack(spec.language), spec.language)
+    inputs = _inputs(options.haystack_file(spec.language), spec.language)
     records = _reasoning_records(options.reasoning_needles(spec.language), spec.language)
     for length in lengths:
         buffer = effective_buffer(spec, length, options)

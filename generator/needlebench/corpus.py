@@ -19,6 +19,7 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from .errors import NeedlebenchError
@@ -39,12 +40,12 @@ class Corpus:
     revision: str = ""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
-    @property
+    @cached_property
     def text(self) -> str:
         """The documents joined into one stream; every document ends with the separator."""
         return "".join(document + DOCUMENT_SEPARATOR for document in self.documents)
 
-    @property
+    @cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
@@ -162,7 +163,7 @@ def read_jsonl_documents(path: Path, field_name: str = "text") -> list[str]:
     """Documents of a JSONL file with a `text` field (the reference haystack format)."""
     documents = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines: JSON may hold U+2028
     except (OSError, UnicodeDecodeError) as error:
         raise NeedlebenchError(f"cannot read haystack file {path}: {error}") from error
     for number, line in enumerate(lines, start=1):

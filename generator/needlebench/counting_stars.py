@@ -271,19 +271,6 @@ def _check_options(spec: ConfigSpec, options: BuildOptions) -> None:
         )
 
 
-def _selected_lengths(spec: ConfigSpec, lengths: Iterable[int] | None) -> tuple[int, ...]:
-    if lengths is None:
-        return spec.lengths
-    wanted = set(lengths)
-    unknown = sorted(wanted - set(spec.lengths))
-    if unknown:
-        raise NeedlebenchError(
-            f"length {unknown[0]} is not a length of {spec.name}; allowed: {spec.lengths[0]}, "
-            f"{spec.lengths[1] if len(spec.lengths) > 1 else ''}, ..., {spec.lengths[-1]} ({len(spec.lengths)} lengths)"
-        )
-    return tuple(length for length in spec.lengths if length in wanted)
-
-
 # ---- default build: slots and placement ----------------------------------------------------------------------
 def star_tokens(corpus: TokenizedCorpus, sentences: Iterable[str]) -> int:
     """Tokens placement reserves for the star sentences (each counted as joined after a newline)."""
@@ -503,7 +490,7 @@ def counting_stars_rows(
     length of the config can give each star its own sentence boundary."""
     _check_spec(spec)
     _check_options(spec, options)
-    chosen = _selected_lengths(spec, lengths)
+    chosen = spec.select_lengths(lengths)
     if options.compat == COMPAT_MODE:
         haystack = _compat_haystack(
             options.haystack(spec.language), spec.language, options.tokenizer, _compat_units(spec, max(spec.lengths))
@@ -516,7 +503,8 @@ def counting_stars_rows(
 
 
 # ---- compat: the reference construction ----------------------------------------------------------------------
-_ZH_DELETE = str.maketrans("", "", string.punctuation + string.ascii_letters)
+#: The original's regex class lists ASCII punctuation with `\]` as an escaped bracket: backslash is kept.
+_ZH_DELETE = str.maketrans("", "", string.punctuation.replace("\\", "") + string.ascii_letters)
 
 
 def compat_haystack_text(documents: Iterable[str], language: str) -> str:

@@ -116,6 +116,19 @@ class ConfigSpec:
             return ()
         return CONTEXT_LENGTHS[self.size]
 
+    def select_lengths(self, lengths: tuple[int, ...] | None) -> tuple[int, ...]:
+        """The config's lengths, or the given ones (which must be among them) in grid order."""
+        if lengths is None:
+            return self.lengths
+        unknown = sorted(set(lengths) - set(self.lengths))
+        if unknown:
+            shown = ", ".join(str(length) for length in self.lengths[:3])
+            raise NeedlebenchError(
+                f"length {unknown[0]} is not a length of {self.name}; allowed: {shown}, ..., {self.lengths[-1]} "
+                f"({len(self.lengths)} lengths)"
+            )
+        return tuple(length for length in self.lengths if length in lengths)
+
     @property
     def depths(self) -> tuple[int, ...]:
         if self.family in ("single", "multi_retrieval", "multi_reasoning"):

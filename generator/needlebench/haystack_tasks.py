@@ -102,7 +102,7 @@ def _base_row(
 def single_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
     """S-RT: one needle per prompt at each depth of the grid."""
     corpus = tokenized_corpus(spec, options)
-    bank = _retrieval_needles(options.needles, spec.language)
+    bank = _retrieval_needles(options.needles_file(), spec.language)
     for cell in _cells(spec, options, lengths):
         target = cell.length - cell.buffer
         needle = choose_needle(bank, derive_seed(cell.seed, "needle"))
@@ -127,7 +127,7 @@ def single_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...
 def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
     """M-RT: one distinct needle at every depth of the grid, all in one prompt, one question per needle."""
     corpus = tokenized_corpus(spec, options)
-    bank = _retrieval_needles(options.needles, spec.language)
+    bank = _retrieval_needles(options.needles_file(), spec.language)
     depths = list(options.depths_for(spec.depths))
     for cell in _cells(spec, options, lengths):
         target = cell.length - cell.buffer

@@ -7,10 +7,9 @@ from functools import cache
 from .corpus import Corpus, load_corpus
 from .grid import ConfigSpec
 from .options import BuildOptions
-from .errors import NeedlebenchError
 from .seeding import rng
 from .tokenized import TokenizedCorpus, copies_for, tokenize_corpus
-from .tokenizer import TiktokenTokenizer, get_tokenizer
+from .tokenizer import get_tokenizer
 
 
 @cache
@@ -34,13 +33,7 @@ def tokenized_for(spec: str | None, language: str, tokenizer_spec: str, max_wind
 
 @cache
 def _tokenized(spec: str | None, language: str, tokenizer_spec: str, copies: int) -> TokenizedCorpus:
-    tokenizer = get_tokenizer(tokenizer_spec)
-    if not isinstance(tokenizer, TiktokenTokenizer):
-        raise NeedlebenchError(
-            f"tokenizer {tokenizer_spec!r} cannot build haystacks: exact splicing needs a tiktoken encoding "
-            "(cl100k_base); use it with `needlebench budget` instead"
-        )
-    return tokenize_corpus(corpus_for(spec, language), tokenizer, copies)
+    return tokenize_corpus(corpus_for(spec, language), get_tokenizer(tokenizer_spec), copies)
 
 
 #: Tokens kept free after a window, so snapping to sentence starts never runs off the stream.

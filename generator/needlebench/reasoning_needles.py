@@ -193,7 +193,7 @@ def generate_reasoning_set(num_needles: int, language: str, seed: int) -> Reason
         item = draw_reasoning_set(gen, num_needles, code)
         if is_leak_free(item):
             return item
-    raise RuntimeError(f"no leak-free {code} reasoning chain in {_MAX_ATTEMPTS} draws (seed {seed})")
+    raise NeedlebenchError(f"no leak-free {code} reasoning chain in {_MAX_ATTEMPTS} draws (seed {seed}); try another seed")
 
 
 # ----------------------------------------------------------------------------------------------- files
@@ -230,6 +230,11 @@ def _check_record(path: str, index: int, record: object) -> dict:
                 f"reasoning file {path!r}: record {index} field {field!r} is a {type(value).__name__}; "
                 f"expected {kind.__name__}"
             )
+    if len(record["derivations"]) != record["derivation_count"] or not record["derivations"]:
+        raise NeedlebenchError(
+            f"reasoning file {path!r}: record {index} has {len(record['derivations'])} derivations but "
+            f"derivation_count {record['derivation_count']}; they must agree (at least 1)"
+        )
     if not all(isinstance(needle, str) for needle in record["derivations"]):
         raise NeedlebenchError(
             f"reasoning file {path!r}: record {index} field 'derivations' holds non-strings; expected a list of "
@@ -238,7 +243,8 @@ def _check_record(path: str, index: int, record: object) -> dict:
     return record
 
 
-def _load_counted(path: str, language: str) -> list[tuple[int, ReasoningNeedleSet]]:
+@cache
+def _load_counted(path: str, language: str) -> tuple[tuple[int, ReasoningNeedleSet], ...]:
     """Every record of a reference file as ``(derivation_count, set)``."""
     code = normalize_language(language)
     name = os.path.basename(path)
@@ -249,7 +255,7 @@ def _load_counted(path: str, language: str) -> list[tuple[int, ReasoningNeedleSe
             tuple(record["derivations"]), record["question"], record["answer"], code, f"{name}#{index}"
         )
         counted.append((record["derivation_count"], item))
-    return counted
+    return tuple(counted)
 
 
 def load_reasoning_file(path: str, language: str) -> list[ReasoningNeedleSet]:

@@ -28,9 +28,9 @@ def iter_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] 
         from .atc import iter_atc_rows
 
         return iter_atc_rows(
-            spec, release_seed=options.release_seed, version=__version__, names_path=options.names, compat=options.compat
+            spec, release_seed=options.release_seed, version=__version__, names_path=options.names_file(), compat=options.compat
         )
-    selected = _selected_lengths(spec, lengths)
+    selected = spec.select_lengths(lengths)
     if options.compat == "opencompass":
         from . import compat_opencompass
 
@@ -43,13 +43,3 @@ def iter_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] 
         "multi_reasoning": haystack_tasks.multi_reasoning_rows,
     }
     return generators[spec.family](spec, options, selected)
-
-
-def _selected_lengths(spec: ConfigSpec, lengths: tuple[int, ...] | None) -> tuple[int, ...]:
-    """The config's lengths, or the given subset of them in grid order."""
-    if lengths is None:
-        return spec.lengths
-    unknown = sorted(set(lengths) - set(spec.lengths))
-    if unknown:
-        raise NeedlebenchError(f"lengths {unknown} are not in {spec.name}; allowed: {list(spec.lengths)}")
-    return tuple(length for length in spec.lengths if length in lengths)

@@ -17,6 +17,7 @@ import hashlib
 import os
 import re
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -234,20 +235,27 @@ def _compute_tables(text: str, tokenizer: TiktokenTokenizer) -> dict[str, np.nda
     }
 
 
+_TABLES = ("tokens", "hard_chars", "hard_tokens", "sentence_chars")
+
+
 def _load_or_compute(text: str, tokenizer: TiktokenTokenizer) -> dict[str, np.ndarray]:
     path = cache_dir() / f"{_cache_key(text, tokenizer)}.npz"
     if path.exists():
         try:
             with np.load(path) as data:
-                return {key: data[key] for key in data.files}
-        except (OSError, ValueError, KeyError):
-            pass  # unreadable cache entry: recompute and overwrite it
+                if set(_TABLES) <= set(data.files):
+                    return {key: data[key] for key in _TABLES}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+            pass  # unreadable or incomplete cache entry: recompute and overwrite it
     tables = _compute_tables(text, tokenizer)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as handle:
-        np.savez(handle, **tables)
-        temporary = handle.name
-    os.replace(temporary, path)
+    handle = tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False)
+    try:
+        with handle:
+            np.savez(handle, **tables)
+        os.replace(handle.name, path)
+    finally:
+        Path(handle.name).unlink(missing_ok=True)
     return tables
 
 
