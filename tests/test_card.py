@@ -42,6 +42,7 @@ def test_yaml_metadata_lists_configs_features_and_hub_fields(folder: Path) -> No
     configs = MetadataConfigs.from_dataset_card_data(data)
     assert list(configs) == ["single_en_4k", "atc_en"]  # registry order
     assert configs["single_en_4k"]["data_files"] == [{"split": "test", "path": "data/single_en_4k/test-*.parquet"}]
+    assert configs["atc_en"]["data_files"][0]["path"] == card.data_files_pattern("atc_en")  # what verify checks
     assert configs.get_default_config_name() == "single_en_4k"
     infos = DatasetInfosDict.from_dataset_card_data(data)
     assert infos["single_en_4k"].features == features_for("single")
@@ -65,6 +66,32 @@ def test_body_documents_tasks_recipe_configs_usage_citations(folder: Path) -> No
     assert "2407.11963" in body and "2403.11802" in body
     assert "## Changelog" in body and "**v1.2.0**" in body
     assert "\n\n| **Total**" not in body  # the total row stays in the table
+
+
+def test_loaded_files_follow_the_data_files_glob() -> None:
+    assert card.is_loaded_file("atc_en", "data/atc_en/test-00000-of-00001.parquet")
+    for path in (
+        "data/atc_en/notes.parquet",
+        "data/atc_en/sub/test-00000-of-00001.parquet",
+        "data/atc_en/test-0.json",
+        "data/atc_en_512/test-0.parquet",
+        "x/data/atc_en/test-0.parquet",
+    ):
+        assert not card.is_loaded_file("atc_en", path), path
+
+
+def test_atc_description_counts_names_and_relations_like_the_grid() -> None:
+    from needlebench.grid import registry
+
+    counts = {name: spec.needle_counts for name, spec in registry().items() if spec.family == "atc"}
+    assert (min(counts["atc_en"]), max(counts["atc_en"]), max(counts["atc_en_512"])) == (2, 19, 512)
+    text = card.TASK_DESCRIPTIONS["atc"]
+    assert "2 to 19 names" in text and "1 to 18 relations" in text and "up to 512 names" in text
+    assert "links" not in text
+
+
+def test_card_uses_the_grid_directly() -> None:
+    assert not hasattr(card, "config_spec")  # no pass-through around grid.get_config
 
 
 def test_changelog_entries_are_rendered_newest_first(folder: Path) -> None:

@@ -104,6 +104,20 @@ def test_parse_hub_spec() -> None:
         assert "hub:ORG/NAME[@REV][:CONFIG][:SPLIT][:COLUMN]" in str(excinfo.value)
 
 
+def test_one_repo_id_rule_for_haystack_specs_and_publishing() -> None:
+    from needlebench import hub as hub_module
+    from needlebench import verify
+
+    assert verify.REPO_ID is hub_module.REPO_ID and not hasattr(verify, "_REPO_ID")
+    for repo_id in ("org/name", "Org-1/data.set_2"):
+        assert verify.check_repo_id(repo_id) == parse_hub_spec(f"hub:{repo_id}").repo_id
+    for bad in ("name", "org/na me", "-org/name", "org/name/x"):
+        with pytest.raises(NeedlebenchError):
+            verify.check_repo_id(bad)
+        with pytest.raises(NeedlebenchError):
+            parse_hub_spec(f"hub:{bad}")
+
+
 def test_opencompass_file_rejects_other_names() -> None:
     with pytest.raises(NeedlebenchError) as excinfo:
         opencompass_file("secrets.txt")
@@ -193,7 +207,8 @@ def test_verify_repo_passes_then_fails_after_a_parquet_file_is_altered(hub: HubS
             ("needlebench.verify:verify_repo", ("org/nb", "v9.9.9", None), {"rebuild": False}),
         ]
     )
-    assert ok == [] and ok_subset == [] and altered == ["atc_en"] and altered_other == []
+    assert ok == {} and ok_subset == {} and altered_other == {}
+    assert altered == {"atc_en": "files on disk do not match the manifest fingerprint"}
     assert isinstance(bad_revision, ClientError) and bad_revision.type_name == "NeedlebenchError"
     assert "v9.9.9" in bad_revision.message and "\n" not in bad_revision.message
 
@@ -218,7 +233,7 @@ def test_verify_repo_rebuilds_a_real_build(hub: HubServer, tmp_path: Path) -> No
     folder = tmp_path / "real"
     build_dataset(["single_en_4k"], folder, BuildOptions(), progress=False)
     publish_to_git(folder, hub.repo_path("org/real"), version="0.1.0")
-    assert hub.call("needlebench.verify:check_repo", "org/real", "v0.1.0", None) == {}  # {config: reason} if not
+    assert hub.call("needlebench.verify:verify_repo", "org/real", "v0.1.0", None) == {}  # {config: reason} if not
 
 
 def test_unreachable_endpoint_fails_fast_with_one_line_errors(tmp_path: Path) -> None:

@@ -237,7 +237,8 @@ def test_publish_creates_repo_uploads_release_and_tags_the_commit(api: Recording
     }
     assert calls["upload_folder"]["repo_type"] == "dataset" and calls["upload_folder"]["delete_patterns"] == ["data/**"]
     assert calls["create_tag"]["tag"] == "v1.0.0" and calls["create_tag"]["revision"] == result.revision
-    assert isinstance(result, PublishResult) and result.created and result.commit == result.revision
+    assert isinstance(result, PublishResult) and result.created
+    assert not hasattr(result, "commit")  # `revision` is the commit; no second name for it
     files = api.files_at("org/nb", "v1.0.0")
     assert sorted(files) == [
         "README.md",
@@ -287,6 +288,25 @@ def test_a_new_version_removes_stale_configs_and_logs_changes(api: RecordingApi,
     readme = files["README.md"].decode()
     assert "**v1.1.0**: added atc_zh; removed atc_en; regenerated single_en_4k" in readme
     assert readme.index("**v1.1.0**") < readme.index("**v1.0.0**: 2 configs")
+
+
+def test_an_older_version_after_a_newer_one_is_refused(api: RecordingApi, folder: Path, tmp_path: Path) -> None:
+    publish_folder(folder, repo_id="org/nb", version="1.0.0", api=api)
+    newer = tmp_path / "newer"
+    make_dataset_folder(newer, {"single_en_4k": 4, "atc_en": 2}, salt="-v2")
+    latest = publish_folder(newer, repo_id="org/nb", version="1.1.0", api=api)
+    state = json.dumps(api.repos, sort_keys=True)
+    api.calls.clear()
+    for older in ("1.0.1", "1.1.0-rc.1"):
+        with pytest.raises(NeedlebenchError) as excinfo:
+            publish_folder(folder, repo_id="org/nb", version=older, api=api)
+        _one_line_error(excinfo, f"version {older} is older than the newest release v1.1.0", "org/nb")
+    assert api.writes() == [] and json.dumps(api.repos, sort_keys=True) == state  # main still at v1.1.0
+    assert api.repos["org/nb"]["head"] == latest.revision
+    for data, version in ((newer, "1.1.0"), (folder, "1.0.0")):  # re-publishing a release: still a no-op
+        again = publish_folder(data, repo_id="org/nb", version=version, api=api)
+        assert not again.created and again.revision == api.repos["org/nb"]["tags"][f"v{version}"]
+    assert api.writes() == [] and api.repos["org/nb"]["head"] == latest.revision
 
 
 def test_private_flag_reaches_create_repo(api: RecordingApi, folder: Path) -> None:
@@ -403,6 +423,22 @@ def test_git_same_data_new_version_tags_without_empty_data_change(folder: Path, 
     changed = git(repo, "diff", "--name-only", "v1.0.0", "v1.0.1").split()
     assert changed == ["README.md"]  # only the card (its version) differs
     assert "**v1.0.1**: no data changes" in (repo / "README.md").read_text()
+
+
+def test_git_older_version_after_a_newer_one_is_refused(folder: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    publish_to_git(folder, repo, version="1.0.0")
+    newer = tmp_path / "newer"
+    make_dataset_folder(newer, {"single_en_4k": 4}, salt="-v2")
+    latest = publish_to_git(newer, repo, version="1.1.0")
+    refs, readme = git(repo, "show-ref"), (repo / "README.md").read_text()
+    with pytest.raises(NeedlebenchError) as excinfo:
+        publish_to_git(folder, repo, version="1.0.1")
+    _one_line_error(excinfo, "version 1.0.1 is older than the newest release v1.1.0", str(repo.resolve()))
+    assert git(repo, "show-ref") == refs and _head(repo) == latest.revision  # main was not moved back
+    assert (repo / "README.md").read_text() == readme and _status(repo) == ""
+    again = publish_to_git(newer, repo, version="1.1.0")
+    assert not again.created and again.revision == latest.revision
 
 
 def test_git_bare_repository(folder: Path, tmp_path: Path) -> None:

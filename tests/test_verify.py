@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from hub_server import make_dataset_folder
 
+from needlebench import build, verify, writer
 from needlebench.errors import NeedlebenchError
-from needlebench.verify import check_folder, fingerprint_files, read_manifest, verify_folder
+from needlebench.verify import read_manifest, verify_folder
 
 REAL_CONFIG = "single_en_4k"
 
@@ -39,38 +40,74 @@ def _alter(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_fingerprint_is_the_builders(folder: Path, tmp_path: Path) -> None:
-    from needlebench.build import fingerprint_files as builder_fingerprint
-
+def test_fingerprint_is_the_builders(folder: Path) -> None:
+    assert verify.fingerprint_files is writer.fingerprint_files is build.fingerprint_files  # one definition
     extra = folder / "data" / "atc_en" / "test-00001-of-00002.parquet"
     shutil.copy(folder / "data" / "single_en_4k" / "test-00000-of-00001.parquet", extra)
     files = sorted((folder / "data" / "atc_en").glob("*.parquet"), reverse=True)
-    assert fingerprint_files(files) == builder_fingerprint(files)
-    assert fingerprint_files(files) == fingerprint_files(list(reversed(files)))
+    assert writer.fingerprint_files(files) == writer.fingerprint_files(list(reversed(files)))
 
 
 def test_intact_folder_passes_the_file_check(folder: Path) -> None:
-    assert verify_folder(folder, None, rebuild=False) == []
-    assert verify_folder(folder, ["atc_en"], rebuild=False) == []
+    assert verify_folder(folder, None, rebuild=False) == {}
+    assert verify_folder(folder, ["atc_en"], rebuild=False) == {}
 
 
-def test_altered_missing_and_unlisted_files_are_reported(folder: Path) -> None:
+def test_altered_missing_and_unlisted_files_are_reported_with_reasons(folder: Path) -> None:
     _alter(folder / "data" / "atc_en" / "test-00000-of-00001.parquet")
-    assert verify_folder(folder, None, rebuild=False) == ["atc_en"]
-    assert verify_folder(folder, ["single_en_4k"], rebuild=False) == []
+    assert verify_folder(folder, None, rebuild=False) == {"atc_en": "files on disk do not match the manifest fingerprint"}
+    assert verify_folder(folder, ["single_en_4k"], rebuild=False) == {}
     (folder / "data" / "single_en_4k" / "test-00000-of-00001.parquet").unlink()
-    reasons = check_folder(folder, rebuild=False)
+    reasons = verify_folder(folder, rebuild=False)
+    assert list(reasons) == ["single_en_4k", "atc_en"]  # iterates over the names, in manifest order
     assert reasons == {
         "single_en_4k": "missing file data/single_en_4k/test-00000-of-00001.parquet",
         "atc_en": "files on disk do not match the manifest fingerprint",
     }
 
 
-def test_an_unlisted_parquet_file_counts_as_a_difference(folder: Path) -> None:
-    shutil.copy(
-        folder / "data" / "atc_en" / "test-00000-of-00001.parquet", folder / "data" / "atc_en" / "test-extra.parquet"
-    )
-    assert "unlisted file data/atc_en/test-extra.parquet" in check_folder(folder, rebuild=False)["atc_en"]
+def _copy_shard(folder: Path, config: str, relative: str) -> None:
+    target = folder / "data" / config / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(folder / "data" / config / "test-00000-of-00001.parquet", target)
+
+
+def test_only_unlisted_files_the_card_loads_count_as_differences(folder: Path) -> None:
+    _copy_shard(folder, "atc_en", "notes.parquet")  # not test-*.parquet: load_dataset ignores it
+    _copy_shard(folder, "atc_en", "old/test-00000-of-00001.parquet")  # in a subfolder: ignored too
+    assert verify_folder(folder, rebuild=False) == {}
+    _copy_shard(folder, "atc_en", "test-extra.parquet")
+    assert verify_folder(folder, rebuild=False) == {
+        "atc_en": "unlisted file data/atc_en/test-extra.parquet (it would be loaded with the config)"
+    }
+
+
+def test_verify_sees_the_files_load_dataset_resolves(folder: Path) -> None:
+    from datasets.data_files import resolve_pattern
+    from huggingface_hub import DatasetCard
+
+    for relative in ("notes.parquet", "old/test-1.parquet", "test-extra.parquet", "test-.parquet"):
+        _copy_shard(folder, "atc_en", relative)
+    configs = {entry["config_name"]: entry for entry in DatasetCard.load(folder / "README.md").data.configs}
+    pattern = configs["atc_en"]["data_files"][0]["path"]
+    resolved = {Path(p).relative_to(folder).as_posix() for p in resolve_pattern(pattern, base_path=str(folder))}
+    assert resolved == verify.loaded_files(folder, "atc_en")
+    assert resolved == {
+        "data/atc_en/test-00000-of-00001.parquet", "data/atc_en/test-extra.parquet", "data/atc_en/test-.parquet",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("moved", ["data/atc_en/part-00000.parquet", "data/atc_en/sub/test-00000-of-00001.parquet"])
+def test_a_listed_file_the_card_does_not_load_is_reported(folder: Path, moved: str) -> None:
+    listed = "data/atc_en/test-00000-of-00001.parquet"
+    (folder / moved).parent.mkdir(parents=True, exist_ok=True)
+    (folder / listed).rename(folder / moved)
+    manifest = json.loads((folder / "needlebench.json").read_text())
+    manifest["configs"]["atc_en"]["files"] = [moved]  # same bytes, same fingerprint
+    (folder / "needlebench.json").write_text(json.dumps(manifest))
+    assert verify_folder(folder, rebuild=False) == {
+        "atc_en": f"listed file {moved} is not read by load_dataset (the card loads data/atc_en/test-*.parquet)"
+    }
 
 
 @pytest.mark.parametrize(
@@ -94,15 +131,27 @@ def test_bad_manifests_are_one_line_errors(folder: Path, change, needle: str) ->
     assert needle in str(excinfo.value) and "\n" not in str(excinfo.value)
 
 
+def test_manifest_reading_is_the_builders(folder: Path) -> None:
+    path = folder / "needlebench.json"
+    for text in ("{not json", '{"format": "other"}', "[1, 2]"):
+        path.write_text(text)
+        with pytest.raises(NeedlebenchError) as ours:
+            read_manifest(folder)
+        with pytest.raises(NeedlebenchError) as builders:
+            build.read_manifest(folder)
+        assert str(ours.value) == str(builders.value) and "\n" not in str(ours.value)
+    path.write_bytes(b'{"format": "needlebench-dataset", "x": "\xff"}')
+    with pytest.raises(NeedlebenchError) as excinfo:
+        read_manifest(folder)
+    assert "needlebench.json" in str(excinfo.value) and "\n" not in str(excinfo.value)  # not a traceback
+
+
 def test_not_a_dataset_and_unknown_configs_are_errors(folder: Path, tmp_path: Path) -> None:
     with pytest.raises(NeedlebenchError, match="does not exist"):
         verify_folder(tmp_path / "missing", None)
     (tmp_path / "plain").mkdir()
     with pytest.raises(NeedlebenchError, match="not a needlebench dataset"):
         verify_folder(tmp_path / "plain", None)
-    (folder / "needlebench.json").write_text("{not json")
-    with pytest.raises(NeedlebenchError, match="cannot read"):
-        read_manifest(folder)
     make_dataset_folder(tmp_path / "again", {"atc_en": 2})
     with pytest.raises(NeedlebenchError) as excinfo:
         verify_folder(tmp_path / "again", ["atc_zh"], rebuild=False)
@@ -110,22 +159,22 @@ def test_not_a_dataset_and_unknown_configs_are_errors(folder: Path, tmp_path: Pa
 
 
 def test_rebuild_reproduces_a_real_build(built: Path) -> None:
-    assert verify_folder(built, [REAL_CONFIG], num_proc=2) == []
+    assert verify_folder(built, [REAL_CONFIG], num_proc=2) == {}
 
 
 def test_rebuild_detects_files_and_recipes_that_differ(built: Path, tmp_path: Path) -> None:
     altered = tmp_path / "altered"
     shutil.copytree(built, altered)
     _alter(altered / "data" / REAL_CONFIG / "test-00000-of-00001.parquet")
-    assert check_folder(altered, rebuild=False) == {REAL_CONFIG: "files on disk do not match the manifest fingerprint"}
+    assert verify_folder(altered, rebuild=False) == {REAL_CONFIG: "files on disk do not match the manifest fingerprint"}
 
     reseeded = tmp_path / "reseeded"
     shutil.copytree(built, reseeded)
     manifest = json.loads((reseeded / "needlebench.json").read_text())
     manifest["recipe"]["release_seed"] += 1  # the files no longer follow from the recorded recipe
     (reseeded / "needlebench.json").write_text(json.dumps(manifest))
-    assert verify_folder(reseeded, None, rebuild=False) == []
-    reasons = check_folder(reseeded)
+    assert verify_folder(reseeded, None, rebuild=False) == {}
+    reasons = verify_folder(reseeded)
     assert list(reasons) == [REAL_CONFIG] and reasons[REAL_CONFIG].startswith("rebuilding from the recorded recipe")
 
 

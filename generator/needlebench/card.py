@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .errors import NeedlebenchError
@@ -48,9 +48,10 @@ TASK_DESCRIPTIONS = {
         "apart; the question needs all of them. Measures retrieval combined with multi-hop reasoning."
     ),
     "atc": (
-        "Ancestral Trace Challenge. A chain of kinship statements between names (2 to 19 links, up to 512 in the "
-        "extended variant) with no filler text; the model must trace the eldest ancestor (multiple choice with "
-        "rotated options, or open answer). Measures reasoning over dense context where nothing can be skipped."
+        "Ancestral Trace Challenge. A chain of kinship statements between names (2 to 19 names, i.e. 1 to 18 "
+        "relations; up to 512 names in the extended variant) with no filler text; the model must trace the eldest "
+        "ancestor (multiple choice with rotated options, or open answer). Measures reasoning over dense context "
+        "where nothing can be skipped."
     ),
     "counting_stars": (
         "Counting-Stars. Sentences about a little penguin counting stars are spread evenly through the haystack; "
@@ -100,9 +101,16 @@ def template_path() -> Path:
     return path
 
 
-def config_spec(name: str) -> ConfigSpec:
-    """The grid spec of a manifest config (a one-line error for a name the grid does not know)."""
-    return get_config(name)
+def data_files_pattern(config: str) -> str:
+    """The card's ``data_files`` glob of a config's test split: exactly the files ``load_dataset`` reads for it."""
+    return f"data/{config}/{SPLIT}-*.parquet"
+
+
+def is_loaded_file(config: str, path: str) -> bool:
+    """Whether the repository path ``path`` matches :func:`data_files_pattern` (``*`` never crosses a ``/``)."""
+    pattern = PurePosixPath(data_files_pattern(config))
+    candidate = PurePosixPath(path)
+    return len(candidate.parts) == len(pattern.parts) and candidate.match(str(pattern))
 
 
 def ordered_configs(names: Iterable[str]) -> list[str]:
@@ -174,7 +182,7 @@ def dataset_info_entry(name: str, entry: Mapping[str, Any], folder: Path | None)
     splits = SplitDict()
     splits.add(SplitInfo(name=SPLIT, num_bytes=uncompressed, num_examples=int(entry["rows"])))
     info = DatasetInfo(
-        features=features_for(config_spec(name).family),
+        features=features_for(get_config(name).family),
         splits=splits,
         download_size=download,
         dataset_size=uncompressed,
@@ -193,7 +201,7 @@ def configs_entries(names: list[str]) -> list[dict[str, Any]]:
     return [
         {
             "config_name": name,
-            "data_files": [{"split": SPLIT, "path": f"data/{name}/{SPLIT}-*.parquet"}],
+            "data_files": [{"split": SPLIT, "path": data_files_pattern(name)}],
             **({"default": True} if index == 0 else {}),
         }
         for index, name in enumerate(names)
@@ -205,12 +213,12 @@ def card_data(manifest: Mapping[str, Any], folder: Path | None = None):
     from huggingface_hub import DatasetCardData
 
     names = ordered_configs(manifest["configs"])
-    families = {config_spec(name).family for name in names}
+    families = {get_config(name).family for name in names}
     corpora = manifest.get("recipe", {}).get("corpora") or {}
     license_id, license_extra = card_license(corpora)
     tags = BASE_TAGS + (["counting-stars"] if "counting_stars" in families else [])
     total_rows = sum(int(manifest["configs"][name]["rows"]) for name in names)
-    languages = sorted({config_spec(name).language for name in names})
+    languages = sorted({get_config(name).language for name in names})
     return DatasetCardData(
         language=languages,
         license=license_id,
@@ -254,7 +262,7 @@ def _config_rows(manifest: Mapping[str, Any], names: list[str]) -> list[dict[str
     rows = []
     for name in names:
         entry = manifest["configs"][name]
-        spec = config_spec(name)
+        spec = get_config(name)
         rows.append(
             {
                 "name": name,
@@ -273,7 +281,7 @@ def _config_rows(manifest: Mapping[str, Any], names: list[str]) -> list[dict[str
 def _task_rows(names: list[str]) -> list[dict[str, Any]]:
     counts: dict[str, int] = {}
     for name in names:
-        family = config_spec(name).family
+        family = get_config(name).family
         counts[family] = counts.get(family, 0) + 1
     return [
         {"family": family, "label": label, "count": counts[family], "description": TASK_DESCRIPTIONS[family]}
@@ -326,7 +334,7 @@ def template_context(
         "total_haystack_tokens": f"{sum(int(e.get('haystack_tokens', 0)) for e in entries):,}",
         "total_prompt_tokens": f"{sum(int(e.get('prompt_tokens', 0)) for e in entries):,}",
         "example_config": names[0],
-        "example_family": config_spec(names[0]).family,
+        "example_family": get_config(names[0]).family,
         "changelog": changelog if changelog is not None else default_changelog(manifest, version),
     }
 

@@ -221,8 +221,8 @@ def verify(
     else:
         differing = verify_folder(folder, config)
     if differing:
-        for name in differing:
-            console.print(f"[red]differs[/red] {name}")
+        for name, reason in differing.items():
+            console.print(f"[red]differs[/red] {name}: {reason}")
         raise typer.Exit(1)
     console.print("all configs match their fingerprints")
 

@@ -47,7 +47,8 @@ HUB_PREFIX = "hub:"
 DEFAULT_SPLIT = "train"
 DEFAULT_COLUMN = "text"
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+#: A Hub repository id ``ORG/NAME`` (also used by :func:`needlebench.verify.check_repo_id`).
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 _SPEC_FORM = "hub:ORG/NAME[@REV][:CONFIG][:SPLIT][:COLUMN]"
 
@@ -188,7 +189,7 @@ def parse_hub_spec(spec: str) -> HubSpec:
     if len(rest) > 3:
         raise NeedlebenchError(f"haystack {spec!r} has too many ':' parts; allowed: {_SPEC_FORM}")
     repo_id, at, revision = repo_part.partition("@")
-    if not _REPO_ID.match(repo_id) or (at and not revision):
+    if not REPO_ID.match(repo_id) or (at and not revision):
         raise NeedlebenchError(f"haystack {spec!r} does not name a Hub dataset; allowed: {_SPEC_FORM}")
     config, split, column = [*rest, "", "", ""][:3]
     return HubSpec(
@@ -198,6 +199,16 @@ def parse_hub_spec(spec: str) -> HubSpec:
         split=split or DEFAULT_SPLIT,
         column=column or DEFAULT_COLUMN,
     )
+
+
+def pin_hub_spec(spec: str, commit: str) -> str:
+    """``spec`` with its revision set to ``commit`` when it names none (``hub:ORG/NAME:...`` ->
+    ``hub:ORG/NAME@COMMIT:...``); a spec that names a revision is kept as given."""
+    parsed = parse_hub_spec(spec)
+    if parsed.revision is not None:
+        return spec
+    repo_part, colon, rest = spec[len(HUB_PREFIX) :].partition(":")
+    return f"{HUB_PREFIX}{repo_part}@{commit}{colon}{rest}"
 
 
 def resolve_dataset(repo_id: str, revision: str | None) -> tuple[str, str]:

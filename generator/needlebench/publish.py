@@ -6,7 +6,9 @@ A release is a commit holding ``README.md`` (the card, re-rendered with the repo
 * the folder must be a needlebench dataset whose files still match its manifest;
 * the version must be semantic (``X.Y.Z``, optionally ``-PRERELEASE``; a leading ``v`` is accepted);
 * an existing tag is never moved: if it already holds the same data (``needlebench.json`` and ``data/**``),
-  publishing is a no-op; if it holds other data, it is a one-line error and nothing is changed.
+  publishing is a no-op; if it holds other data, it is a one-line error and nothing is changed;
+* a new version must be newer than every release already tagged (``main``, what ``load_dataset`` reads without a
+  revision, never goes back to older data); an older one is a one-line error and nothing is changed.
 
 The changelog of the card lists every release up to this one, computed from the manifests of the earlier tags.
 """
@@ -49,17 +51,13 @@ GIT_TIMEOUT = 300
 
 @dataclass(frozen=True)
 class PublishResult:
-    """Outcome of a publish: the commit the tag points at, and whether this call created it."""
+    """Outcome of a publish: the commit the tag points at (``revision``), and whether this call created it."""
 
     repo: str
     revision: str
     tag: str
     created: bool
     how_to_load: str
-
-    @property
-    def commit(self) -> str:
-        return self.revision
 
 
 # --- versions -------------------------------------------------------------------------------------------------
@@ -91,15 +89,26 @@ def version_key(version: str) -> tuple:
     return (int(major), int(minor), int(patch), 0, parts)
 
 
+def semver_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """The release tags (``vX.Y.Z[-PRE]``) among ``tags``: version -> target."""
+    return {name[1:]: target for name, target in tags.items() if name.startswith("v") and _SEMVER.match(name)}
+
+
 def release_tags(tags: Mapping[str, str], below: str) -> list[tuple[str, str]]:
     """(version, target) of the semver tags lower than version ``below``, oldest first."""
-    found = []
-    for name, target in tags.items():
-        if name.startswith("v") and _SEMVER.match(name):
-            version = name[1:]
-            if version_key(version) < version_key(below):
-                found.append((version, target))
+    limit = version_key(below)
+    found = [(version, target) for version, target in semver_tags(tags).items() if version_key(version) < limit]
     return sorted(found, key=lambda item: version_key(item[0]))
+
+
+def check_not_older(version: str, tags: Mapping[str, str], where: str) -> None:
+    """Refuse a new release older than the newest one tagged in ``where`` (it would move ``main`` backwards)."""
+    newest = max(semver_tags(tags), key=version_key, default=None)
+    if newest is not None and version_key(version) < version_key(newest):
+        raise NeedlebenchError(
+            f"version {version} is older than the newest release {tag_for(newest)} of {where}; publishing it would "
+            f"move main back to older data, publish a version above {tag_for(newest)}"
+        )
 
 
 # --- folder, staging, digests ---------------------------------------------------------------------------------
@@ -324,6 +333,7 @@ def _publish_hub(
         raise NeedlebenchError(
             f"tag {tag} of {repo_id} already holds different data; tags are never moved, publish a new version"
         )
+    check_not_older(version, tags, repo_id)
     history = [(v, _hub_manifest(api, repo_id, target, token)) for v, target in release_tags(tags, version)]
     changelog = build_changelog([*history, (version, manifest)])
     with staged_release(folder, manifest, repo_id=repo_id, version=version, changelog=changelog) as staged:
@@ -602,6 +612,7 @@ def _publish_git(
         raise NeedlebenchError(
             f"tag {tag} of {repo.path} already holds different data; tags are never moved, publish a new version"
         )
+    check_not_older(version, tags, str(repo.path))
     branch = _branch(repo)
     if not repo.bare and repo.run("status", "--porcelain", "--untracked-files=no").strip():
         raise NeedlebenchError(f"{repo.path} has uncommitted changes; commit or discard them before publishing")

@@ -1,48 +1,50 @@
 """Verify a needlebench dataset: files on disk against the manifest, and a rebuild from the recorded recipe.
 
-A config *differs* when its Parquet files no longer hash to the fingerprint in ``needlebench.json`` (a file
-changed, is missing, or an extra ``data/<config>/*.parquet`` file would be loaded), or when rebuilding it with
-``BuildOptions.from_recipe(manifest["recipe"])`` gives a different fingerprint.
+A config *differs* when its files no longer match ``needlebench.json``: a listed file is missing or is not one
+``load_dataset`` reads (the card's ``data/<config>/test-*.parquet``, :func:`needlebench.card.data_files_pattern`),
+an unlisted file matching that pattern would be loaded with the config, or the listed files no longer hash to the
+recorded fingerprint; or when rebuilding it with ``BuildOptions.from_recipe(manifest["recipe"])`` gives a different
+fingerprint. :func:`verify_folder` and :func:`verify_repo` return ``{config: reason}`` for the configs that differ.
 
-The fingerprint of a config is the SHA-256 of the bytes of its Parquet files, concatenated in sorted path order
-(the same definition as the builder's).
+The fingerprint of a config is :func:`needlebench.writer.fingerprint_files` of its Parquet files (the builder's).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .build import FORMAT_VERSION, BuildOptions, build_dataset
+from .build import MANIFEST as MANIFEST_NAME
+from .build import read_manifest as read_build_manifest
+from .card import data_files_pattern, is_loaded_file
 from .errors import NeedlebenchError
+from .hub import REPO_ID, hub_error_message, hub_errors
+from .writer import fingerprint_files
 
-MANIFEST_NAME = "needlebench.json"
-MANIFEST_FORMAT = "needlebench-dataset"
-SUPPORTED_FORMAT_VERSIONS = (1,)
-_CHUNK = 1 << 20
+__all__ = [
+    "MANIFEST_NAME",
+    "check_files",
+    "check_repo_id",
+    "fingerprint_files",
+    "loaded_files",
+    "read_manifest",
+    "verify_folder",
+    "verify_repo",
+]
+
+SUPPORTED_FORMAT_VERSIONS = (FORMAT_VERSION,)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-
-
-def fingerprint_files(paths: Iterable[Path]) -> str:
-    """SHA-256 hex of the bytes of ``paths`` concatenated in sorted path order."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(p) for p in paths):  # the builder's order (needlebench.writer.fingerprint_files)
-        with path.open("rb") as stream:
-            while chunk := stream.read(_CHUNK):
-                digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _check_relative_file(config: str, name: object) -> str:
     """A manifest file entry must be a relative POSIX path ``data/<config>/...parquet`` inside the folder."""
     if not isinstance(name, str):
         raise NeedlebenchError(
-            f"config {config!r} lists file {name!r}; expected a path like data/{config}/test-*.parquet"
+            f"config {config!r} lists file {name!r}; expected a path like {data_files_pattern(config)}"
         )
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or path.parts[:2] != ("data", config) or path.suffix != ".parquet":
@@ -52,10 +54,11 @@ def _check_relative_file(config: str, name: object) -> str:
     return name
 
 
-def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
-    """Check the manifest's shape (format, version, configs with rows, fingerprint and files); returns it."""
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise NeedlebenchError(f'{where} is not a needlebench manifest; expected "format": "{MANIFEST_FORMAT}"')
+def validate_manifest(manifest: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Check the fields of a needlebench manifest (format version, configs with rows, fingerprint and files).
+
+    The format itself is checked by :func:`needlebench.build.read_manifest`, which reads the file.
+    """
     version = manifest.get("format_version")
     if version not in SUPPORTED_FORMAT_VERSIONS:
         allowed = ", ".join(map(str, SUPPORTED_FORMAT_VERSIONS))
@@ -70,12 +73,12 @@ def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
             raise NeedlebenchError(f'config {name!r} in {where} needs an integer "rows" and a sha256 "fingerprint"')
         files = entry.get("files")
         if not isinstance(files, list) or not files:
-            raise NeedlebenchError(f"config {name!r} in {where} lists no files; expected data/{name}/test-*.parquet")
+            raise NeedlebenchError(f"config {name!r} in {where} lists no files; expected {data_files_pattern(name)}")
         for file_name in files:
             _check_relative_file(name, file_name)
     if not isinstance(manifest.get("recipe", {}), dict):
         raise NeedlebenchError(f'{where} has a "recipe" that is not an object')
-    return manifest
+    return dict(manifest)
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -84,14 +87,12 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not folder.is_dir():
         raise NeedlebenchError(f"dataset folder {folder} does not exist; give a folder written by `needlebench build`")
     path = folder / MANIFEST_NAME
-    if not path.is_file():
-        raise NeedlebenchError(f"{folder} is not a needlebench dataset: it has no {MANIFEST_NAME}")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise NeedlebenchError(
-            f"cannot read {path}: {error}; expected the JSON manifest of `needlebench build`"
-        ) from None
+        manifest = read_build_manifest(folder)
+    except UnicodeDecodeError:
+        raise NeedlebenchError(f"{path} is not a readable needlebench manifest: it is not UTF-8 text") from None
+    if manifest is None:
+        raise NeedlebenchError(f"{folder} is not a needlebench dataset: it has no {MANIFEST_NAME}")
     return validate_manifest(manifest, str(path))
 
 
@@ -107,35 +108,49 @@ def select_configs(manifest: Mapping[str, Any], configs: Iterable[str] | None, w
     return chosen
 
 
+def loaded_files(folder: Path, config: str) -> set[str]:
+    """Paths (relative, POSIX) of the files in ``folder`` that ``load_dataset`` reads for ``config``."""
+    root = folder / "data" / config
+    found = (p.relative_to(folder).as_posix() for p in root.rglob("*") if p.is_file()) if root.is_dir() else ()
+    return {name for name in found if is_loaded_file(config, name)}
+
+
+def file_difference(folder: Path, config: str, entry: Mapping[str, Any]) -> str | None:
+    """Why the files of one config differ from its manifest entry, or None when they match."""
+    listed = sorted(entry["files"])
+    missing = [name for name in listed if not (folder / name).is_file()]
+    if missing:
+        return f"missing file {missing[0]}"
+    unloaded = [name for name in listed if not is_loaded_file(config, name)]
+    if unloaded:
+        return f"listed file {unloaded[0]} is not read by load_dataset (the card loads {data_files_pattern(config)})"
+    extra = sorted(loaded_files(folder, config) - set(listed))
+    if extra:
+        return f"unlisted file {extra[0]} (it would be loaded with the config)"
+    if fingerprint_files(folder / name for name in listed) != entry["fingerprint"]:
+        return "files on disk do not match the manifest fingerprint"
+    return None
+
+
 def check_files(folder: Path, manifest: Mapping[str, Any], configs: Iterable[str]) -> dict[str, str]:
     """Configs whose files on disk differ from the manifest, with the reason."""
     differences: dict[str, str] = {}
     for name in configs:
-        entry = manifest["configs"][name]
-        listed = {folder / file_name for file_name in entry["files"]}
-        missing = sorted(p.relative_to(folder).as_posix() for p in listed if not p.is_file())
-        present = set((folder / "data" / name).glob("*.parquet"))
-        extra = sorted(p.relative_to(folder).as_posix() for p in present - listed)
-        if missing:
-            differences[name] = f"missing file {missing[0]}"
-        elif extra:
-            differences[name] = f"unlisted file {extra[0]} (it would be loaded with the config)"
-        elif fingerprint_files(listed) != entry["fingerprint"]:
-            differences[name] = "files on disk do not match the manifest fingerprint"
+        reason = file_difference(Path(folder), name, manifest["configs"][name])
+        if reason is not None:
+            differences[name] = reason
     return differences
 
 
 def rebuild_fingerprints(manifest: Mapping[str, Any], configs: list[str], *, num_proc: int = 1) -> dict[str, str]:
     """Fingerprints of ``configs`` rebuilt into a temporary folder from the manifest's recipe."""
-    from .build import BuildOptions, build_dataset
-
     options = BuildOptions.from_recipe(dict(manifest.get("recipe", {})))
     with tempfile.TemporaryDirectory(prefix="needlebench-verify-") as temp:
         rebuilt = build_dataset(configs, Path(temp) / "rebuild", options, num_proc=num_proc)
     return {name: rebuilt["configs"][name]["fingerprint"] for name in configs}
 
 
-def check_folder(
+def verify_folder(
     folder: Path,
     configs: Iterable[str] | None = None,
     *,
@@ -143,7 +158,7 @@ def check_folder(
     num_proc: int = 1,
     label: str | None = None,
 ) -> dict[str, str]:
-    """Configs of a dataset folder that differ, each with the reason; empty when everything matches.
+    """Configs of a dataset folder that differ (files vs manifest, rebuild vs manifest) -> reason; {} = ok.
 
     ``label`` names the dataset in error messages (default: the folder's manifest path).
     """
@@ -161,16 +176,9 @@ def check_folder(
     return {name: differences[name] for name in names if name in differences}
 
 
-def verify_folder(
-    folder: Path, configs: list[str] | None = None, *, rebuild: bool = True, num_proc: int = 1
-) -> list[str]:
-    """Names of the configs of ``folder`` that differ (files vs manifest, rebuild vs manifest); [] = ok."""
-    return list(check_folder(folder, configs, rebuild=rebuild, num_proc=num_proc))
-
-
 def check_repo_id(repo_id: str) -> str:
     """A Hub dataset id must be ``ORG/NAME``."""
-    if not isinstance(repo_id, str) or not _REPO_ID.match(repo_id) or ".." in repo_id or "--" in repo_id:
+    if not isinstance(repo_id, str) or not REPO_ID.match(repo_id) or ".." in repo_id or "--" in repo_id:
         raise NeedlebenchError(
             f"repository {repo_id!r} is not a Hub dataset id; allowed: ORG/NAME with letters, digits, '-', '_', '.'"
         )
@@ -180,8 +188,6 @@ def check_repo_id(repo_id: str) -> str:
 def download_repo(repo_id: str, revision: str, configs: list[str] | None, target: Path) -> Path:
     """Download the manifest, card and the Parquet files of ``configs`` (all when None) at ``revision``."""
     from huggingface_hub import snapshot_download
-
-    from .hub import hub_errors, hub_error_message
 
     patterns = None
     if configs is not None:
@@ -193,10 +199,10 @@ def download_repo(repo_id: str, revision: str, configs: list[str] | None, target
     return target
 
 
-def check_repo(
+def verify_repo(
     repo_id: str, revision: str, configs: Iterable[str] | None = None, *, rebuild: bool = True, num_proc: int = 1
 ) -> dict[str, str]:
-    """Like :func:`check_folder` for a Hub dataset at a revision (downloaded into a temporary folder)."""
+    """Like :func:`verify_folder` for Hub dataset ``repo_id`` at ``revision`` (downloaded to a temporary folder)."""
     check_repo_id(repo_id)
     if not revision or not isinstance(revision, str):
         raise NeedlebenchError(f"revision {revision!r} is empty; give a tag such as v1.0.0, a branch or a commit")
@@ -207,11 +213,4 @@ def check_repo(
             raise NeedlebenchError(
                 f"dataset {repo_id}@{revision} is not a needlebench dataset: it has no {MANIFEST_NAME}"
             )
-        return check_folder(folder, wanted, rebuild=rebuild, num_proc=num_proc, label=f"dataset {repo_id}@{revision}")
-
-
-def verify_repo(
-    repo_id: str, revision: str, configs: list[str] | None = None, *, rebuild: bool = True, num_proc: int = 1
-) -> list[str]:
-    """Names of the configs of Hub dataset ``repo_id`` at ``revision`` that differ; [] = ok."""
-    return list(check_repo(repo_id, revision, configs, rebuild=rebuild, num_proc=num_proc))
+        return verify_folder(folder, wanted, rebuild=rebuild, num_proc=num_proc, label=f"dataset {repo_id}@{revision}")
