@@ -59,6 +59,30 @@ def test_bad_input_is_a_user_error(tmp_path: Path):
         budget.run_budget(str(tmp_path), 4096, ["single_en_4k"], chat_template=False, max_gen_toks=0, data_dir=None)
 
 
+def test_configs_are_names_and_a_folder_lacking_one_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from hub_server import make_dataset_folder
+
+    folder = tmp_path / "data"
+    make_dataset_folder(folder, {"atc_en": 4})  # prompts "prompt-0" ... : one word each
+    monkeypatch.setattr(budget, "load_tokenizer", lambda path: WordTokenizer())
+
+    def run(configs: list[str], max_length: int, max_gen_toks: int) -> list[dict]:
+        return budget.run_budget(
+            "words", max_length, configs, chat_template=False, max_gen_toks=max_gen_toks, data_dir=str(folder)
+        )
+
+    with pytest.raises(NeedlebenchError, match=r"'single_en_4k' is not built in data_dir .* atc_en"):
+        run(["single_en_4k"], 4096, 0)
+    (folder / "needlebench.json").unlink()  # a plain dataset folder: datasets finds no such config either
+    with pytest.raises(NeedlebenchError, match=r"'single_en_4k' could not be loaded from data_dir"):
+        run(["single_en_4k"], 4096, 0)
+    with pytest.raises(NeedlebenchError, match=r"unknown config 'atc_\*'"):  # the CLI expands globs, once
+        run(["atc_*"], 4096, 0)
+    # BOS + one word + 128 generated tokens fit 130 exactly; 129 generated tokens do not
+    assert run(["atc_en"], 130, 128) == []
+    assert [row["truncated_tokens"] for row in run(["atc_en"], 130, 129)] == [1, 1, 1, 1]
+
+
 @pytest.fixture(scope="module")
 def srt_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_data(["single_en_4k"], tmp_path_factory.mktemp("budget") / "needlebench")

@@ -73,7 +73,7 @@ def test_atc_rows_and_circular_aggregation():
     # one wrong rotation fails the whole item
     wrong = harness.process_atc(rows[1], ["Answer: A" if rows[1]["answer_letter"] != "A" else "Answer: B"])
     assert wrong["acc"] == 0.0
-    assert harness.agg_perf_4([results[0]["perf_4"], wrong["perf_4"]]) == 0.0
+    assert harness.agg_perf_4([results[0]["perf_4"], wrong["perf_4"], *[r["perf_4"] for r in results[2:]]]) == 0.0
     # tuples survive a JSON round trip (logged samples, gathered results)
     assert harness.agg_perf_4(json.loads(json.dumps([r["perf_4"] for r in results]))) == 100.0
 
@@ -105,6 +105,18 @@ def test_counting_stars_per_star_scores():
             "per_star": [1.0] * 4,
         }
     assert json.loads(harness.oracle_answer(rea)) == {"小企鹅": STAR_COUNTS}
+
+
+def test_perf_4_counts_only_items_with_all_four_rotations():
+    rows = atc_rows()
+    whole = [harness.process_atc(row, [f"Answer: {row['answer_letter']}"])["perf_4"] for row in rows]
+    # a second item cut short by --limit: two rotations, both right (it would count as correct)
+    partial = [("cut-item", rotation, True) for rotation in ("ABCD", "BCDA")]
+    wrong = ("whole-wrong", "ABCD", False)
+    others = [("whole-wrong", rotation, True) for rotation in ("BCDA", "CDAB", "DABC")]
+    assert harness.agg_perf_4(whole + partial) == 100.0
+    assert harness.agg_perf_4(whole + partial + [wrong, *others]) == 50.0  # 1 of 2 whole items
+    assert harness.agg_perf_4(partial) == 0.0  # no whole item at all
 
 
 def test_flat_mean_and_empty_aggregations():
@@ -151,8 +163,10 @@ def test_load_dataset_rejects_bad_input(tmp_path):
         harness.load_dataset(needlebench_config="single_en_3k")
     with pytest.raises(NeedlebenchError, match="data_dir"):
         harness.load_dataset(needlebench_config="single_en_4k", data_dir=str(tmp_path / "missing"))
-    with pytest.raises(NeedlebenchError, match="repo_id"):
-        harness.load_dataset(needlebench_config="single_en_4k", revision="v1.0")
+    with pytest.raises(NeedlebenchError, match="data_revision 'v1.0.0' given without data_repo"):
+        harness.load_dataset(needlebench_config="single_en_4k", data_revision="v1.0.0")
+    with pytest.raises(NeedlebenchError, match="'repo_id' was renamed to 'data_repo'"):
+        harness.load_dataset(needlebench_config="single_en_4k", repo_id="org/needlebench", revision="v1.0.0")
     with pytest.raises(NeedlebenchError, match="allowed: 1000, 2000, 3000, 4000"):
         harness.load_dataset(needlebench_config="single_en_4k", context_lengths=1500)
 
@@ -173,11 +187,45 @@ def test_resolve_source_precedence(tmp_path, monkeypatch):
         "revision": None,
         "release_seed": None,
     }
-    hub = harness.resolve_source({"repo_id": "org/needlebench", "revision": "v1.0", "release_seed": "7"})
-    assert hub == {"data_dir": None, "repo_id": "org/needlebench", "revision": "v1.0", "release_seed": 7}
+    hub = harness.resolve_source({"data_repo": "org/needlebench", "data_revision": "v1.0.0", "release_seed": "7"})
+    assert hub == {"data_dir": None, "repo_id": "org/needlebench", "revision": "v1.0.0", "release_seed": 7}
     monkeypatch.setenv(harness.DATA_DIR_ENV, str(tmp_path))
     assert harness.resolve_source({})["data_dir"] == str(tmp_path.resolve())
-    assert harness.resolve_source({"repo_id": "org/x"})["data_dir"] is None  # explicit metadata wins
+    assert harness.resolve_source({"data_repo": "org/x"})["data_dir"] is None  # explicit metadata wins
+
+
+def test_model_args_do_not_change_the_data_source(monkeypatch):
+    """lm-eval merges ``--model_args`` into the metadata: the hf/vllm ``pretrained`` and ``revision`` are ignored."""
+    monkeypatch.delenv(harness.DATA_DIR_ENV, raising=False)
+    model_args = {"pretrained": "org/model", "revision": "main", "dtype": "bfloat16"}
+    assert harness.resolve_source(model_args) == {
+        "data_dir": None,
+        "repo_id": None,
+        "revision": None,
+        "release_seed": None,
+    }
+    merged = model_args | {"data_repo": "org/needlebench", "data_revision": "v1.0.0"}
+    source = harness.resolve_source(merged)
+    assert source["repo_id"] == "org/needlebench" and source["revision"] == "v1.0.0"
+    assert harness.resolve_source(model_args | {"data_repo": "org/needlebench"})["revision"] is None
+
+
+def test_load_split_errors_are_one_line(tmp_path):
+    from hub_server import make_dataset_folder
+    from needlebench.dataset import load_split
+
+    folder = tmp_path / "built"
+    make_dataset_folder(folder, {"atc_en": 4})
+    assert len(load_split("atc_en", data_dir=str(folder))) == 4
+    with pytest.raises(NeedlebenchError, match=r"'single_en_4k' is not built .* atc_en") as built:
+        load_split("single_en_4k", data_dir=str(folder))
+    (folder / "needlebench.json").unlink()  # a plain dataset folder: datasets itself finds no such config
+    with pytest.raises(NeedlebenchError, match=r"'single_en_4k' could not be loaded from data_dir") as plain:
+        load_split("single_en_4k", data_dir=str(folder))
+    with pytest.raises(NeedlebenchError, match="HF_HUB_OFFLINE is set") as offline:  # conftest: offline
+        load_split("single_en_4k", repo_id="org/no-such-dataset", revision="v1.0.0")
+    for error in (built, plain, offline):
+        assert "\n" not in str(error.value)
 
 
 def test_context_length_filter_forms():

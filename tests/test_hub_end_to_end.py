@@ -1,5 +1,6 @@
 """Whole commands against a local Hub (olah): build from the paper's inputs with `--corpus opencompass`, and an
-lm-eval task reading a published release by repo id and tag."""
+lm-eval task reading a published release by ``data_repo`` and ``data_revision``, and one-line errors for a missing
+repo, revision or config."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hub_server import HubServer, commit_files, olah_fixture
+from hub_server import ClientError, HubServer, commit_files, olah_fixture
 
 from needlebench.build import build_dataset
 from needlebench.hub import OPENCOMPASS_REPO
@@ -64,22 +65,55 @@ def test_build_with_the_paper_inputs_from_the_hub(hub: HubServer, tmp_path: Path
     assert sorted(text for text in ESSAYS if text in document) == sorted(ESSAYS)
     recipe = json.loads((out / "needlebench.json").read_text())["recipe"]
     assert recipe["compat"] == "opencompass" and recipe["corpora"]["en"]["name"].endswith(".jsonl")
+    # the recipe records the pinned Hub spec, not this machine's cache path
+    assert recipe["haystack_en"] == recipe["needles"] == recipe["names"] == "opencompass@fixture-v1"
 
 
-def test_lm_eval_task_reads_a_published_release_by_repo_id(hub: HubServer, tmp_path: Path):
-    folder = tmp_path / "release"
+@pytest.fixture(scope="module")
+def release(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``atc_en`` published to the local Hub as ``org/needlebench`` at tag ``v1.0.0``; returns the repo id."""
+    folder = tmp_path_factory.mktemp("release") / "needlebench"
     build_dataset(["atc_en"], folder, BuildOptions(), progress=False)
     publish_to_git(folder, hub.repo_path("org/needlebench"), version="1.0.0")
+    return "org/needlebench"
+
+
+def test_lm_eval_task_reads_a_published_release_by_data_repo(hub: HubServer, release: str, tmp_path: Path):
     output = tmp_path / "results"
     code = (
         "import sys; from needlebench.evaluate import run_eval; sys.exit(run_eval(sys.argv[1:]))"
     )
-    metadata = json.dumps({"repo_id": "org/needlebench", "revision": "v1.0.0"})
+    metadata = json.dumps({"data_repo": release, "data_revision": "v1.0.0"})
+    # lm-eval merges --model_args into the task metadata: the model's revision must not reach the dataset
+    model_args = "pretrained=org/some-model,revision=no-such-branch"
+    # the fallback source is a missing folder: the run only passes when data_repo is what the rows come from
+    env = {**hub.env(), "NEEDLEBENCH_DATA_DIR": str(tmp_path / "not-a-folder")}
     result = subprocess.run(
-        [sys.executable, "-c", code, "run", "--model", "needlebench-oracle", "--tasks", "needlebench_atc_en",
-         "--metadata", metadata, "--limit", "8", "--output_path", str(output)],
-        env=hub.env(), cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-c", code, "run", "--model", "needlebench-oracle", "--model_args", model_args,
+         "--tasks", "needlebench_atc_en", "--metadata", metadata, "--limit", "8", "--output_path", str(output)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(sorted(output.rglob("results_*.json"))[-1].read_text())["results"]["needlebench_atc_en"]
     assert results["acc,none"] == pytest.approx(100.0) and results["perf_4,none"] == pytest.approx(100.0)
+
+
+def test_hub_load_failures_are_one_line_errors(hub: HubServer, release: str):
+    load = "needlebench.dataset:load_split"
+    missing_repo, missing_revision, missing_config, renamed_key = hub.calls(
+        [
+            (load, ("atc_en",), {"repo_id": "org/no-such-dataset", "revision": "v1.0.0"}),
+            (load, ("atc_en",), {"repo_id": release, "revision": "v9.9.9"}),
+            (load, ("single_en_4k",), {"repo_id": release, "revision": "v1.0.0"}),
+            ("needlebench.harness:load_dataset", (), {"needlebench_config": "atc_en", "repo_id": release}),
+        ]
+    )
+    for error in (missing_repo, missing_revision, missing_config, renamed_key):
+        assert isinstance(error, ClientError) and error.type_name == "NeedlebenchError", error
+        assert "\n" not in error.message
+    assert missing_repo.message.startswith("dataset org/no-such-dataset@v1.0.0: not found")
+    # olah answers an unknown tag like an unknown repo (the Hub itself says "revision not found")
+    assert missing_revision.message.startswith(f"dataset {release}@v9.9.9: ")
+    assert "not found" in missing_revision.message
+    assert missing_config.message.startswith(f"dataset {release}@v1.0.0 config 'single_en_4k': ")
+    assert "data_repo" in renamed_key.message

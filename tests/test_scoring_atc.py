@@ -8,6 +8,7 @@ from needlebench.scoring import (
     atc_overall,
     circular_item_correct,
     circular_scores,
+    complete_items,
     extract_option,
     open_answer_score,
     option_letter_for,
@@ -69,6 +70,24 @@ def test_final_answer_statement_wins_over_letters_in_reasoning():
 
 
 @pytest.mark.parametrize(
+    "text, expected",
+    [
+        # "A" followed by a lowercase word is the article, not an answer statement
+        ("Answer: A careful reading shows that the eldest is option D.", "D"),
+        ("The answer is a bit subtle. The answer is A careful reading away: C", "C"),
+        ("所以答案是 A careful reading shows option B.", "B"),
+        # an option letter followed by punctuation, a line break or the option's name still counts
+        ("Answer: A", "A"),
+        ("The answer is A, because Ann is the eldest.", "A"),
+        ("Answer: A David House", "A"),
+        ("Answer: A\nbecause Ann is the eldest.", "A"),
+    ],
+)
+def test_article_a_is_not_an_answer_statement(text, expected):
+    assert extract_option(text) == expected
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "",
@@ -97,6 +116,13 @@ def test_option_letter_for():
     assert option_letter_for(" Li Ming ", options) == "C"
     with pytest.raises(ValueError):
         option_letter_for("Nobody", options)
+
+
+def test_complete_items_drops_items_missing_a_rotation():
+    rows = [*[("whole", r, True) for r in ROTATIONS], ("cut", "ABCD", True), ("cut", "BCDA", True)]
+    assert complete_items(rows) == rows[:4]
+    # a repeated rotation does not make up for a missing one
+    assert complete_items([("dup", "ABCD", True)] * 4) == []
 
 
 def test_circular_scores_small_table():

@@ -2,7 +2,13 @@
 
 import pytest
 
-from needlebench.scoring import counting_stars_score, parse_counts, star_scores
+from needlebench.scoring import (
+    counting_stars_score,
+    parse_answer_list,
+    parse_counts,
+    predicted_counts,
+    star_scores,
+)
 
 # The fixed M=32 star counts and the +/-1 wrong counts (fact sheet section 9).
 A32 = [15, 117, 42, 69, 58, 107, 9, 49, 113, 66, 26, 102, 81, 94, 77, 61,
@@ -80,7 +86,7 @@ def test_bad_case_sentences_instead_of_json():
         ('{"小企鹅": [15, 117]}', "en", [15, 117]),  # either key in either language
         ('{"little_penguin": [15, 117]}', "zh", [15, 117]),
         ('{"result": {"little_penguin": [3, 5]}}', "en", [3, 5]),
-        ('{"little_penguin": [1, true, 2.0, "3", 4, null]}', "en", [1, 4]),  # ints only
+        ('{"little_penguin": [1, true, 2.0, "3", 4, null]}', "en", [1, 2.0, 4]),  # numbers, no booleans
         ('{"little_penguin": "15, 117"}', "en", []),
         ('[15, 117, 42]', "en", []),  # no key
         ('{"other": [15]}', "en", []),
@@ -106,6 +112,30 @@ def test_truncate_to_m_then_dedupe():
     assert star_scores('{"little_penguin": [3, 3, 1]}', [1, 2, 3], None, "acquisition", "en") == [1.0, 0.0, 1.0]
     # Reasoning: M = 2 keeps [10, 11] -> star 1 has both a and r (0.5); 20 was cut off (0).
     assert star_scores('{"little_penguin": [10, 11, 20]}', [10, 20], [11, 19], "reasoning", "en") == [0.5, 0.0]
+
+
+def test_truncation_counts_raw_entries_before_filtering():
+    # M = 3: the reference keeps the first 3 raw entries ("x", 15, "y"), so 117 and 42 come too late, even
+    # though the strings can never match.
+    pred = '{"little_penguin": ["x", 15, "y", 117, 42]}'
+    assert parse_answer_list(pred, "en") == ["x", 15, "y", 117, 42]
+    assert star_scores(pred, [15, 117, 42], None, "acquisition", "en") == [1.0, 0.0, 0.0]
+    # Reasoning: a junk entry pushes the correct count of star 2 out of the window; its wrong count stays in.
+    assert star_scores('{"little_penguin": [10, null, 19, 20]}', [10, 20, 30], [11, 19, 31], "reasoning", "en") == [
+        1.0,
+        0.25,
+        0.0,
+    ]
+
+
+def test_membership_is_python_equality_without_booleans_or_strings():
+    # 15.0 == 15, as in the reference's set membership; "117" is a string and never matches.
+    pred = '{"little_penguin": [15.0, "117", 42]}'
+    assert star_scores(pred, [15, 117, 42], None, "acquisition", "en") == [1.0, 0.0, 1.0]
+    # true == 1 in Python, but a boolean is not a count; 2.5 equals no count.
+    assert star_scores('{"little_penguin": [true, 2.5, 3]}', [1, 2, 3], None, "acquisition", "en") == [0.0, 0.0, 1.0]
+    assert predicted_counts([True, 1.0, "1", None, [1], 7], 6) == {1, 7}
+    assert predicted_counts([1, 2, 3], 2) == {1, 2}
 
 
 def test_reasoning_one_half_quarter_zero():

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NeedlebenchError
-from .grid import get_config, match_configs
+from .grid import ConfigSpec, get_config
 from .harness import max_gen_toks_for
 
 #: Prompts encoded per tokenizer call (fast tokenizers encode a batch in parallel).
@@ -103,6 +103,16 @@ def budget_rows(
     return over
 
 
+def _task_budget(spec: ConfigSpec, max_gen_toks: int | None, max_length: int) -> int:
+    """The generation budget of a config: ``max_gen_toks`` when positive, else its task's own; below the window."""
+    budget = max_gen_toks if max_gen_toks is not None and max_gen_toks > 0 else max_gen_toks_for(spec)
+    if budget >= max_length:
+        raise NeedlebenchError(
+            f"max_gen_toks {budget} of {spec.name} is not below max length {max_length}; raise the max length"
+        )
+    return budget
+
+
 def run_budget(
     tokenizer: str,
     max_length: int,
@@ -112,26 +122,22 @@ def run_budget(
     max_gen_toks: int | None,
     data_dir: str | None,
 ) -> list[dict]:
-    """Rows of ``configs`` (names or globs) that lm-eval would left-truncate for this tokenizer and length.
+    """Rows of ``configs`` (config names; the CLI expands globs) that lm-eval would left-truncate.
 
     Each row dict has ``fits: False``. ``max_gen_toks`` None (or <= 0) uses each task's own budget (the
-    ``max_gen_toks`` of its YAML).
+    ``max_gen_toks`` of its YAML). A ``data_dir`` lacking a config is a one-line error.
     """
     if max_length <= 0:
         raise NeedlebenchError(f"max length {max_length} must be a positive number of tokens")
     if not configs:
-        raise NeedlebenchError("no configs given; name at least one, e.g. single_en_4k or 'single_*_4k'")
-    specs = match_configs(configs)
+        raise NeedlebenchError("no configs given; name at least one, e.g. single_en_4k")
+    specs = [get_config(name) for name in configs]
+    budgets = [_task_budget(spec, max_gen_toks, max_length) for spec in specs]
     tok = load_tokenizer(tokenizer)
     from .dataset import load_split  # imported lazily: it pulls in the builders
 
     flagged: list[dict] = []
-    for spec in specs:
-        budget = max_gen_toks if max_gen_toks is not None and max_gen_toks > 0 else max_gen_toks_for(spec)
-        if budget >= max_length:
-            raise NeedlebenchError(
-                f"max_gen_toks {budget} of {spec.name} is not below max length {max_length}; raise the max length"
-            )
+    for spec, budget in zip(specs, budgets, strict=True):
         rows = load_split(spec.name, data_dir=data_dir)
         flagged.extend(budget_rows(rows, tok, max_length, chat_template=chat_template, max_gen_toks=budget))
     return flagged
@@ -158,7 +164,3 @@ def format_budget(rows: list[dict]) -> str:
         )
     return "\n".join(lines)
 
-
-def spec_budget(config: str) -> int:
-    """The ``max_gen_toks`` of a config's task (convenience for callers that show the default)."""
-    return max_gen_toks_for(get_config(config))

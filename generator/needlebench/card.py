@@ -334,7 +334,6 @@ def template_context(
         "total_haystack_tokens": f"{sum(int(e.get('haystack_tokens', 0)) for e in entries):,}",
         "total_prompt_tokens": f"{sum(int(e.get('prompt_tokens', 0)) for e in entries):,}",
         "example_config": names[0],
-        "example_family": get_config(names[0]).family,
         "changelog": changelog if changelog is not None else default_changelog(manifest, version),
     }
 

@@ -4,9 +4,10 @@ The task folder's ``utils.py`` is a thin wrapper that re-exports the hooks defin
 
 * :func:`load_dataset` is the tasks' ``custom_dataset``. lm-eval calls it with the task's ``metadata`` merged
   with ``--metadata`` and ``--model_args``; it reads ``needlebench_config`` (set by each task YAML) and the data
-  source: ``data_dir`` (a local folder built by ``needlebench build``), ``repo_id`` + ``revision`` (a Hub
+  source: ``data_dir`` (a local folder built by ``needlebench build``), ``data_repo`` + ``data_revision`` (a Hub
   dataset), or neither (rows are built on the fly from the pinned release seed). ``context_lengths`` keeps only
-  rows of the given grid lengths.
+  rows of the given grid lengths. The Hub keys carry a ``data_`` prefix because model args share the namespace
+  (``hf`` and ``vllm`` take ``pretrained`` and ``revision``).
 * ``process_*`` are the per-family ``process_results`` hooks, returning the metrics of one row.
 * :func:`agg_perf_4` and :func:`agg_flat_mean` are the custom aggregations (CircularEval over
   ``(item_id, rotation, correct)`` tuples, and the mean over per-needle / per-star lists).
@@ -39,8 +40,11 @@ TASK_PREFIX = "needlebench_"
 #: Environment variable read by :func:`load_dataset` when the metadata names no data source.
 DATA_DIR_ENV = "NEEDLEBENCH_DATA_DIR"
 
-#: Metadata keys :func:`load_dataset` understands (everything else, e.g. model args, is ignored).
-SOURCE_KEYS = ("data_dir", "repo_id", "revision", "release_seed", "context_lengths")
+#: Metadata keys naming a published Hub dataset and its tag or commit (``revision`` is a model arg of hf / vllm).
+DATA_REPO_KEY = "data_repo"
+DATA_REVISION_KEY = "data_revision"
+#: Former metadata keys -> their replacements (a former key is a one-line error naming the new one).
+RENAMED_KEYS = {"repo_id": DATA_REPO_KEY}
 
 
 # --------------------------------------------------------------------------------------------- families
@@ -193,19 +197,43 @@ def _context_length_filter(value: Any, spec: ConfigSpec) -> set[int] | None:
     return lengths
 
 
+def _reject_renamed_keys(metadata: Mapping[str, Any]) -> None:
+    """Raise a one-line error when the metadata uses a former data-source key (see :data:`RENAMED_KEYS`)."""
+    for old, new in RENAMED_KEYS.items():
+        if metadata.get(old) not in (None, ""):
+            raise NeedlebenchError(
+                f"metadata key {old!r} was renamed to {new!r}; pass {new}=ORG/NAME (and {DATA_REVISION_KEY}=vX.Y.Z) "
+                "in --metadata"
+            )
+
+
+def _release_seed(value: Any) -> int | None:
+    """The ``release_seed`` metadata as an int (None when not given)."""
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise NeedlebenchError(f"release_seed {value!r} is not an integer") from None
+
+
 def resolve_source(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The data-source keyword arguments of ``load_split`` from task metadata (and ``NEEDLEBENCH_DATA_DIR``).
 
-    ``data_dir`` wins over ``repo_id``; a relative ``data_dir`` resolves against the working directory.
+    Reads ``data_dir``, ``data_repo``, ``data_revision`` and ``release_seed``; model args such as ``pretrained``
+    and ``revision`` are ignored. ``data_dir`` wins over ``data_repo``; a relative ``data_dir`` resolves against
+    the working directory.
     """
+    _reject_renamed_keys(metadata)
     data_dir = metadata.get("data_dir") or None
-    repo_id = metadata.get("repo_id") or None
-    revision = metadata.get("revision") or None
-    release_seed = metadata.get("release_seed")
-    if data_dir is None and repo_id is None and os.environ.get(DATA_DIR_ENV):
+    repo = metadata.get(DATA_REPO_KEY) or None
+    revision = metadata.get(DATA_REVISION_KEY) or None
+    if data_dir is None and repo is None and os.environ.get(DATA_DIR_ENV):
         data_dir = os.environ[DATA_DIR_ENV]
-    if revision is not None and repo_id is None:
-        raise NeedlebenchError(f"revision {revision!r} given without repo_id; pass repo_id=ORG/NAME with it")
+    if revision is not None and repo is None:
+        raise NeedlebenchError(
+            f"{DATA_REVISION_KEY} {revision!r} given without {DATA_REPO_KEY}; pass {DATA_REPO_KEY}=ORG/NAME with it"
+        )
     if data_dir is not None:
         path = Path(str(data_dir)).expanduser().resolve()
         if not path.is_dir():
@@ -213,34 +241,12 @@ def resolve_source(metadata: Mapping[str, Any]) -> dict[str, Any]:
                 f"data_dir {str(data_dir)!r} is not a directory; pass a folder built by `needlebench build --out DIR`"
             )
         return {"data_dir": str(path), "repo_id": None, "revision": None, "release_seed": None}
-    seed = None
-    if release_seed not in (None, ""):
-        try:
-            seed = int(release_seed)
-        except (TypeError, ValueError):
-            raise NeedlebenchError(f"release_seed {release_seed!r} is not an integer") from None
     return {
         "data_dir": None,
-        "repo_id": str(repo_id) if repo_id else None,
+        "repo_id": str(repo) if repo else None,
         "revision": str(revision) if revision else None,
-        "release_seed": seed,
+        "release_seed": _release_seed(metadata.get("release_seed")),
     }
-
-
-def check_built(folder: Path, config: str) -> None:
-    """Raise a one-line error when a built folder's manifest does not list ``config``."""
-    from .build import read_manifest
-
-    manifest = read_manifest(folder)
-    if manifest is None:
-        return  # not a needlebench-built folder (e.g. a downloaded repo); load_split decides
-    built = list(manifest.get("configs", {}))
-    if config not in built:
-        shown = ", ".join(built[:8]) + (" ..." if len(built) > 8 else "")
-        raise NeedlebenchError(
-            f"config {config!r} is not built in data_dir {str(folder)!r} (it holds: {shown or 'nothing'}); "
-            f"add it with `needlebench build {config} --out {folder}`"
-        )
 
 
 def load_dataset(**metadata: Any) -> dict[str, Any]:
@@ -258,8 +264,6 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
     spec = get_config(str(config))
     lengths = _context_length_filter(metadata.get("context_lengths"), spec)
     source = resolve_source(metadata)
-    if source["data_dir"] is not None:
-        check_built(Path(source["data_dir"]), spec.name)
     from .dataset import load_split  # imported lazily: it pulls in the builders
 
     split = load_split(spec.name, **source)
@@ -357,8 +361,11 @@ def process_counting_stars(doc: Mapping[str, Any], results: Sequence[Any]) -> di
 
 
 def agg_perf_4(items: Iterable[Sequence[Any]]) -> float:
-    """CircularEval ``perf_4`` (0..100): share of items whose every rotation is answered correctly."""
-    rows = [(str(item[0]), str(item[1]), bool(item[2])) for item in items]
+    """CircularEval ``perf_4`` (0..100): share of items whose 4 rotations are all answered correctly.
+
+    Only items with all 4 rotations count (``--limit`` can cut the last item short); 0.0 when there is none.
+    """
+    rows = scoring.complete_items((str(item[0]), str(item[1]), bool(item[2])) for item in items)
     if not rows:
         return 0.0
     return scoring.circular_scores(rows)["perf_4"]

@@ -7,8 +7,9 @@ Input is an lm-eval ``--output_path`` folder run with ``--log_samples``: ``resul
 * NeedleBench, per size: S-RT, M-RT and M-RS for Chinese, English and both (each the mean over the
   (length, depth[, needle count]) cells of the grid, each cell the mean over its repeats), and the overall score
   ``0.4 S-RT + 0.3 M-RT + 0.3 M-RS``;
-* ATC: CircularEval ``perf_4`` per needle count, per category (language x prompt style) weighted by the needle
-  count, and their plain mean; open-ended ATC as a mean score;
+* ATC: CircularEval ``perf_4`` per needle count (items with all 4 rotations only), per category (language x
+  prompt style) weighted by the needle count, and ATC-CE-Overall, the plain mean of the 4 categories (labelled
+  partial when some are missing); open-ended ATC as a mean score;
 * Counting-Stars: the mean over the star x length grid per task and language, and their average.
 
 Tables are written as Markdown and CSV; heatmaps (PNG, matplotlib's Agg canvas) show depth x length per
@@ -218,16 +219,48 @@ def atc_tables(samples: Sequence[Sample]) -> tuple[list[list[Any]], list[list[An
     detail_rows: list[list[Any]] = []
     weighted: dict[str, float] = {}
     for category in sorted(by_category):
-        perf = {n: scoring.circular_scores(rows)["perf_4"] for n, rows in sorted(by_category[category].items())}
+        perf = perf_4_by_needles(by_category[category])
+        if not perf:
+            continue  # no item with all four rotations (e.g. a --limit run)
         weighted[category] = scoring.atc_category_score(perf)
         category_rows.append([category, weighted[category], _mean(acc[category]), ", ".join(map(str, perf))])
         detail_rows += [[category, n, value] for n, value in perf.items()]
-    standard = {k: v for k, v in weighted.items() if not k.endswith("-512-CE")}
-    if standard:
-        category_rows.append(["ATC-CE-Overall", scoring.atc_overall(standard), None, ", ".join(sorted(standard))])
+    overall = atc_overall_row(weighted)
+    if overall:
+        category_rows.append(overall)
     for label, values in sorted(open_scores.items()):
         category_rows.append([label, _mean(values), None, "open-ended (exact name)"])
     return category_rows, detail_rows
+
+
+#: The four categories whose plain mean is the paper's ATC-CE-Overall.
+ATC_OVERALL_CATEGORIES = ("EN-Direct-CE", "EN-Reasoning-CE", "ZH-Direct-CE", "ZH-Reasoning-CE")
+
+
+def perf_4_by_needles(rows_by_needles: Mapping[int, list[tuple[str, str, bool]]]) -> dict[int, float]:
+    """CircularEval ``perf_4`` per needle count over complete items (all 4 rotations); counts with none are left out."""
+    perf: dict[int, float] = {}
+    for needles, rows in sorted(rows_by_needles.items()):
+        complete = scoring.complete_items(rows)
+        if complete:
+            perf[needles] = scoring.circular_scores(complete)["perf_4"]
+    return perf
+
+
+def atc_overall_row(weighted: Mapping[str, float]) -> list[Any] | None:
+    """The ATC-CE-Overall row (plain mean of the 4 categories) when all 4 are present.
+
+    With only some of them the mean is labelled partial, so it is never mistaken for the paper's score; None
+    when there is none.
+    """
+    present = [category for category in ATC_OVERALL_CATEGORIES if category in weighted]
+    if not present:
+        return None
+    value = scoring.atc_overall({category: weighted[category] for category in present})
+    if len(present) == len(ATC_OVERALL_CATEGORIES):
+        return ["ATC-CE-Overall", value, None, ", ".join(present)]
+    label = f"ATC-CE-Overall (partial: {len(present)} of {len(ATC_OVERALL_CATEGORIES)} categories)"
+    return [label, value, None, ", ".join(present)]
 
 
 def counting_stars_rows(samples: Sequence[Sample]) -> list[list[Any]]:

@@ -5,13 +5,21 @@ from .atc import (
     atc_overall,
     circular_item_correct,
     circular_scores,
+    complete_items,
     extract_open_answer,
     extract_option,
     normalize_name,
     open_answer_score,
     option_letter_for,
 )
-from .counting_stars import counting_stars_score, normalize_task, parse_counts, star_scores
+from .counting_stars import (
+    counting_stars_score,
+    normalize_task,
+    parse_answer_list,
+    parse_counts,
+    predicted_counts,
+    star_scores,
+)
 from .overall import NEEDLEBENCH_WEIGHTS, mean, needlebench_overall
 from .reasoning import (
     answer_keywords,
@@ -37,13 +45,16 @@ __all__ = [
     "option_letter_for",
     "circular_scores",
     "circular_item_correct",
+    "complete_items",
     "atc_category_score",
     "atc_overall",
     "open_answer_score",
     "extract_open_answer",
     "normalize_name",
     # Counting-Stars
+    "parse_answer_list",
     "parse_counts",
+    "predicted_counts",
     "star_scores",
     "counting_stars_score",
     "normalize_task",

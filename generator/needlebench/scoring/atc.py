@@ -5,7 +5,8 @@
   "The answer is: X" / "所以答案是：X" style, bare letters, "C. name", ...).
 * :func:`circular_scores` implements CircularEval (fact sheet section 6.2):
   ``acc_1`` (ABCD rows only), ``acc`` (all rows) and ``perf_4`` (items whose
-  every rotation is answered correctly), all on a 0..100 scale.
+  every rotation is answered correctly), all on a 0..100 scale;
+  :func:`complete_items` keeps only items that have all four rotations.
 * :func:`atc_category_score` weights ``perf_4`` per needle count by the number
   of needles (names), like the reference summarizer; :func:`atc_overall` is the
   plain mean of the categories.
@@ -25,16 +26,20 @@ __all__ = [
     "option_letter_for",
     "circular_scores",
     "circular_item_correct",
+    "complete_items",
     "atc_category_score",
     "atc_overall",
     "normalize_name",
     "extract_open_answer",
     "open_answer_score",
     "BASE_ROTATION",
+    "ROTATIONS",
 ]
 
 #: The un-rotated option order; ``acc_1`` is computed on rows with this rotation.
 BASE_ROTATION = "ABCD"
+#: The four CircularEval rotations of an item.
+ROTATIONS = ("ABCD", "BCDA", "CDAB", "DABC")
 
 # --------------------------------------------------------------------------- option extraction
 
@@ -47,9 +52,15 @@ def _letter(cls: str) -> str:
     return rf"(?<![A-Za-z0-9])({cls})(?![A-Za-z0-9])"
 
 
+#: After a matched letter: not the English article, i.e. not an "A" followed by a lowercase word
+#: ("Answer: A careful reading shows ..."); "A David House" (an option's text) still counts.
+_NOT_ARTICLE = r"(?!(?<=A)[ \t]+[a-z])"
+
+
 def _compile_patterns(letters: str):
     cls = "[" + re.escape(letters) + "]"
     let = _letter(cls)
+    stmt_let = let + _NOT_ARTICLE
     answer_statements = [
         # English: "Answer: C", "The answer is: C", "The correct answer is (C)",
         # "Final answer: option C", "the answer would be C".
@@ -58,12 +69,12 @@ def _compile_patterns(letters: str):
             r"(?:(?i:is|would\s+be|should\s+be|will\s+be|must\s+be)\b)?[ \t]*"
             r"[:：=\-]?\s*"
             r"(?:(?i:option|choice)\b[ \t]*)?[:：]?[ \t]*"
-            + _OPEN + r"?[ \t]*" + let
+            + _OPEN + r"?[ \t]*" + stmt_let
         ),
         # Chinese: "回答: C", "回答：C", "答案是C", "所以答案是：C", "答案为（C）", "答案应该是选项C", "答：C".
         re.compile(
             r"(?:答案|回答|答)[ \t]*(?:应该|应当|应|就)?[ \t]*(?:是|为|選|选)?[ \t]*"
-            r"(?:选项|選項)?[ \t]*[:：]?[ \t]*" + _OPEN + r"?[ \t]*" + let
+            r"(?:选项|選項)?[ \t]*[:：]?[ \t]*" + _OPEN + r"?[ \t]*" + stmt_let
         ),
         # LaTeX: \boxed{C}, \boxed{\text{C}}
         re.compile(r"\\boxed\{[ \t]*(?:\\text(?:bf)?\{)?[ \t]*" + let),
@@ -115,7 +126,9 @@ def extract_option(prediction: str, options: str = "ABCD") -> str | None:
 
     1. answer statements - "Answer: X", "The answer is: X", "The answer is X",
        "回答: X", "回答：X", "所以答案是：X", "答案是X", "\\boxed{X}"; when several
-       occur the **last** one wins (the final statement of a reasoning text);
+       occur the **last** one wins (the final statement of a reasoning text).
+       "Answer: A careful reading ..." is not a statement: an "A" followed by a
+       lowercase word is the article (as in tier 5);
     2. a line holding only an option ("C", "C.", "(C)", "**C**"); the last such line;
     3. a response starting with a labelled option ("C. David House", "(C) David House");
     4. mentions such as "Option C", "选项C" or a bold "**C**"; the last one;
@@ -195,6 +208,21 @@ def circular_item_correct(rows: Iterable[tuple[str, str, bool]]) -> dict[str, bo
     for item_id, _rotation, correct in rows:
         result[item_id] = result.get(item_id, True) and bool(correct)
     return result
+
+
+def complete_items(
+    rows: Iterable[tuple[str, str, bool]], rotations: int = len(ROTATIONS)
+) -> list[tuple[str, str, bool]]:
+    """The rows of items that have all ``rotations`` distinct rotations (partial items are dropped).
+
+    ``perf_4`` is only defined on whole items: an item cut short (e.g. by lm-eval's ``--limit``) would count as
+    correct when its few rows happen to be right.
+    """
+    rows = list(rows)
+    seen: dict[str, set[str]] = {}
+    for item_id, rotation, _correct in rows:
+        seen.setdefault(item_id, set()).add(str(rotation).strip().upper())
+    return [row for row in rows if len(seen[row[0]]) >= rotations]
 
 
 def circular_scores(rows: Iterable[tuple[str, str, bool]]) -> dict[str, float]:

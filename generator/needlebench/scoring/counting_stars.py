@@ -1,18 +1,22 @@
 """Counting-Stars scoring (scale 0..1, as in the paper and ``viz.ipynb``).
 
-Parsing (:func:`parse_counts`) uses ``json_repair`` so truncated output,
+Parsing (:func:`parse_answer_list`) uses ``json_repair`` so truncated output,
 trailing commas, single quotes, code fences and prose around the JSON object
-are tolerated.  The counts are read from the key ``"little_penguin"`` (English
-prompt) or ``"小企鹅"`` (Chinese prompt); either key is accepted in both
-languages.  Only real ``int`` entries are kept (``bool``, ``float`` and strings
-are dropped, as the reference does not coerce).
+are tolerated.  The answer list is read from the key ``"little_penguin"``
+(English prompt) or ``"小企鹅"`` (Chinese prompt); either key is accepted in both
+languages.  Entries are kept as parsed, whatever their type.
 
-Per-star scoring (:func:`star_scores`), with the prediction first truncated to
-``M = len(star_counts)`` entries and then turned into a set:
+Per-star scoring (:func:`star_scores`) follows the reference: the raw list is
+first truncated to ``M = len(star_counts)`` entries (strings and other junk
+take their slots too), then turned into a set, and a count is predicted when it
+is a member by Python equality (so ``15.0`` counts as ``15``; strings never
+match, and neither do booleans, although ``True == 1`` in Python):
 
 * acquisition: 1 if ``a_i`` is predicted, else 0;
 * reasoning: 1 if ``a_i`` is predicted and the wrong count ``r_i`` is not; 0.5
   if both are; 0.25 if only ``r_i`` is; 0 otherwise.
+
+:func:`parse_counts` lists the numeric entries of the whole answer (for display).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Sequence
+from typing import Any
 
 import json_repair
 
@@ -29,7 +34,9 @@ from .reasoning import normalize_language
 __all__ = [
     "COUNT_KEYS",
     "normalize_task",
+    "parse_answer_list",
     "parse_counts",
+    "predicted_counts",
     "star_scores",
     "counting_stars_score",
 ]
@@ -110,12 +117,12 @@ def _candidates(text: str):
         yield '{"' + m.group(1) + '":' + text[m.end():]
 
 
-def parse_counts(prediction: str, language: str) -> list[int]:
-    """Counts predicted for the little penguin, in output order; ``[]`` if none parse.
+def parse_answer_list(prediction: str, language: str) -> list[Any]:
+    """The raw list predicted for the little penguin, in output order and untouched; ``[]`` if none parses.
 
     ``language`` (``"en"``/``"zh"``) is validated; both keys are accepted in either
     language.  A bare list without the key is not accepted (the reference reads
-    the key).  Duplicates are kept here; :func:`star_scores` truncates and dedupes.
+    the key).
     """
     normalize_language(language)
     if not prediction:
@@ -127,8 +134,26 @@ def parse_counts(prediction: str, language: str) -> list[int]:
     for candidate in _candidates(text):
         values = _find_counts(_repair(candidate))
         if values is not None:
-            return [v for v in values if type(v) is int]
+            return values
     return []
+
+
+def _is_count(value: Any) -> bool:
+    """A number that can equal a star count: ``int`` or ``float``, never ``bool``."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def parse_counts(prediction: str, language: str) -> list[int | float]:
+    """The numeric entries (ints and floats, no booleans) of the predicted list, in output order.
+
+    Duplicates are kept; scoring does not use this list (see :func:`predicted_counts`).
+    """
+    return [value for value in parse_answer_list(prediction, language) if _is_count(value)]
+
+
+def predicted_counts(answer: Sequence[Any], m: int) -> set[int | float]:
+    """The set scored against the star counts: the first ``m`` raw entries, numbers only (reference order)."""
+    return {value for value in list(answer)[:m] if _is_count(value)}
 
 
 # --------------------------------------------------------------------------- scoring
@@ -141,11 +166,14 @@ def star_scores(
     task: str,
     language: str,
 ) -> list[float]:
-    """One score per star (per entry of ``star_counts``), each in {0, 0.25, 0.5, 1}."""
+    """One score per star (per entry of ``star_counts``), each in {0, 0.25, 0.5, 1}.
+
+    The answer list is truncated to ``M = len(star_counts)`` raw entries before the set is built.
+    """
     kind = normalize_task(task)
     star_counts = list(star_counts)
     m = len(star_counts)
-    predicted = set(parse_counts(prediction, language)[:m])
+    predicted = predicted_counts(parse_answer_list(prediction, language), m)
     if kind == "acquisition":
         return [1.0 if a in predicted else 0.0 for a in star_counts]
     if wrong_counts is None:
