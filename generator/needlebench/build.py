@@ -139,7 +139,7 @@ def build_dataset(
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=out_dir))
     try:
         stats = _build_all(specs, options, staging, num_proc, progress)
-        manifest = _merge_manifest(previous, options, corpora, stats, out_dir, staging, overwrite)
+        manifest = _merge_manifest(previous, options, corpora, stats, staging)
         _install(out_dir, staging, specs, manifest, overwrite)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -204,14 +204,9 @@ def _build_all(
 
 
 def _merge_manifest(
-    previous: dict | None,
-    options: BuildOptions,
-    corpora: dict,
-    stats: dict[str, ShardStats],
-    out_dir: Path,
-    staging: Path,
-    overwrite: bool,
+    previous: dict | None, options: BuildOptions, corpora: dict, stats: dict[str, ShardStats], staging: Path
 ) -> dict:
+    """The manifest after this build: the previous configs (same recipe) plus the ones just built."""
     configs = dict(previous["configs"]) if previous else {}
     for name, stat in stats.items():
         files = sorted((staging / name).glob("*.parquet"))
