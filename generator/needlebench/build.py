@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import shutil
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,15 +192,25 @@ def _build_all(
         else:
             context = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(max_workers=num_proc, mp_context=context) as pool:
-                futures = [
-                    (shard, pool.submit(_build_shard, shard, options, str(folders[shard.config])))
-                    for shard in shards
-                ]
-                for shard, future in futures:
+                # largest shards first, so the workers finish together (the bytes do not depend on the order)
+                futures = {
+                    pool.submit(_build_shard, shard, options, str(folders[shard.config])): shard
+                    for shard in sorted(shards, key=_shard_cost, reverse=True)
+                }
+                for future in as_completed(futures):
                     result = future.result()
-                    totals[shard.config].add(result)
+                    totals[futures[future].config].add(result)
                     bar.update(result.rows)
     return totals
+
+
+def _shard_cost(shard: Shard) -> int:
+    """Approximate work of a shard: the context tokens it renders (its rows, for configs without lengths)."""
+    spec = get_config(shard.config)
+    if not spec.lengths:
+        return spec.num_rows
+    rows_per_length = spec.num_rows // len(spec.lengths)
+    return sum(shard.lengths or spec.lengths) * rows_per_length
 
 
 def _merge_manifest(
