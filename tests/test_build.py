@@ -86,18 +86,22 @@ def test_extends_a_folder_of_the_same_recipe(built, tmp_path):
         build_dataset(["single_zh_4k"], copy, BuildOptions(release_seed=5), progress=False)
 
 
-def test_refuses_a_foreign_folder_unless_overwrite(tmp_path):
+def test_refuses_a_foreign_folder_even_with_overwrite(tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    with pytest.raises(NeedlebenchError, match="not a needlebench dataset"):
-        build_dataset(["atc_zh"], foreign, BuildOptions(), progress=False)
-    assert _files(foreign) == {"notes.txt": b"mine"}
-    build_dataset(["atc_zh"], foreign, BuildOptions(), progress=False, overwrite=True)
-    # --overwrite replaces what a build owns (data/, README.md, the manifest) and keeps the rest, e.g. .git
-    assert (foreign / "notes.txt").read_text() == "mine" and (foreign / MANIFEST).exists()
-    build_dataset(["atc_en"], foreign, BuildOptions(), progress=False, overwrite=True)
-    assert sorted(p.name for p in (foreign / "data").iterdir()) == ["atc_en"]
+    for overwrite in (False, True):
+        with pytest.raises(NeedlebenchError, match="not a needlebench dataset"):
+            build_dataset(["atc_zh"], foreign, BuildOptions(), progress=False, overwrite=overwrite)
+        assert _files(foreign) == {"notes.txt": b"mine"}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    build_dataset(["atc_zh"], empty, BuildOptions(), progress=False)
+    (empty / "notes.txt").write_text("mine")
+    # --overwrite replaces what the manifest lists (data files, card, manifest) and keeps the rest
+    build_dataset(["atc_en"], empty, BuildOptions(release_seed=3), progress=False, overwrite=True)
+    assert (empty / "notes.txt").read_text() == "mine" and (empty / MANIFEST).exists()
+    assert sorted(p.name for p in (empty / "data").iterdir()) == ["atc_en"]
 
 
 def test_a_failing_build_leaves_nothing(tmp_path, monkeypatch):

@@ -3,7 +3,7 @@
 Folder: ``README.md`` (the card, with YAML ``configs:``), ``data/<config>/test-NNNNN-of-NNNNN.parquet`` and
 ``needlebench.json`` (recipe, per-config rows, tokens and fingerprints). Long configs are sharded one file per
 context length, so shards can be built in parallel and the bytes never depend on `num_proc`. Each config is
-written in a temporary folder and renamed into place; the manifest and card are replaced atomically last.
+written in a staging folder, then swapped in so that the folder is always one whole dataset (:mod:`.replace`).
 """
 
 from __future__ import annotations
@@ -86,20 +86,34 @@ def read_manifest(folder: Path) -> dict | None:
 
 
 def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dict | None:
-    """The existing manifest to extend, or None to start afresh; refuses foreign or conflicting folders."""
+    """The existing manifest (to extend, or to replace with `overwrite`), or None for a new or empty folder.
+
+    A folder that is not a needlebench dataset (no manifest of ours) is never modified, with or without
+    `overwrite`; our own leftovers (a killed build's staging folder) are finished or removed first."""
+    from .replace import CARD, leftovers, recover
+
     if not out_dir.exists():
         return None
     if not out_dir.is_dir():
         raise NeedlebenchError(f"output {out_dir} exists and is not a folder; choose another --out")
-    if overwrite:
-        return None
-    if not any(out_dir.iterdir()):
-        return None
+    ours = set(leftovers(out_dir))
+    if (out_dir / CARD).is_file() and not (out_dir / MANIFEST).exists() and ours:
+        recover(out_dir)  # a first build into the folder was killed after its commit: finish it
+        ours = set(leftovers(out_dir))
     manifest = read_manifest(out_dir)
     if manifest is None:
-        raise NeedlebenchError(
-            f"output folder {out_dir} exists and is not a needlebench dataset; choose another --out or pass --overwrite"
-        )
+        others = sorted(p.name for p in out_dir.iterdir() if p not in ours)
+        if others:
+            raise NeedlebenchError(
+                f"output folder {out_dir} is not a needlebench dataset (no {MANIFEST}; it holds {others[0]!r}), "
+                "so needlebench never writes into it, even with --overwrite; choose another --out"
+            )
+        recover(out_dir)
+        return None
+    recover(out_dir)
+    manifest = read_manifest(out_dir)
+    if overwrite:
+        return manifest
     recorded = {key: value for key, value in manifest.get("recipe", {}).items() if key != "corpora"}
     if recorded != options.to_recipe():
         raise NeedlebenchError(
@@ -133,20 +147,24 @@ def build_dataset(
     _validate(specs, options)
     corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
     options = options.pinned(corpora)
+    from . import replace
+
     previous = _check_out_dir(out_dir, options, overwrite)
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=out_dir))
+    staging = Path(tempfile.mkdtemp(prefix=f"{replace.STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
     try:
-        stats = _build_all(specs, options, staging, num_proc, progress)
-        manifest = _merge_manifest(previous, options, corpora, stats, staging)
-        _install(out_dir, staging, specs, manifest, overwrite)
+        stats = _build_all(specs, options, staging / "data", num_proc, progress)
+        replace.step()
+        manifest = _merge_manifest(None if overwrite else previous, options, corpora, stats, staging / "data")
+        replace.prepare(out_dir, staging, manifest, previous)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if created:
             shutil.rmtree(out_dir, ignore_errors=True)
         raise
-    shutil.rmtree(staging, ignore_errors=True)
+    # From the commit on the folder is the new dataset; an error after it is finished by the next build.
+    replace.commit(out_dir, staging)
     return manifest
 
 
@@ -190,8 +208,12 @@ def _build_all(
                 totals[shard.config].add(result)
                 bar.update(result.rows)
         else:
+            from . import interrupts
+
             context = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=num_proc, mp_context=context) as pool:
+            pool = ProcessPoolExecutor(max_workers=num_proc, mp_context=context, initializer=interrupts.worker_init)
+            key = interrupts.register(lambda: interrupts.terminate_pool(pool))
+            try:
                 # largest shards first, so the workers finish together (the bytes do not depend on the order)
                 futures = {
                     pool.submit(_build_shard, shard, options, str(folders[shard.config])): shard
@@ -201,6 +223,12 @@ def _build_all(
                     result = future.result()
                     totals[futures[future].config].add(result)
                     bar.update(result.rows)
+            except BaseException:
+                interrupts.terminate_pool(pool)  # an error or Ctrl-C: never wait for the running shards
+                raise
+            finally:
+                interrupts.unregister(key)
+            pool.shutdown(wait=True)
     return totals
 
 
@@ -245,32 +273,3 @@ def _registry_names() -> list[str]:
     from .grid import registry
 
     return list(registry())
-
-
-#: What a build owns in its folder; `--overwrite` replaces these and leaves everything else (e.g. `.git`) alone.
-_OWNED = ("data", "README.md", MANIFEST)
-
-
-def _install(out_dir: Path, staging: Path, specs: list[ConfigSpec], manifest: dict, overwrite: bool) -> None:
-    data = out_dir / "data"
-    if overwrite:
-        for name in _OWNED:
-            stale = out_dir / name
-            if stale.is_dir():
-                os.replace(stale, staging / f".old-{name}")
-            elif stale.exists():
-                stale.unlink()
-    data.mkdir(exist_ok=True)
-    for spec in specs:
-        target = data / spec.name
-        if target.exists():
-            trash = staging / f".old-{spec.name}"
-            os.replace(target, trash)
-        os.replace(staging / spec.name, target)
-    from .card import write_card
-
-    write_card(out_dir, manifest)  # after the data is in place, so the card lists file sizes
-    manifest_tmp = staging / MANIFEST
-    manifest_tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.chmod(manifest_tmp, 0o644)
-    os.replace(manifest_tmp, out_dir / MANIFEST)

@@ -229,8 +229,13 @@ def verify(
 
 def main() -> None:
     """Console-script entry point: one-line errors and exit status 2 for bad input."""
+    from . import interrupts
+
+    interrupts.install()
     try:
         code = app(standalone_mode=False)
+    except KeyboardInterrupt:  # the message was printed when Ctrl-C arrived
+        sys.exit(interrupts.EXIT_STATUS)
     except NeedlebenchError as error:
         print(f"needlebench: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)

@@ -8,16 +8,22 @@ character is not whitespace: cutting the text there changes no piece on either s
 the encoding of short "glue" windows around each junction, re-scanned until they fall back into step with
 the corpus' own pieces (see :meth:`TokenizedCorpus.count`). Nothing is ever re-tokenised in full.
 
-The token array and boundary tables are cached on disk, keyed by the text's sha256 and the tokenizer.
+The token array and boundary tables are cached on disk, keyed by the text's sha256 and the tokenizer. An entry records
+the text's hash, the tokenizer and a digest of its arrays; loading checks them, the tables' invariants and a few
+random spans re-encoded, and recomputes (with a one-line warning) whatever does not pass.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import re
+import sys
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -28,7 +34,7 @@ import regex
 from .corpus import Corpus
 from .tokenizer import TiktokenTokenizer
 
-CACHE_FORMAT = 5
+CACHE_FORMAT = 6
 
 #: Sentence terminators followed by optional closing quotes/brackets.
 _SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’」』)）]*")
@@ -236,26 +242,156 @@ def _compute_tables(text: str, tokenizer: TiktokenTokenizer) -> dict[str, np.nda
 
 
 _TABLES = ("tokens", "hard_chars", "hard_tokens", "sentence_chars")
+_DTYPES = {"tokens": np.uint32, "hard_chars": np.int64, "hard_tokens": np.int64, "sentence_chars": np.int64}
+#: Spans of the cached tables re-encoded on every load (random hard-boundary spans of about this many chars).
+_SPOT_CHECKS = 6
+_SPOT_CHARS = 1500
+#: Our temporary cache files: ``.<key>.<pid>.<random>.tmp``; earlier versions wrote ``tmp<random>.tmp``.
+_TEMP_NAME = re.compile(r"^\.[0-9a-f]{64}\.(\d+)\.[A-Za-z0-9_]+\.tmp$")
+_LEGACY_TEMP_NAME = re.compile(r"^tmp[A-Za-z0-9_]{6,}\.tmp$")
+#: What reading a damaged cache entry can raise.
+_READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
 
-def _load_or_compute(text: str, tokenizer: TiktokenTokenizer) -> dict[str, np.ndarray]:
-    path = cache_dir() / f"{_cache_key(text, tokenizer)}.npz"
-    if path.exists():
-        try:
-            with np.load(path) as data:
-                if set(_TABLES) <= set(data.files):
-                    return {key: data[key] for key in _TABLES}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
-            pass  # unreadable or incomplete cache entry: recompute and overwrite it
-    tables = _compute_tables(text, tokenizer)
+def _warn(message: str) -> None:
+    print(f"needlebench: warning: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _tables_digest(tables: dict[str, np.ndarray]) -> str:
+    digest = hashlib.sha256()
+    for key in _TABLES:
+        array = np.ascontiguousarray(tables[key])
+        digest.update(f"{key}\x1f{array.dtype.str}\x1f{array.shape}\x1f".encode())
+        digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()
+
+
+def _entry_meta(text: str, tokenizer: TiktokenTokenizer) -> dict:
+    """What a cache entry must record about its inputs (its tables' digest is added when written)."""
+    return {
+        "format": CACHE_FORMAT,
+        "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "text_chars": len(text),
+        "tokenizer": tokenizer.name,
+        "pattern_sha256": hashlib.sha256(tokenizer.pattern.encode("utf-8")).hexdigest(),
+    }
+
+
+def check_tables(text: str, tokenizer: TiktokenTokenizer, tables: dict[str, np.ndarray], spot_checks: int = _SPOT_CHECKS) -> str | None:
+    """Why `tables` are not the tables of `text` (None when they pass): shapes and invariants of the boundary
+    tables, then a few random spans between hard boundaries re-encoded and compared with the cached tokens."""
+    for key in _TABLES:
+        array = tables[key]
+        if array.dtype != _DTYPES[key] or array.ndim != 1:
+            return f"its {key} table has the wrong type"
+    tokens, chars, hard = tables["tokens"], tables["hard_chars"], tables["hard_tokens"]
+    sentences = tables["sentence_chars"]
+    if len(chars) != len(hard) or len(chars) < 2:
+        return "its boundary tables do not match"
+    if chars[0] != 0 or hard[0] != 0 or chars[-1] != len(text) or hard[-1] != len(tokens):
+        return "its boundary tables do not span the text"
+    if np.any(np.diff(chars) <= 0) or np.any(np.diff(hard) <= 0):
+        return "its boundary tables are not increasing"
+    if len(sentences) and (np.any(np.diff(sentences) <= 0) or sentences[0] < 0 or sentences[-1] > len(text)):
+        return "its sentence table is not increasing inside the text"
+    if len(tokens) and int(tokens.max()) >= tokenizer.encoding.n_vocab:
+        return "it holds token ids outside the vocabulary"
+    encode = tokenizer.encoding.encode_ordinary
+    generator = np.random.default_rng()
+    starts = {0, len(chars) - 2} | {int(i) for i in generator.integers(0, len(chars) - 1, size=spot_checks)}
+    for i in sorted(starts):
+        j = max(i + 1, min(len(chars) - 1, int(np.searchsorted(chars, chars[i] + _SPOT_CHARS))))
+        if encode(text[chars[i] : chars[j]]) != tokens[hard[i] : hard[j]].tolist():
+            return f"its tokens differ from the text's at characters {int(chars[i])}-{int(chars[j])}"
+        lo, hi = int(chars[i]), int(chars[j])
+        found = _sentence_positions(text[max(0, lo - 64) : hi + 64]) + max(0, lo - 64)
+        found = found[(found >= lo) & (found < hi)]
+        cached = sentences[(sentences >= lo) & (sentences < hi)]
+        if not np.array_equal(found, cached):
+            return f"its sentence positions differ from the text's at characters {lo}-{hi}"
+    return None
+
+
+def _read_entry(path: Path, text: str, tokenizer: TiktokenTokenizer) -> tuple[dict | None, str | None]:
+    """(tables, None) for a trustworthy entry; (None, why) for an unusable one; (None, None) when absent."""
+    try:
+        if not path.exists() and not path.is_symlink():
+            return None, None
+        if not path.is_file():
+            return None, "is not a file"
+        with np.load(path, allow_pickle=False) as data:
+            if not set(_TABLES) | {"meta"} <= set(data.files):
+                return None, "is incomplete"
+            meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+            tables = {key: data[key] for key in _TABLES}
+    except _READ_ERRORS as error:
+        return None, f"is unreadable ({type(error).__name__})"
+    if not isinstance(meta, dict) or {k: meta.get(k) for k in _entry_meta(text, tokenizer)} != _entry_meta(text, tokenizer):
+        return None, "was made from another text or tokenizer"
+    if meta.get("digest") != _tables_digest(tables):
+        return None, "does not match its recorded digest"
+    problem = check_tables(text, tokenizer, tables)
+    return (None, problem) if problem else (tables, None)
+
+
+def _write_entry(path: Path, text: str, tokenizer: TiktokenTokenizer, tables: dict[str, np.ndarray]) -> None:
+    meta = {**_entry_meta(text, tokenizer), "digest": _tables_digest(tables)}
+    encoded = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False)
+    handle = tempfile.NamedTemporaryFile(
+        dir=path.parent, prefix=f".{path.stem}.{os.getpid()}.", suffix=".tmp", delete=False
+    )
     try:
         with handle:
-            np.savez(handle, **tables)
+            np.savez(handle, **tables, meta=encoded)
         os.replace(handle.name, path)
     finally:
         Path(handle.name).unlink(missing_ok=True)
+
+
+@functools.cache
+def remove_cache_leftovers(folder: Path) -> list[str]:
+    """Remove the temporary files killed processes left in the cache folder (once per process)."""
+    from .replace import pid_alive
+
+    removed = []
+    try:
+        entries = list(folder.iterdir()) if folder.is_dir() else []
+    except OSError:
+        return removed
+    for path in entries:
+        match = _TEMP_NAME.match(path.name)
+        if (match and not pid_alive(int(match.group(1)))) or _LEGACY_TEMP_NAME.match(path.name):
+            try:
+                if path.is_file() and not path.is_symlink():
+                    path.unlink()
+                    removed.append(path.name)
+            except OSError:
+                pass
+    return removed
+
+
+def _load_or_compute(text: str, tokenizer: TiktokenTokenizer) -> dict[str, np.ndarray]:
+    """The tables of `text`, from the disk cache when its entry is trustworthy, else computed (and cached when the
+    cache is writable). A damaged or foreign entry, or a cache that cannot be written, is a one-line warning."""
+    folder = cache_dir()
+    remove_cache_leftovers(folder)
+    path = folder / f"{_cache_key(text, tokenizer)}.npz"
+    tables, problem = _read_entry(path, text, tokenizer)
+    if tables is not None:
+        return tables
+    tables = _compute_tables(text, tokenizer)
+    try:
+        _write_entry(path, text, tokenizer, tables)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        if problem:
+            _warn(f"token cache entry {path} {problem} and cannot be replaced ({reason}); tokenised in memory")
+        else:
+            _warn(f"cannot write the token cache in {folder} ({reason}); tokenised in memory")
+        return tables
+    if problem:
+        _warn(f"token cache entry {path} {problem}; recomputed and replaced")
     return tables
 
 

@@ -1,0 +1,141 @@
+"""Ctrl-C for the command line: one line, cleanup, exit status 130 within seconds, and never a hang.
+
+The first SIGINT prints ``needlebench: interrupted, cleaning up`` and raises :class:`KeyboardInterrupt` in the main
+thread, whose ``except``/``finally`` blocks terminate worker pools and remove the staging folder. Further presses
+are ignored (they never interrupt the cleanup). A watchdog thread, woken by the signal itself through
+:func:`signal.set_wakeup_fd` (so even while the main thread is inside a long C call), terminates the registered
+worker processes and exits with status 130 if the process is still running :data:`DEADLINE` seconds later;
+whatever it leaves (a staging folder) is removed by the next build. Worker processes ignore SIGINT: a terminal's
+Ctrl-C reaches the whole process group, and only the parent decides.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+MESSAGE = "needlebench: interrupted, cleaning up"
+EXIT_STATUS = 130
+#: Seconds after the first Ctrl-C before the watchdog exits the process itself.
+DEADLINE = 2.0
+
+_lock = threading.Lock()
+_interrupted = threading.Event()
+_installed = False
+_raised = False
+_cleanups: dict[int, Callable[[], None]] = {}
+
+
+def install() -> None:
+    """Install the SIGINT handling (main thread only; idempotent)."""
+    global _installed
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    signal.signal(signal.SIGINT, _handler)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    threading.Thread(target=_watch, args=(reader, writer), name="needlebench-sigint", daemon=True).start()
+    _installed = True
+
+
+def _announce() -> bool:
+    """Print the message once; True for the first interruption."""
+    with _lock:
+        if _interrupted.is_set():
+            return False
+        _interrupted.set()
+    try:
+        sys.stderr.write("\n" + MESSAGE + "\n" if getattr(sys.stderr, "isatty", lambda: False)() else MESSAGE + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    return True
+
+
+def _handler(signum, frame) -> None:
+    global _raised
+    _announce()
+    if not _raised:
+        _raised = True
+        # later presses are ignored, also during the interpreter's shutdown (which would restore the default)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+    # a second press: ignored, the cleanup goes on (and the watchdog bounds it)
+
+
+def _watch(reader: socket.socket, writer: socket.socket) -> None:
+    while True:
+        try:
+            data = reader.recv(64)
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGINT in data:
+            _announce()
+            break
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    run_cleanups()
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(EXIT_STATUS)
+
+
+def register(cleanup: Callable[[], None]) -> int:
+    """Run `cleanup` (e.g. terminate worker processes) if the watchdog must exit; returns a key for
+    :func:`unregister`."""
+    key = id(cleanup)
+    _cleanups[key] = cleanup
+    return key
+
+
+def unregister(key: int) -> None:
+    _cleanups.pop(key, None)
+
+
+def run_cleanups() -> None:
+    for cleanup in list(_cleanups.values()):
+        try:
+            cleanup()
+        except Exception:  # noqa: BLE001 - best effort on the way out; the exit status says enough
+            pass
+
+
+def worker_init() -> None:
+    """Initializer of worker processes: SIGINT ignored, no wakeup fd or watchdog inherited from the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:
+        pass
+
+
+def terminate_pool(pool) -> None:
+    """Stop a :class:`concurrent.futures.ProcessPoolExecutor` now: cancel queued work, terminate (then kill) the
+    workers, never wait for running tasks."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        try:
+            process.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + 0.5
+    for process in processes:
+        try:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(0.5)
+        except (OSError, ValueError, AssertionError, AttributeError):
+            pass

@@ -1,0 +1,195 @@
+"""The token cache is trusted only when it proves right: digest, inputs, invariants and re-encoded spans.
+
+Wrong values, another corpus' tables, unreadable entries and an unwritable cache all give the correct tables with
+one warning line on stderr, never a traceback and never wrong data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from needlebench import tokenized
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("NEEDLEBENCH_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "tokens"
+
+
+@pytest.fixture(scope="module")
+def texts():
+    from needlebench.haystacks import corpus_for
+
+    english = corpus_for(None, "en").text
+    return english[:60_000], english[200_000:260_000]
+
+
+@pytest.fixture(scope="module")
+def truth(texts, cl100k):
+    return tokenized._compute_tables(texts[0], cl100k)
+
+
+def _entry(cache: Path, text: str, tokenizer) -> Path:
+    return cache / f"{tokenized._cache_key(text, tokenizer)}.npz"
+
+
+def _rewrite(path: Path, tables: dict, meta: dict) -> None:
+    encoded = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    with open(path, "wb") as handle:
+        np.savez(handle, **tables, meta=encoded)
+
+
+def _read(path: Path) -> tuple[dict, dict]:
+    with np.load(path) as data:
+        return {key: data[key] for key in tokenized._TABLES}, json.loads(bytes(data["meta"]))
+
+
+def _same(tables: dict, truth: dict) -> bool:
+    return all(np.array_equal(tables[key], truth[key]) and tables[key].dtype == truth[key].dtype for key in truth)
+
+
+def _warnings(capsys) -> list[str]:
+    lines = capsys.readouterr().err.splitlines()
+    assert all(line.startswith("needlebench: warning: ") for line in lines), lines
+    return lines
+
+
+def test_entry_records_inputs_and_digest_and_loads_silently(cache, texts, truth, cl100k, capsys):
+    assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
+    tables, meta = _read(_entry(cache, texts[0], cl100k))
+    assert meta["tokenizer"] == "cl100k_base" and meta["digest"] == tokenized._tables_digest(truth)
+    assert meta["text_sha256"] == tokenized._entry_meta(texts[0], cl100k)["text_sha256"]
+    assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
+    assert _warnings(capsys) == []
+    assert tokenized.check_tables(texts[0], cl100k, truth) is None
+
+
+@pytest.mark.parametrize("forge_digest", [False, True])
+def test_wrong_values_are_recomputed(cache, texts, truth, cl100k, capsys, forge_digest):
+    tokenized._load_or_compute(texts[0], cl100k)
+    path = _entry(cache, texts[0], cl100k)
+    tables, meta = _read(path)
+    tables["hard_tokens"] = tables["hard_tokens"] + 7  # the reported corruption: prompt_tokens off by 7
+    if forge_digest:  # a consistent-looking entry: only the invariants and re-encoding can tell
+        meta["digest"] = tokenized._tables_digest(tables)
+    _rewrite(path, tables, meta)
+    assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
+    [line] = _warnings(capsys)
+    assert str(path) in line and "recomputed" in line
+    assert ("digest" in line) != forge_digest
+    assert _same(tokenized._load_or_compute(texts[0], cl100k), truth) and _warnings(capsys) == []  # replaced
+
+
+def test_a_shifted_token_table_fails_the_re_encoding(texts, truth, cl100k):
+    tables = dict(truth)
+    tables["tokens"] = np.roll(truth["tokens"], 1)
+    assert "tokens differ" in tokenized.check_tables(texts[0], cl100k, tables)
+    tables = dict(truth)
+    tables["sentence_chars"] = truth["sentence_chars"] + 1
+    assert "sentence" in tokenized.check_tables(texts[0], cl100k, tables)
+
+
+@pytest.mark.parametrize("forge_meta", [False, True])
+def test_another_corpus_tables_are_recomputed(cache, texts, truth, cl100k, capsys, forge_meta):
+    tokenized._load_or_compute(texts[1], cl100k)
+    other = _entry(cache, texts[1], cl100k)
+    target = _entry(cache, texts[0], cl100k)
+    shutil.copyfile(other, target)
+    if forge_meta:
+        tables, _ = _read(target)
+        meta = {**tokenized._entry_meta(texts[0], cl100k), "digest": tokenized._tables_digest(tables)}
+        _rewrite(target, tables, meta)
+    capsys.readouterr()
+    assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
+    [line] = _warnings(capsys)
+    assert ("another text" in line) != forge_meta
+
+
+def test_truncated_and_garbage_entries_are_recomputed(cache, texts, truth, cl100k, capsys):
+    tokenized._load_or_compute(texts[0], cl100k)
+    path = _entry(cache, texts[0], cl100k)
+    for damage in (path.read_bytes()[:1000], b"", b"not a zip file at all"):
+        path.write_bytes(damage)
+        assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
+        [line] = _warnings(capsys)
+        assert "unreadable" in line or "incomplete" in line
+    assert _same(tokenized._read_entry(path, texts[0], cl100k)[0], truth)
+
+
+def test_a_folder_where_the_entry_should_be(cache, texts, truth, cl100k, capsys):
+    path = _entry(cache, texts[0], cl100k)
+    path.mkdir(parents=True)
+    (path / "keep").write_text("x")
+    assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
+    [line] = _warnings(capsys)
+    assert "is not a file" in line and "in memory" in line
+    assert (path / "keep").read_text() == "x"
+
+
+def test_a_file_where_the_cache_folder_should_be(cache, texts, truth, cl100k, capsys):
+    cache.parent.mkdir(parents=True)
+    cache.write_text("not a folder")
+    assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
+    [line] = _warnings(capsys)
+    assert "cannot write the token cache" in line and "in memory" in line
+    assert cache.read_text() == "not a folder"
+
+
+def test_a_read_only_cache(cache, texts, truth, cl100k, capsys, monkeypatch):
+    cache.mkdir(parents=True)
+    cache.chmod(0o555)
+    real = tokenized.tempfile.NamedTemporaryFile
+
+    def refuse(*args, **kwargs):  # root ignores the mode bits: refuse as a read-only mount would
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tokenized.tempfile, "NamedTemporaryFile", refuse)
+    try:
+        assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
+    finally:
+        monkeypatch.setattr(tokenized.tempfile, "NamedTemporaryFile", real)
+        cache.chmod(0o755)
+    [line] = _warnings(capsys)
+    assert "cannot write the token cache" in line and "Permission denied" in line
+    assert list(cache.iterdir()) == []
+
+
+def test_the_cli_warns_in_one_line_and_builds_right(tmp_path):
+    """A damaged entry of the real corpus, through the command line: one warning line, right rows, exit 0."""
+    from needlebench.haystacks import corpus_for
+    from needlebench.tokenizer import get_tokenizer
+
+    text = corpus_for(None, "zh").text
+    source = Path(os.environ["NEEDLEBENCH_CACHE"]) / "tokens"
+    name = f"{tokenized._cache_key(text, get_tokenizer())}.npz"
+    tokenized._load_or_compute(text, get_tokenizer())  # the shared test cache holds the entry
+    cache = tmp_path / "cache" / "tokens"
+    cache.mkdir(parents=True)
+    tables, meta = _read(source / name)
+    tables["hard_tokens"] = tables["hard_tokens"] + 7
+    meta["digest"] = tokenized._tables_digest(tables)
+    _rewrite(cache / name, tables, meta)
+    env = {**os.environ, "NEEDLEBENCH_CACHE": str(tmp_path / "cache")}
+    code = "from needlebench.cli import main; main()"
+    args = ["build", "single_zh_4k", "--out", str(tmp_path / "ds")]
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("needlebench:")]
+    assert len(warnings) == 1 and "boundary tables" in warnings[0] and "Traceback" not in result.stderr
+    _, repaired = _read(cache / name)
+    assert repaired["digest"] != meta["digest"]
+    manifest = json.loads((tmp_path / "ds" / "needlebench.json").read_text())
+    from needlebench.build import build_dataset
+    from needlebench.options import BuildOptions
+
+    reference = build_dataset(["single_zh_4k"], tmp_path / "ref", BuildOptions(), progress=False)
+    assert manifest["configs"]["single_zh_4k"] == reference["configs"]["single_zh_4k"]
