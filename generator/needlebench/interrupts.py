@@ -51,11 +51,20 @@ def _announce() -> bool:
             return False
         _interrupted.set()
     try:
-        sys.stderr.write("\n" + MESSAGE + "\n" if getattr(sys.stderr, "isatty", lambda: False)() else MESSAGE + "\n")
+        sys.stderr.write(("\n" if _bar_active() else "") + MESSAGE + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
     return True
+
+
+def _bar_active() -> bool:
+    """Whether a progress bar is on the current line (the message then starts on a new one)."""
+    tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)
+    try:
+        return any(not getattr(bar, "disable", True) for bar in list(getattr(tqdm, "_instances", ())))
+    except (TypeError, RuntimeError):
+        return False
 
 
 def _handler(signum, frame) -> None:
