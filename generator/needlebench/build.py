@@ -147,24 +147,32 @@ def build_dataset(
     _validate(specs, options)
     corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
     options = options.pinned(corpora)
-    from . import replace
+    from . import interrupts, replace
 
     previous = _check_out_dir(out_dir, options, overwrite)
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{replace.STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
+
+    def discard() -> None:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+
+    key = interrupts.register(discard)  # also run if a Ctrl-C must end the process before the main thread can
     try:
         stats = _build_all(specs, options, staging / "data", num_proc, progress)
         replace.step()
         manifest = _merge_manifest(None if overwrite else previous, options, corpora, stats, staging / "data")
         replace.prepare(out_dir, staging, manifest, previous)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
+        discard()
         raise
+    finally:
+        interrupts.unregister(key)
     # From the commit on the folder is the new dataset; an error after it is finished by the next build.
-    replace.commit(out_dir, staging)
+    with interrupts.deferred():
+        replace.commit(out_dir, staging)
     return manifest
 
 

@@ -1,8 +1,9 @@
 """Ctrl-C for the command line: one line, cleanup, exit status 130 within seconds, and never a hang.
 
 The first SIGINT prints ``needlebench: interrupted, cleaning up`` and raises :class:`KeyboardInterrupt` in the main
-thread, whose ``except``/``finally`` blocks terminate worker pools and remove the staging folder. Further presses
-are ignored (they never interrupt the cleanup). A watchdog thread, woken by the signal itself through
+thread, whose ``except``/``finally`` blocks terminate worker pools and remove the staging folder (a section marked
+:func:`deferred`, such as a dataset's commit, completes first). Further presses are ignored (they never interrupt
+the cleanup). A watchdog thread, woken by the signal itself through
 :func:`signal.set_wakeup_fd` (so even while the main thread is inside a long C call), terminates the registered
 worker processes and exits with status 130 if the process is still running :data:`DEADLINE` seconds later;
 whatever it leaves (a staging folder) is removed by the next build. Worker processes ignore SIGINT: a terminal's
@@ -11,6 +12,7 @@ Ctrl-C reaches the whole process group, and only the parent decides.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -28,6 +30,8 @@ _lock = threading.Lock()
 _interrupted = threading.Event()
 _installed = False
 _raised = False
+_critical = 0
+_pending = False
 _cleanups: dict[int, Callable[[], None]] = {}
 
 
@@ -67,11 +71,29 @@ def _bar_active() -> bool:
         return False
 
 
+@contextlib.contextmanager
+def deferred():
+    """A section Ctrl-C does not interrupt (e.g. a dataset's commit): KeyboardInterrupt is raised at its end."""
+    global _critical
+    _critical += 1
+    try:
+        yield
+    finally:
+        _critical -= 1
+    if _critical == 0 and _pending:
+        raise KeyboardInterrupt
+
+
 def _handler(signum, frame) -> None:
-    global _raised
+    global _raised, _pending
     _announce()
+    if _critical:
+        _pending = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return
     if not _raised:
         _raised = True
+        _pending = False
         # later presses are ignored, also during the interpreter's shutdown (which would restore the default)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
@@ -113,7 +135,7 @@ def unregister(key: int) -> None:
 
 
 def run_cleanups() -> None:
-    for cleanup in list(_cleanups.values()):
+    for cleanup in reversed(list(_cleanups.values())):
         try:
             cleanup()
         except Exception:  # noqa: BLE001 - best effort on the way out; the exit status says enough
