@@ -297,3 +297,16 @@ def test_ctrl_c_exits_130_quickly_with_one_line_and_no_leftovers(tmp_path, press
         assert _files(folder) == before and sorted(p.name for p in folder.iterdir()) == sorted(
             p.name for p in references[0].iterdir()
         )
+
+
+def test_a_folder_another_build_is_writing_into_is_refused(references, tmp_path):
+    old, _ = references
+    folder = tmp_path / "ds"
+    shutil.copytree(old, folder)
+    descriptor = replace.lock_folder(folder)  # as a build running in another process holds it
+    try:
+        with pytest.raises(NeedlebenchError, match="another needlebench build is writing into"):
+            build_dataset(NEW, folder, NEW_OPTIONS, progress=False, overwrite=True)
+    finally:
+        os.close(descriptor)
+    assert _files(folder) == _files(old)

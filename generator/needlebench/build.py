@@ -147,11 +147,28 @@ def build_dataset(
     _validate(specs, options)
     corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
     options = options.pinned(corpora)
+    from . import replace
+
+    lock = replace.lock_folder(out_dir) if out_dir.is_dir() else None
+    try:
+        previous = _check_out_dir(out_dir, options, overwrite)
+        created = not out_dir.exists()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if lock is None:
+            lock = replace.lock_folder(out_dir)
+        return _build_into(specs, out_dir, options, corpora, previous, created, num_proc, overwrite, progress)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _build_into(
+    specs: list[ConfigSpec], out_dir: Path, options: BuildOptions, corpora: dict, previous: dict | None,
+    created: bool, num_proc: int, overwrite: bool, progress: bool,
+) -> dict:
+    """Build into a staging folder inside `out_dir` (locked), then swap it in (:func:`.replace.commit`)."""
     from . import interrupts, replace
 
-    previous = _check_out_dir(out_dir, options, overwrite)
-    created = not out_dir.exists()
-    out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{replace.STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
 
     def discard() -> None:

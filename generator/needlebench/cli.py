@@ -77,7 +77,7 @@ def build(
     tokenizer: Annotated[str, typer.Option(help="Counting tokenizer.")] = "cl100k_base",
     compression: Annotated[str, typer.Option(help="Parquet codec: zstd, snappy or none (fastest, largest).")] = "zstd",
     num_proc: Annotated[int, typer.Option("--num-proc", help="Worker processes.")] = 1,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace a needlebench dataset of another recipe (only the files it lists).")] = False,
 ) -> None:
     """Build configs into a dataset folder (Parquet + card), byte-identical for the same version and seed."""
     from .build import build_dataset

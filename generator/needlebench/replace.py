@@ -19,6 +19,7 @@ when the card points into it, else deleted. Files not listed by the manifest (th
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -69,8 +70,14 @@ def staging_name(path: Path) -> bool:
 
 
 def _owner_alive(path: Path) -> bool:
+    """Whether the build that made `path` may still run. Builds lock the folder (:func:`lock_folder`), so under
+    the lock this process's own names are leftovers of an earlier failed build; other live pids are left alone
+    (a build of a version without the lock, or a reused pid: a leftover kept is harmless)."""
     match = _STAGING.match(path.name) or _TEMP.match(path.name)
-    return bool(match) and pid_alive(int(match.groups()[-1]))
+    if not match:
+        return False
+    pid = int(match.groups()[-1])
+    return pid != os.getpid() and pid_alive(pid)
 
 
 def is_leftover(path: Path) -> bool:
@@ -81,6 +88,22 @@ def is_leftover(path: Path) -> bool:
 
 def leftovers(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if is_leftover(p)) if folder.is_dir() else []
+
+
+def lock_folder(folder: Path) -> int:
+    """Lock `folder` against other builds (an advisory lock on the folder itself, no file added); returns the
+    descriptor to close. Another build writing into it is a one-line error."""
+    from .errors import NeedlebenchError
+
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise NeedlebenchError(
+            f"another needlebench build is writing into {folder}; wait for it to finish or choose another --out"
+        ) from None
+    return descriptor
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -144,9 +167,16 @@ def prepare(out_dir: Path, staging: Path, manifest: dict, previous: dict | None)
     """Complete the staging folder: kept configs linked in, the final card and manifest, the files to remove."""
     from .card import render_card
 
+    from .errors import NeedlebenchError
+
     for name in files_of(manifest):
         source = staging / name
         if not source.exists():  # a config kept from the previous dataset
+            if not (out_dir / name).is_file():
+                raise NeedlebenchError(
+                    f"{out_dir / name}, listed by {out_dir / MANIFEST}, is missing; rebuild its config too "
+                    "or pass --overwrite"
+                )
             _place(out_dir / name, source)
     step()
     card = render_card(manifest, staging)
