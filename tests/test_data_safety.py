@@ -34,32 +34,51 @@ def _files(folder: Path) -> dict[str, bytes]:
 def _user_files(folder: Path) -> None:
     (folder / "notes.md").write_text("my notes")
     (folder / "data" / "mine.csv").write_text("a,b\n1,2\n")
-    (folder / "data" / "atc_zh" / "extra.txt").write_text("kept")
+    (folder / "data" / "atc_en" / "extra.txt").write_text("kept")
+
+
+#: name -> (old configs, old options, configs built next, their options, overwrite)
+SCENARIOS = {
+    "overwrite": (OLD, BuildOptions(), NEW, NEW_OPTIONS, True),
+    "extend": (["atc_en"], BuildOptions(), ["atc_zh"], BuildOptions(), False),
+}
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory) -> tuple[Path, Path]:
-    """The old dataset (OLD, default seed, with the user's files) and what replacing it with NEW gives."""
-    root = tmp_path_factory.mktemp("replace")
-    old = root / "old"
-    build_dataset(OLD, old, BuildOptions(), progress=False)
-    _user_files(old)
-    new = root / "new"
-    shutil.copytree(old, new)
-    build_dataset(NEW, new, NEW_OPTIONS, progress=False, overwrite=True)
-    return old, new
+def scenarios(tmp_path_factory):
+    """name -> (the old dataset with the user's files, what the scenario's build makes of it)."""
+    made: dict[str, tuple[Path, Path]] = {}
+
+    def get(name: str) -> tuple[Path, Path]:
+        if name not in made:
+            old_configs, old_options, configs, options, overwrite = SCENARIOS[name]
+            root = tmp_path_factory.mktemp(name)
+            build_dataset(old_configs, root / "old", old_options, progress=False)
+            _user_files(root / "old")
+            shutil.copytree(root / "old", root / "new")
+            build_dataset(configs, root / "new", options, progress=False, overwrite=overwrite)
+            made[name] = root / "old", root / "new"
+        return made[name]
+
+    return get
+
+
+@pytest.fixture()
+def references(scenarios) -> tuple[Path, Path]:
+    return scenarios("overwrite")
 
 
 def test_overwrite_replaces_only_what_the_manifest_lists(references):
     old, new = references
     before, after = _files(old), _files(new)
-    mine = {"notes.md", "data/mine.csv", "data/atc_zh/extra.txt"}
+    mine = {"notes.md", "data/mine.csv", "data/atc_en/extra.txt"}
     assert {name: after[name] for name in mine} == {name: before[name] for name in mine}
     assert "data/atc_zh/test-00000-of-00001.parquet" not in after
     assert after["data/atc_en/test-00000-of-00001.parquet"] != before["data/atc_en/test-00000-of-00001.parquet"]
     manifest = json.loads(after[MANIFEST])
     assert list(manifest["configs"]) == NEW and manifest["recipe"]["release_seed"] == 7
     assert not [p for p in new.iterdir() if p.name.startswith(".")]
+    assert not (new / "data" / "atc_zh").exists()  # emptied of the files the manifest listed: removed
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
@@ -93,11 +112,35 @@ def _card_state(folder: Path, manifests: dict[str, dict]) -> str:
     return side
 
 
-def _killed_child(folder: str, step: int) -> None:
+def _copy_shards(new: Path):
+    """A stand-in for the shard building of a child build: the reference's files (the test is about the replace;
+    the real builds made the references)."""
+    from needlebench.writer import ShardStats
+
+    manifest = json.loads((new / MANIFEST).read_text())
+
+    def build_all(specs, options, staging, num_proc, progress):
+        totals = {}
+        for spec in specs:
+            entry = manifest["configs"][spec.name]
+            for name in entry["files"]:
+                (staging / spec.name).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(new / name, staging / spec.name / Path(name).name)
+            totals[spec.name] = ShardStats(entry["rows"], entry["haystack_tokens"], entry["prompt_tokens"])
+        return totals
+
+    return build_all
+
+
+def _killed_child(folder: str, step: int, scenario: str, new: Path) -> None:
+    import needlebench.build as build_module
+
+    _, _, configs, options, overwrite = SCENARIOS[scenario]
+    build_module._build_all = _copy_shards(new)
     os.environ[replace.KILL_ENV] = str(step)
     replace._steps = 0
     try:
-        build_dataset(NEW, Path(folder), NEW_OPTIONS, progress=False, overwrite=True)
+        build_dataset(configs, Path(folder), options, progress=False, overwrite=overwrite)
     except BaseException:
         import traceback
 
@@ -106,17 +149,24 @@ def _killed_child(folder: str, step: int) -> None:
     os._exit(0)
 
 
-def test_a_kill_at_any_step_leaves_one_whole_dataset(references, tmp_path):
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_a_kill_at_any_step_leaves_one_whole_dataset(scenarios, tmp_path, scenario):
+    """Kill the build (os._exit) at each of its steps in turn: the folder always loads as the old or the new
+    dataset, whole, and the next build finishes or drops the killed one."""
     from datasets import load_dataset
 
-    old, new = references
+    old, new = scenarios(scenario)
+    _, _, configs, options, overwrite = SCENARIOS[scenario]
     manifests = {side: json.loads((path / MANIFEST).read_text()) for side, path in (("old", old), ("new", new))}
+    from needlebench.card import render_card
+
+    render_card(manifests["new"], new)  # imports and caches shared with the forked children
     context = multiprocessing.get_context("fork")
     seen = []
     for step in range(1, 30):
         folder = tmp_path / f"kill{step}"
         shutil.copytree(old, folder)
-        child = context.Process(target=_killed_child, args=(str(folder), step))
+        child = context.Process(target=_killed_child, args=(str(folder), step, scenario, new))
         child.start()
         child.join(300)
         if child.exitcode == 0:  # the build finished before reaching this step: every step was tried
@@ -125,21 +175,25 @@ def test_a_kill_at_any_step_leaves_one_whole_dataset(references, tmp_path):
         assert child.exitcode == replace.KILL_STATUS
         side = _card_state(folder, manifests)
         seen.append(side)
-        loaded = load_dataset(str(folder), "atc_en", split="test", cache_dir=str(tmp_path / f"hf{step}"))
-        assert loaded.num_rows == manifests[side]["configs"]["atc_en"]["rows"]
-        assert {name: body for name, body in _files(folder).items() if not name.startswith(".")}.keys() >= {
-            "notes.md", "data/mine.csv", "data/atc_zh/extra.txt"
+        if len(seen) == 1 or seen[-2:] == ["old", "new"]:  # load it, before and right after the commit
+            name = configs[0] if configs[0] in manifests[side]["configs"] else next(iter(manifests[side]["configs"]))
+            loaded = load_dataset(str(folder), name, split="test", cache_dir=str(tmp_path / f"hf{step}"))
+            assert loaded.num_rows == manifests[side]["configs"][name]["rows"]
+        mine = {"notes.md", "data/mine.csv", "data/atc_en/extra.txt"}
+        assert {name: body for name, body in _files(folder).items() if name in mine} == {
+            name: body for name, body in _files(old).items() if name in mine
         }
         # the next build into the folder finishes (after the commit) or drops (before it) the killed one
         copy = tmp_path / f"recovered{step}"
         shutil.copytree(folder, copy)
         replace.recover(copy)
         assert _files(copy) == _files(new if side == "new" else old)
-        build_dataset(NEW, folder, NEW_OPTIONS, progress=False, overwrite=True)
-        assert _files(folder) == _files(new)
+        if seen[-2:] == ["old", "new"]:  # and so does a real build (right after the commit)
+            build_dataset(configs, folder, options, progress=False, overwrite=overwrite)
+            assert _files(folder) == _files(new)
     else:
         pytest.fail("the build never finished")
-    assert seen[0] == "old" and seen[-1] == "new" and "old" in seen and len(seen) >= 6
+    assert seen[0] == "old" and seen[-1] == "new" and len(seen) >= 6
 
 
 @pytest.mark.parametrize("where", ["write_shard", "render_card", "staging_card"])
