@@ -234,8 +234,8 @@ def main() -> None:
     interrupts.install()
     try:
         code = app(standalone_mode=False)
-    except KeyboardInterrupt:  # the message was printed when Ctrl-C arrived
-        sys.exit(interrupts.EXIT_STATUS)
+    except KeyboardInterrupt:  # the message was printed when Ctrl-C arrived; the cleanup is done
+        interrupts.exit_now()
     except NeedlebenchError as error:
         print(f"needlebench: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)
@@ -248,4 +248,6 @@ def main() -> None:
         message = error.format_message() if hasattr(error, "format_message") else str(error)
         print(f"needlebench: error: {message}", file=sys.stderr)
         sys.exit(getattr(error, "exit_code", 2))
+    if interrupts.interrupted():  # typer turns KeyboardInterrupt into exit status 130
+        interrupts.exit_now()
     sys.exit(code if isinstance(code, int) else 0)

@@ -55,20 +55,24 @@ def _announce() -> bool:
             return False
         _interrupted.set()
     try:
-        sys.stderr.write(("\n" if _bar_active() else "") + MESSAGE + "\n")
+        sys.stderr.write(("\n" if _stop_bars() else "") + MESSAGE + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
     return True
 
 
-def _bar_active() -> bool:
-    """Whether a progress bar is on the current line (the message then starts on a new one)."""
+def _stop_bars() -> bool:
+    """Freeze the progress bars (no redraw after the message); True when one is on the current line (the message
+    then starts on a new one)."""
     tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)
     try:
-        return any(not getattr(bar, "disable", True) for bar in list(getattr(tqdm, "_instances", ())))
+        bars = [bar for bar in list(getattr(tqdm, "_instances", ())) if not getattr(bar, "disable", True)]
     except (TypeError, RuntimeError):
         return False
+    for bar in bars:
+        bar.disable = True
+    return bool(bars)
 
 
 @contextlib.contextmanager
@@ -119,6 +123,21 @@ def _watch(reader: socket.socket, writer: socket.socket) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
+    os._exit(EXIT_STATUS)
+
+
+def interrupted() -> bool:
+    return _interrupted.is_set()
+
+
+def exit_now() -> None:
+    """Exit with status 130 once the cleanup is done, skipping the interpreter's shutdown (collecting a large
+    build's objects can take seconds)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
     os._exit(EXIT_STATUS)
 
 
