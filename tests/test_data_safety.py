@@ -228,29 +228,31 @@ def test_the_next_build_removes_killed_builds_leftovers(references, tmp_path):
     folder = tmp_path / "ds"
     shutil.copytree(old, folder)
     dead = _dead_pid()
-    for name in (f".building-{dead}-abc123", ".building-x1y2z3"):  # this version's and earlier versions' names
+    for name in (f".building-{dead}-abc123de", ".building-x1y2z3ab"):  # this version's and earlier versions' names
         (folder / name / "data" / "atc_en").mkdir(parents=True)
         (folder / name / "data" / "atc_en" / ".test-00000-of-00001.parquet.tmp").write_bytes(b"\0" * 1_000_000)
     (folder / f".README.md.{dead}.tmp").write_text("half a card")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        running = folder / f".building-{sleeper.pid}-abc123"  # another build still running: left alone
+        running = folder / f".building-{sleeper.pid}-abc123de"  # another build still running: left alone
         running.mkdir()
         (folder / ".building-notes").write_text("a file, not our folder")  # not ours: left alone
+        (folder / ".building-my-notes").mkdir()  # a folder, but not named as ours: left alone
         build_dataset(["atc_zh"], folder, BuildOptions(), progress=False)
         hidden = sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
-        assert hidden == sorted([".building-notes", running.name])
+        assert hidden == sorted([".building-my-notes", ".building-notes", running.name])
     finally:
         sleeper.kill()
         sleeper.wait()
     running.rmdir()
+    (folder / ".building-my-notes").rmdir()
     (folder / ".building-notes").unlink()
     assert _files(folder) == _files(old)
 
 
 def test_an_empty_folder_with_only_our_leftovers_is_built_into(tmp_path):
     folder = tmp_path / "ds"
-    (folder / f".building-{_dead_pid()}-abc123" / "data").mkdir(parents=True)
+    (folder / f".building-{_dead_pid()}-abc123de" / "data").mkdir(parents=True)
     build_dataset(["atc_en"], folder, BuildOptions(), progress=False)
     assert sorted(p.name for p in folder.iterdir()) == ["README.md", "data", MANIFEST]
 
@@ -264,7 +266,8 @@ def test_the_token_cache_leftovers_are_removed(tmp_path, monkeypatch, cl100k):
     key = "0" * 64
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        names = [f".{key}.{_dead_pid()}.abcdef.tmp", "tmpk2j4h5l6.tmp", f".{key}.{sleeper.pid}.abcdef.tmp", "keep.txt"]
+        ours_dead = [f".{key}.{_dead_pid()}.abcdef12.tmp", "tmpk2j4h5l6.tmp"]  # this version's, earlier versions'
+        names = [*ours_dead, f".{key}.{sleeper.pid}.abcdef12.tmp", "keep.txt", "tmp-mine.tmp"]
         for name in names:
             (folder / name).write_bytes(b"x" * 1000)
         tokenized._load_or_compute("Some text. More text.", cl100k)

@@ -33,8 +33,9 @@ STAGING_PREFIX = ".building-"
 REPLACES = "replaces.json"
 #: Temporary files of :func:`write_atomic`: ``.<name>.<pid>.tmp``.
 _TEMP = re.compile(r"^\.(README\.md|needlebench\.json)\.(\d+)\.tmp$")
-_STAGING = re.compile(r"^\.building-(\d+)-[A-Za-z0-9_]+$")
-_LEGACY_STAGING = re.compile(r"^\.building-[A-Za-z0-9_]+$")  # earlier versions: tempfile.mkdtemp(prefix=".building-")
+#: ``tempfile.mkdtemp`` adds 8 characters of ``[a-z0-9_]``; earlier versions named the folder ``.building-XXXXXXXX``.
+_STAGING = re.compile(r"^\.building-(\d+)-[a-z0-9_]{8}$")
+_LEGACY_STAGING = re.compile(r"^\.building-[a-z0-9_]{8}$")
 
 #: Test hook: ``NEEDLEBENCH_TEST_KILL_AT=k`` makes the process exit abruptly (``os._exit``) at the k-th step.
 KILL_ENV = "NEEDLEBENCH_TEST_KILL_AT"

@@ -247,8 +247,8 @@ _DTYPES = {"tokens": np.uint32, "hard_chars": np.int64, "hard_tokens": np.int64,
 _SPOT_CHECKS = 6
 _SPOT_CHARS = 1500
 #: Our temporary cache files: ``.<key>.<pid>.<random>.tmp``; earlier versions wrote ``tmp<random>.tmp``.
-_TEMP_NAME = re.compile(r"^\.[0-9a-f]{64}\.(\d+)\.[A-Za-z0-9_]+\.tmp$")
-_LEGACY_TEMP_NAME = re.compile(r"^tmp[A-Za-z0-9_]{6,}\.tmp$")
+_TEMP_NAME = re.compile(r"^\.[0-9a-f]{64}\.(\d+)\.[a-z0-9_]{8}\.tmp$")
+_LEGACY_TEMP_NAME = re.compile(r"^tmp[a-z0-9_]{8}\.tmp$")
 #: What reading a damaged cache entry can raise.
 _READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
