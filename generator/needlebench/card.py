@@ -2,7 +2,7 @@
 
 The card's YAML front matter is built with :class:`huggingface_hub.DatasetCardData`: one ``configs`` entry per config
 (``data_files`` of its ``test`` split), ``dataset_info`` with the explicit features of the config's family
-(:func:`needlebench.schema.features_for`), licence, languages, task categories, size category and tags. The body is
+(:func:`needlebench.schema.features_yaml`), licence, languages, task categories, size category and tags. The body is
 the Jinja template filled from the folder's manifest (``needlebench.json``): what each task measures, how the data was
 built (recipe, corpora, tokenizer, grid, release seed, generator version), a per-config table with fingerprints,
 usage, citations and a changelog.
@@ -173,26 +173,17 @@ def _file_sizes(folder: Path | None, files: Iterable[str]) -> tuple[int, int]:
 
 
 def dataset_info_entry(name: str, entry: Mapping[str, Any], folder: Path | None) -> dict[str, Any]:
-    """The ``dataset_info`` YAML item of one config: features of its family and the test split size."""
-    from datasets import DatasetInfo, SplitDict, SplitInfo
-
-    from .schema import features_for
+    """The ``dataset_info`` YAML item of one config: features of its family and the test split size (what
+    ``datasets.DatasetInfo._to_yaml_dict`` writes, built without importing `datasets`: a test checks both agree)."""
+    from .schema import features_yaml
 
     download, uncompressed = _file_sizes(folder, entry.get("files", []))
-    splits = SplitDict()
-    splits.add(SplitInfo(name=SPLIT, num_bytes=uncompressed, num_examples=int(entry["rows"])))
-    info = DatasetInfo(
-        features=features_for(get_config(name).family),
-        splits=splits,
-        download_size=download,
-        dataset_size=uncompressed,
-    )
-    entry_yaml = info._to_yaml_dict()
-    if not download:  # sizes unknown (files not in `folder`): record only the row count
-        entry_yaml.pop("download_size", None)
-        entry_yaml.pop("dataset_size", None)
-        for split in entry_yaml.get("splits", []):
-            split.pop("num_bytes", None)
+    split = {"name": SPLIT, "num_bytes": uncompressed, "num_examples": int(entry["rows"])}
+    entry_yaml: dict[str, Any] = {"features": features_yaml(get_config(name).family), "splits": [split]}
+    if download:
+        entry_yaml.update(download_size=download, dataset_size=uncompressed)
+    else:  # sizes unknown (files not in `folder`): record only the row count
+        split.pop("num_bytes")
     return {"config_name": name, **entry_yaml}
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .schema import arrow_schema, check_row, features_for
+from .schema import arrow_schema, check_row, features_dict
 
 #: Row groups are sized to stay near this many bytes of prompt text (the Hub viewer rejects huge groups).
 ROW_GROUP_BYTES = 32 * 1024 * 1024
@@ -47,8 +47,7 @@ def rows_per_group(approx_prompt_chars: int) -> int:
 @cache
 def schema_with_features(family: str) -> pa.Schema:
     schema = arrow_schema(family)
-    features = features_for(family)
-    metadata = {"huggingface": json.dumps({"info": {"features": features.to_dict()}}, sort_keys=True)}
+    metadata = {"huggingface": json.dumps({"info": {"features": features_dict(family)}}, sort_keys=True)}
     return schema.with_metadata(metadata)
 
 
