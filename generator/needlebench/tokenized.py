@@ -44,6 +44,8 @@ _WORD_CHAR = re.compile(r"[A-Za-z0-9\u00C0-\u024F'’-]")
 _MARGIN = 8
 #: How far into a span to look for the scan to fall back into step with the corpus.
 _SYNC_WINDOW = 512
+#: Entries kept in a corpus' memo of glue counts and sync points before it is cleared.
+_MEMO_SIZE = 1 << 16
 
 
 def cache_dir() -> Path:
@@ -95,10 +97,10 @@ class TokenizedCorpus:
     # ---- boundary look-ups -------------------------------------------------------------------------------
     def hard_at_or_after(self, char: int) -> int:
         """Index into the hard tables of the first hard boundary at or after `char`."""
-        return int(np.searchsorted(self.hard_chars, char, side="left"))
+        return int(self.hard_chars.searchsorted(char, side="left"))
 
     def hard_at_or_before(self, char: int) -> int:
-        return int(np.searchsorted(self.hard_chars, char, side="right")) - 1
+        return int(self.hard_chars.searchsorted(char, side="right")) - 1
 
     def approx_token_index(self, char: int) -> int:
         """Token index of the nearest hard boundary at or before `char` (exact at hard boundaries)."""
@@ -106,7 +108,7 @@ class TokenizedCorpus:
 
     def char_at_token(self, token_index: int) -> int:
         """Char position of the hard boundary whose token index is closest to `token_index` (not after it)."""
-        i = int(np.searchsorted(self.hard_tokens, token_index, side="right")) - 1
+        i = int(self.hard_tokens.searchsorted(token_index, side="right")) - 1
         return int(self.hard_chars[max(0, i)])
 
     def is_cut_point(self, char: int) -> bool:
@@ -122,8 +124,24 @@ class TokenizedCorpus:
         return min(self.cycles - 1, char // self.copy_chars) if self.copy_chars else 0
 
     # ---- exact counting ------------------------------------------------------------------------------------
+    @cached_property
+    def _memo(self) -> dict:
+        """Results of :meth:`encode_count` and :meth:`_sync_point` (rows of a cell repeat the same windows)."""
+        return {}
+
+    def _remember(self, key, value):
+        if len(self._memo) >= _MEMO_SIZE:
+            self._memo.clear()
+        self._memo[key] = value
+        return value
+
     def encode_count(self, text: str) -> int:
-        return len(self.tokenizer.encoding.encode_ordinary(text)) if text else 0
+        if not text:
+            return 0
+        known = self._memo.get(text)
+        if known is None:
+            known = self._remember(text, len(self.tokenizer.encoding.encode_ordinary(text)))
+        return known
 
     def _sync_point(self, glue: str, start: int, end: int) -> int | None:
         """First hard corpus boundary in (start, end - margin] at which scanning `glue + text[start:]` from the
@@ -131,6 +149,12 @@ class TokenizedCorpus:
         limit = min(end - _MARGIN, start + _SYNC_WINDOW)
         if limit <= start:
             return None
+        key = (glue, start, limit)
+        if key not in self._memo:
+            self._remember(key, self._scan_sync(glue, start, limit))
+        return self._memo[key]
+
+    def _scan_sync(self, glue: str, start: int, limit: int) -> int | None:
         window = glue + self.text[start : limit + _MARGIN]
         offset = start - len(glue)
         first = self.hard_at_or_after(start + 1)
