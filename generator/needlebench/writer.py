@@ -53,27 +53,53 @@ def schema_with_features(family: str) -> pa.Schema:
     return schema.with_metadata(metadata)
 
 
+def _validity(values: list) -> tuple[pa.Buffer | None, int]:
+    """The validity bitmap of `values` (None when no value is null) and the null count."""
+    valid = np.fromiter((value is not None for value in values), dtype=bool, count=len(values))
+    nulls = len(values) - int(valid.sum())
+    return (pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None), nulls
+
+
+def _offsets(lengths: list[int]) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
 def _string_array(values: list) -> pa.Array:
     """A string column built from UTF-8 bytes: far faster than pyarrow's own conversion of long `str`s (the
     encoded values are joined into one data buffer; `str.encode` output needs no second UTF-8 check)."""
-    if any(value is None for value in values):
-        encoded = [None if value is None else value.encode("utf-8") for value in values]
-        return pa.array(encoded, type=pa.binary()).cast(pa.string())
-    encoded = [value.encode("utf-8") for value in values]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum([len(item) for item in encoded], out=offsets[1:])
+    validity, nulls = _validity(values)
+    encoded = [b"" if value is None else value.encode("utf-8") for value in values]
+    offsets = _offsets([len(item) for item in encoded])
     data = pa.py_buffer(b"".join(encoded))
     if offsets[-1] < 2**31:
-        return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets.astype(np.int32)), data)
-    return pa.LargeStringArray.from_buffers(len(encoded), pa.py_buffer(offsets), data).cast(pa.string())
+        return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets.astype(np.int32)), data, validity, nulls)
+    large = pa.LargeStringArray.from_buffers(len(encoded), pa.py_buffer(offsets), data, validity, nulls)
+    return large.cast(pa.string())
+
+
+def _column(values: list, dtype: pa.DataType) -> pa.Array:
+    """An Arrow column of `dtype` (string, int64, float64 or lists of them; None is null), built from buffers:
+    `pa.array` on Python lists imports pandas (a second of a small build's time) and converts slowly."""
+    if dtype == pa.string():
+        return _string_array(values)
+    if pa.types.is_list(dtype):
+        validity, nulls = _validity(values)
+        offsets = _offsets([0 if value is None else len(value) for value in values])
+        flat = [item for value in values if value is not None for item in value]
+        child = _column(flat, dtype.value_type)
+        buffers = [validity, pa.py_buffer(offsets.astype(np.int32))]
+        return pa.ListArray.from_buffers(dtype, len(values), buffers, nulls, children=[child])
+    numpy_type = {pa.int64(): np.int64, pa.float64(): np.float64}[dtype]
+    validity, nulls = _validity(values)
+    data = np.array([0 if value is None else value for value in values], dtype=numpy_type)
+    return pa.Array.from_buffers(dtype, len(values), [validity, pa.py_buffer(data)], nulls)
 
 
 def rows_to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     """Column-wise conversion of rows (dicts with exactly the schema's keys) to a table."""
-    columns = []
-    for field in schema:
-        values = [row[field.name] for row in rows]
-        columns.append(_string_array(values) if field.type == pa.string() else pa.array(values, type=field.type))
+    columns = [_column([row[field.name] for row in rows], field.type) for field in schema]
     return pa.Table.from_arrays(columns, schema=schema)
 
 
