@@ -13,6 +13,7 @@ usage, citations and a changelog.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
@@ -343,16 +344,42 @@ def render_card(
     lines (a placeholder repo and no revision otherwise); ``changelog`` is a list of
     ``{"version": str, "changes": [str]}``, newest first.
     """
-    from huggingface_hub import DatasetCard
-
     if not manifest.get("configs"):
         raise NeedlebenchError("the manifest lists no configs; a dataset card needs at least one config")
-    card = DatasetCard.from_template(
-        card_data(manifest, folder),
-        template_path=str(template_path()),
-        **template_context(manifest, repo_id=repo_id, version=version, changelog=changelog),
-    )
-    return str(card).rstrip("\n") + "\n"
+    data = card_data(manifest, folder)
+    context = template_context(manifest, repo_id=repo_id, version=version, changelog=changelog)
+    template = Path(template_path()).read_text(encoding="utf-8")
+    text = _card_from_template(data, template, **context)
+    if text is None:
+        from huggingface_hub import DatasetCard
+
+        text = str(DatasetCard.from_template(data, template_str=template, **context))
+    return text.rstrip("\n") + "\n"
+
+
+#: The YAML block at the top of a card (``huggingface_hub.repocard.REGEX_YAML_BLOCK``).
+_YAML_BLOCK = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
+
+
+def _card_from_template(data: Any, template: str, **context: Any) -> str | None:
+    """``str(DatasetCard.from_template(data, template_str=template, **context))`` for a card with ``\\n`` line
+    breaks (None otherwise), without importing ``huggingface_hub.repocard``, which pulls in the Hub client (about
+    a second of a small build): render the template, then re-serialise its YAML block from the parsed card data,
+    as ``RepoCard`` does. A test checks both give the same text."""
+    import jinja2
+    import yaml
+    from huggingface_hub.repocard_data import DatasetCardData
+
+    kwargs = {**data.to_dict(), **context}
+    content = jinja2.Template(template).render(card_data=data.to_yaml(), **kwargs)
+    match = _YAML_BLOCK.search(content)
+    if "\r" in content or match is None:
+        return None
+    parsed = yaml.safe_load(match.group(2)) or {}
+    if not isinstance(parsed, dict):
+        return None
+    block = DatasetCardData(**parsed).to_yaml(line_break="\n", original_order=list(parsed))
+    return "---\n" + block + "\n---\n" + content[match.end() :]
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -48,6 +48,12 @@ def list_configs(
     from .grid import match_configs, registry
 
     specs = match_configs(patterns) if patterns else list(registry().values())
+    if not sys.stdout.isatty():  # piped: plain tab-separated lines, one config a line (and no table layout cost)
+        print("\n".join(
+            f"{s.name}\t{s.task_label}\t{s.language}\t{s.size or '-'}\t{s.num_rows}\t{s.approx_tokens or '-'}"
+            for s in specs
+        ))
+        return
     table = Table("config", "task", "language", "size", "rows", "context tokens")
     for spec in specs:
         table.add_row(
