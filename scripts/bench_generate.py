@@ -61,7 +61,7 @@ def run_cli(args: list[str]) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB, of the largest process of the tree: Linux reports the maximum over the
     child and its waited-for descendants) of one CLI process; a failure stops the benchmark."""
     launched = subprocess.run(
-        [sys.executable, "-c", _LAUNCHER, *CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False
+        [sys.executable, "-c", _LAUNCHER, *CLI, *args], capture_output=True, check=False
     )
     report = json.loads(launched.stdout.decode().strip().splitlines()[-1])
     if report["status"] != 0:
@@ -137,12 +137,18 @@ def warm_cache(specs, options) -> None:
         tokenized_corpus(spec, options)
 
 
-def bench_build(name: str, configs: list[str], extra: list[str], options, samples: int, num_proc: int) -> dict:
+def bench_build(
+    name: str, configs: list[str], extra: list[str], options, samples: int, num_proc: int, cold: bool
+) -> dict:
     from needlebench.build import read_manifest
     from needlebench.grid import match_configs
 
     specs = match_configs(configs)
-    warm_cache(specs, options)
+    if cold:  # the build starts from an empty token cache (its first tokenisation is timed too)
+        os.environ["NEEDLEBENCH_CACHE"] = tempfile.mkdtemp(prefix="nb-bench-cache-")
+    else:
+        warm_cache(specs, options)
+    extra = [*extra, "--compression", options.compression]
     out = Path(tempfile.mkdtemp(prefix="nb-bench-")) / "data"
     try:
         seconds, rss = run_cli(["build", *configs, *extra, "--out", str(out), "--num-proc", str(num_proc)])
@@ -193,6 +199,8 @@ def main(
     num_proc: Annotated[int, typer.Option(help="Worker processes of the builds.")] = 2,
     reference_samples: Annotated[int, typer.Option(help="Reference samples timed per (config, length).")] = 3,
     repeats: Annotated[int, typer.Option(help="Runs of each quick command (the median is shown).")] = 7,
+    compression: Annotated[str, typer.Option(help="Parquet codec of the builds: zstd, snappy or none.")] = "zstd",
+    cold: Annotated[bool, typer.Option(help="Build with an empty token cache (time the first tokenisation too).")] = False,
 ) -> None:
     from needlebench.options import BuildOptions
 
@@ -205,20 +213,22 @@ def main(
         folder = Path(tempfile.mkdtemp(prefix="nb-bench-haystack-"))
         try:
             haystack = write_custom_haystack(folder / "my_haystack.jsonl")
-            options = BuildOptions(haystack_en=str(haystack))
+            options = BuildOptions(haystack_en=str(haystack), compression=compression)
             result = bench_build("custom128k", ["single_en_128k"], ["--haystack-en", str(haystack)], options,
-                                 reference_samples, num_proc)
+                                 reference_samples, num_proc, cold)
             result["haystack_bytes"] = haystack.stat().st_size
             results.append(result)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     if "1000k" in chosen:
-        results.append(bench_build("1000k", ["single_*_1000k"], [], BuildOptions(), reference_samples, num_proc))
+        options = BuildOptions(compression=compression)
+        results.append(bench_build("1000k", ["single_*_1000k"], [], options, reference_samples, num_proc, cold))
     if "cli" in chosen:
         results.extend(bench_cli(repeats))
 
+    cache = "cold" if cold else "warm"
     table = Table("target", "rows", "wall time", "peak RSS", "reference (extrapolated)", "ratio", title=(
-        f"needlebench CLI processes vs the reference algorithm ({os.cpu_count()} cores, warm token cache)"))
+        f"needlebench CLI processes vs the reference algorithm ({os.cpu_count()} cores, {cache} token cache)"))
     for result in results:
         if "ratio" in result:
             table.add_row(result["command"], f"{result['rows']:,}", f"{result['seconds']:.2f} s",

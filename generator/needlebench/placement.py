@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from .errors import NeedlebenchError
 from .tokenized import TokenizedCorpus
 
@@ -57,10 +55,12 @@ class Context:
     def text(self) -> str:
         return self.corpus.render(self.segments)
 
-    def framed(self, before: str, after: str) -> tuple[str, int]:
-        """The prompt with the context between `before` and `after`, and its exact token count."""
+    def framed(self, before: str, after: str, utf8: bool = False) -> tuple[str | bytes, int]:
+        """The prompt with the context between `before` and `after` (UTF-8 bytes with `utf8`), and its exact
+        token count."""
         segments = [before, *self.segments, after]
-        return self.corpus.render(segments), self.corpus.count(segments)
+        text = self.corpus.render_utf8(segments) if utf8 else self.corpus.render(segments)
+        return text, self.corpus.count(segments)
 
 
 def _insertion_literal(corpus: TokenizedCorpus, position: int, needle: str) -> str:

@@ -199,6 +199,28 @@ class TokenizedCorpus:
     def render(self, segments: list) -> str:
         return "".join(s if isinstance(s, str) else self.text[s[0] : s[1]] for s in segments)
 
+    @cached_property
+    def text_utf8(self) -> bytes:
+        return self.text.encode("utf-8")
+
+    @cached_property
+    def _byte_offsets(self) -> np.ndarray | None:
+        """UTF-8 byte offset of every char position; None for ASCII text (offsets equal positions)."""
+        return None if len(self.text_utf8) == len(self.text) else _utf8_offsets(self.text)
+
+    def render_utf8(self, segments: list) -> bytes:
+        """``render(segments).encode("utf-8")``, joined from byte spans of the corpus (no text is transcoded)."""
+        data, offsets = self.text_utf8, self._byte_offsets
+        parts = []
+        for segment in segments:
+            if isinstance(segment, str):
+                parts.append(segment.encode("utf-8"))
+            elif offsets is None:
+                parts.append(data[segment[0] : segment[1]])
+            else:
+                parts.append(data[int(offsets[segment[0]]) : int(offsets[segment[1]])])
+        return b"".join(parts)
+
 
 # ---- construction ----------------------------------------------------------------------------------------------
 def _piece_ends(pattern: str, text: str) -> np.ndarray:

@@ -68,9 +68,10 @@ def _offsets(lengths: list[int]) -> np.ndarray:
 
 def _string_array(values: list) -> pa.Array:
     """A string column built from UTF-8 bytes: far faster than pyarrow's own conversion of long `str`s (the
-    encoded values are joined into one data buffer; `str.encode` output needs no second UTF-8 check)."""
+    encoded values are joined into one data buffer; `str.encode` output needs no second UTF-8 check). A value
+    may already be UTF-8 `bytes` (prompts rendered from byte spans of a corpus)."""
     validity, nulls = _validity(values)
-    encoded = [b"" if value is None else value.encode("utf-8") for value in values]
+    encoded = [b"" if value is None else value if isinstance(value, bytes) else value.encode("utf-8") for value in values]
     offsets = _offsets([len(item) for item in encoded])
     data = pa.py_buffer(b"".join(encoded))
     if offsets[-1] < 2**31:
