@@ -1,19 +1,34 @@
-"""Benchmark split generation against the reference algorithm, measured in the same run.
+"""Benchmark whole `needlebench` CLI processes against the reference algorithm, measured in the same run.
 
-    python scripts/bench_generate.py 'single_*_1000k' --num-proc 2 --reference-samples 4
+    python scripts/bench_generate.py                      # every target below
+    python scripts/bench_generate.py --target custom128k  # one of: custom128k, 1000k, cli
 
-Builds the chosen configs with `needlebench build` (into a temporary folder) and prints prompts/s, context
-tokens/s and peak RSS (this process and its workers). Then it times the reference algorithm on a sample of
-the same cells: per sample, re-tokenise the haystack documents until the target is reached, cut, insert the
-needle tokens at the depth's token offset and decode (what OpenCompass NeedleBench v1 does for every sample),
-and extrapolates the sample to all rows of the configs, length by length. Both figures come from this run.
+Targets (each timed as a whole CLI process, `python -c "from needlebench.cli import main; main()" ...`, with
+the peak RSS of its largest process (workers included) beside it; the token cache is warmed first):
+
+* ``custom128k``: `needlebench build single_en_128k --haystack-en FILE`, where FILE is a user's haystack of about
+  1.76 MB of English text, written by this script (the first books of the default English corpus, as a JSONL file
+  of documents like the reference's PaulGrahamEssays.jsonl). Goal: >= 30x the reference.
+* ``1000k``: `needlebench build 'single_*_1000k'` with the default codec (zstd). Goal: >= 40x the reference.
+* ``cli``: `needlebench list` and `needlebench --help` (median of several runs; goal under 0.5 s), beside a bare
+  `python -c pass` on the same machine.
+
+The reference algorithm is timed on samples of the same cells: per sample, re-tokenise the haystack documents
+until the target is reached, cut, insert the needle tokens at the depth's token offset and decode (what
+OpenCompass NeedleBench v1 does for every sample); its mean time per sample is extrapolated to all rows of the
+configs, length by length. Both figures come from this run. On a busy machine wall times swing with the load
+of the moment, so the CPU ratio is printed too (CPU seconds of the whole CLI process tree, workers included,
+against the reference's CPU seconds): it does not credit the build's use of both cores.
 """
 
 from __future__ import annotations
 
 import json
-import resource
+import os
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,24 +40,63 @@ from rich.console import Console
 from rich.table import Table
 
 console = Console()
+TARGETS = ("custom128k", "1000k", "cli")
+#: Size of the custom haystack file (bytes of UTF-8 text, about the size of the reference's English file).
+CUSTOM_HAYSTACK_BYTES = 1_760_000
+CLI = [sys.executable, "-c", "from needlebench.cli import main; main()"]
 
 
-def peak_rss_mib() -> tuple[float, float]:
-    """Peak RSS of this process and of its largest finished child, in MiB (Linux reports KiB)."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return own, children
+#: A small launcher that runs the command and reports its wall time and rusage. The benchmark process itself is
+#: large, and a child forked from it starts with that RSS as its high-water mark (Linux keeps it across exec),
+#: so the command is started from this small process instead.
+_LAUNCHER = """
+import json, os, subprocess, sys, time
+started = time.perf_counter()
+process = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(process.pid, 0)
+seconds = time.perf_counter() - started
+print(json.dumps({"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime,
+                  "status": os.waitstatus_to_exitcode(status), "maxrss_kib": usage.ru_maxrss}))
+"""
 
 
-def reference_sample_seconds(spec, options, length: int, depth: int, repeat: int, encoding) -> float:
-    """Time one sample built the reference way (documents re-encoded for the sample)."""
+def run_cli(args: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system, workers included) and peak RSS (MiB, of the largest process of
+    the tree: Linux reports the maximum over the child and its waited-for descendants) of one CLI process; a
+    failure stops the benchmark."""
+    launched = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, *CLI, *args], capture_output=True, check=False
+    )
+    report = json.loads(launched.stdout.decode().strip().splitlines()[-1])
+    if report["status"] != 0:
+        raise SystemExit(f"needlebench {' '.join(args)} failed ({report['status']}):\n{launched.stderr.decode()}")
+    return report["seconds"], report["cpu"], report["maxrss_kib"] / 1024
+
+
+def write_custom_haystack(path: Path) -> Path:
+    """A user's haystack file, reproducibly: the first books of the default English corpus, one JSON document a
+    line, until about CUSTOM_HAYSTACK_BYTES of text."""
+    from needlebench.corpus import default_english
+
+    size = 0
+    with open(path, "w", encoding="utf-8") as handle:
+        for document in default_english().documents:
+            if size >= CUSTOM_HAYSTACK_BYTES:
+                break
+            handle.write(json.dumps({"text": document}, ensure_ascii=False) + "\n")
+            size += len(document.encode("utf-8"))
+    return path
+
+
+def reference_sample_seconds(spec, options, length: int, depth: int, repeat: int, encoding) -> tuple[float, float]:
+    """Wall and CPU seconds of one sample built the reference way (documents re-encoded for the sample)."""
     from needlebench.haystack_tasks import effective_buffer
     from needlebench.haystacks import corpus_for
     from needlebench.needles import needle_bank
 
     documents = corpus_for(options.haystack(spec.language), spec.language).documents
     needle = "\n" + needle_bank(spec.language)[repeat].text + "\n"
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     order = list(range(len(documents)))
     np.random.default_rng(repeat).shuffle(order)
     needle_tokens = encoding.encode_ordinary(needle)
@@ -56,92 +110,144 @@ def reference_sample_seconds(spec, options, length: int, depth: int, repeat: int
     point = int(len(tokens) * depth / 100)
     context = encoding.decode(tokens[:point] + needle_tokens + tokens[point:])
     _prompt = f"The document given to you by the user is {context}\n\nNow, the question is: ?"
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
-def our_row_seconds(spec, options, length: int, count: int) -> float:
-    """Mean time of our generator for `count` rows at `length` (prompt rendered and counted, not written)."""
-    from itertools import islice
-
-    from needlebench.rows import iter_rows
-
-    rows = iter_rows(spec, options, (length,))
-    next(rows)  # the first row of a shard also loads its inputs
-    started = time.perf_counter()
-    produced = sum(1 for _ in islice(rows, count))
-    return (time.perf_counter() - started) / max(1, produced)
-
-
-def main(
-    configs: Annotated[list[str], typer.Argument(help="Config names or globs.")],
-    num_proc: Annotated[int, typer.Option(help="Worker processes for the build.")] = 2,
-    reference_samples: Annotated[int, typer.Option(help="Reference samples timed per (config, length).")] = 2,
-    keep: Annotated[Path | None, typer.Option(help="Keep the built folder here.")] = None,
-    cold: Annotated[bool, typer.Option(help="Use an empty token cache (time the first tokenisation too).")] = False,
-    compression: Annotated[str, typer.Option(help="Parquet codec of the build: zstd, snappy or none.")] = "zstd",
-) -> None:
-    import os
-
-    if cold:
-        os.environ["NEEDLEBENCH_CACHE"] = tempfile.mkdtemp(prefix="nb-bench-cache-")
-    from needlebench.build import build_dataset
-    from needlebench.grid import match_configs
-    from needlebench.options import BuildOptions
+def reference_seconds(specs, options, samples: int) -> tuple[float, float, int, float]:
+    """Extrapolated reference wall and CPU time for all rows of `specs`, the samples timed and their seconds."""
     from needlebench.tokenizer import get_tokenizer
 
-    specs = match_configs(configs)
-    options = BuildOptions(compression=compression)
-    out = Path(tempfile.mkdtemp(prefix="nb-bench-")) / "data"
-    started = time.perf_counter()
-    manifest = build_dataset([s.name for s in specs], out, options, num_proc=num_proc)
-    seconds = time.perf_counter() - started
-    own, children = peak_rss_mib()
-    rows = sum(manifest["configs"][s.name]["rows"] for s in specs)
-    tokens = sum(manifest["configs"][s.name]["haystack_tokens"] for s in specs)
-    size = sum(p.stat().st_size for p in out.rglob("*.parquet"))
-
     encoding = get_tokenizer().encoding
-    estimate = 0.0
-    ours_estimate = 0.0
+    estimate = cpu_estimate = timed_seconds = 0.0
     timed = 0
-    timed_seconds = 0.0
     for spec in specs:
         depths = spec.depths or (50,)
         for length in spec.lengths:
-            samples = [
+            times = [
                 reference_sample_seconds(spec, options, length, depths[i % len(depths)], i, encoding)
-                for i in range(reference_samples)
+                for i in range(samples)
             ]
-            timed += len(samples)
-            timed_seconds += sum(samples)
-            rows_at_length = spec.num_rows // len(spec.lengths)
-            estimate += float(np.mean(samples)) * rows_at_length
-            ours_estimate += our_row_seconds(spec, options, length, reference_samples) * rows_at_length
+            timed += len(times)
+            timed_seconds += sum(wall for wall, _ in times)
+            estimate += float(np.mean([wall for wall, _ in times])) * (spec.num_rows // len(spec.lengths))
+            cpu_estimate += float(np.mean([cpu for _, cpu in times])) * (spec.num_rows // len(spec.lengths))
+    return estimate, cpu_estimate, timed, timed_seconds
 
-    table = Table("measure", "value")
-    table.add_row("configs", ", ".join(s.name for s in specs))
-    table.add_row("rows (prompts)", f"{rows:,}")
-    table.add_row("context tokens", f"{tokens:,}")
-    table.add_row("build wall time", f"{seconds:.1f} s (num_proc={num_proc}, {compression}{', cold cache' if cold else ''})")
-    table.add_row("prompts/s", f"{rows / seconds:,.1f}")
-    table.add_row("context tokens/s", f"{tokens / seconds:,.0f}")
-    table.add_row("peak RSS", f"{max(own, children):,.0f} MiB (main {own:,.0f}, largest worker {children:,.0f})")
-    table.add_row("Parquet size", f"{size / 2**20:,.0f} MiB")
-    table.add_row("reference algorithm", f"{timed} samples timed in {timed_seconds:.1f} s, one process")
-    table.add_row("reference, extrapolated", f"{estimate:,.0f} s for all {rows:,} rows (one process)")
-    table.add_row("our generator, same cells", f"{ours_estimate:,.1f} s for all rows (one process, no Parquet)")
-    table.add_row("generation speed-up (same cells, 1 proc each)", f"{estimate / ours_estimate:.1f}x")
-    table.add_row("full build vs reference generation", f"{estimate / seconds:.1f}x (build incl. Parquet, num_proc={num_proc})")
-    console.print(table)
-    console.print_json(json.dumps({
-        "rows": rows, "tokens": tokens, "seconds": round(seconds, 2), "peak_rss_mib": round(max(own, children)),
-        "reference_seconds_estimate": round(estimate, 1), "our_generation_seconds_estimate": round(ours_estimate, 1),
-        "generation_speedup": round(estimate / ours_estimate, 1), "build_speedup": round(estimate / seconds, 1),
-    }))
-    if keep is not None:
-        shutil.move(str(out), keep)
+
+def warm_cache(specs, options) -> None:
+    """Tokenise the haystacks of `specs` into the token cache (the targets are measured with a warm cache)."""
+    from needlebench.haystacks import tokenized_corpus
+
+    for spec in specs:
+        tokenized_corpus(spec, options)
+
+
+def bench_build(
+    name: str, configs: list[str], extra: list[str], options, samples: int, num_proc: int, cold: bool
+) -> dict:
+    from needlebench.build import read_manifest
+    from needlebench.grid import match_configs
+
+    specs = match_configs(configs)
+    if cold:  # the build starts from an empty token cache (its first tokenisation is timed too)
+        os.environ["NEEDLEBENCH_CACHE"] = tempfile.mkdtemp(prefix="nb-bench-cache-")
     else:
+        warm_cache(specs, options)
+    extra = [*extra, "--compression", options.compression]
+    out = Path(tempfile.mkdtemp(prefix="nb-bench-")) / "data"
+    try:
+        seconds, cpu, rss = run_cli(["build", *configs, *extra, "--out", str(out), "--num-proc", str(num_proc)])
+        manifest = read_manifest(out)
+        rows = sum(manifest["configs"][s.name]["rows"] for s in specs)
+        tokens = sum(manifest["configs"][s.name]["haystack_tokens"] for s in specs)
+        size = sum(p.stat().st_size for p in out.rglob("*.parquet"))
+    finally:
         shutil.rmtree(out.parent, ignore_errors=True)
+    reference, reference_cpu, timed, timed_seconds = reference_seconds(specs, options, samples)
+    return {
+        "target": name,
+        "command": f"needlebench build {' '.join(configs + extra)} --out DIR --num-proc {num_proc}",
+        "rows": rows,
+        "context_tokens": tokens,
+        "parquet_mib": round(size / 2**20),
+        "seconds": round(seconds, 2),
+        "peak_rss_mib": round(rss),
+        "reference_seconds": round(reference, 1),
+        "reference_samples": timed,
+        "reference_sampled_seconds": round(timed_seconds, 1),
+        "ratio": round(reference / seconds, 1),
+        "cpu_seconds": round(cpu, 2),
+        "reference_cpu_seconds": round(reference_cpu, 1),
+        "cpu_ratio": round(reference_cpu / cpu, 1),
+    }
+
+
+def bench_cli(repeats: int) -> list[dict]:
+    results = []
+    for label, args in (("python -c pass (interpreter alone)", None), ("needlebench list", ["list"]),
+                        ("needlebench --help", ["--help"])):
+        times, peaks = [], []
+        for _ in range(repeats):
+            if args is None:
+                started = time.perf_counter()
+                subprocess.run([sys.executable, "-c", "pass"], check=True)
+                times.append(time.perf_counter() - started)
+                peaks.append(0.0)
+            else:
+                seconds, _, rss = run_cli(args)
+                times.append(seconds)
+                peaks.append(rss)
+        results.append({"target": label, "seconds": round(statistics.median(times), 3),
+                        "min_seconds": round(min(times), 3), "peak_rss_mib": round(max(peaks))})
+    return results
+
+
+def main(
+    target: Annotated[list[str] | None, typer.Option(help=f"Targets to run (default: all): {', '.join(TARGETS)}.")] = None,
+    num_proc: Annotated[int, typer.Option(help="Worker processes of the builds.")] = 2,
+    reference_samples: Annotated[int, typer.Option(help="Reference samples timed per (config, length).")] = 3,
+    repeats: Annotated[int, typer.Option(help="Runs of each quick command (the median is shown).")] = 7,
+    compression: Annotated[str, typer.Option(help="Parquet codec of the builds: zstd, snappy or none.")] = "zstd",
+    cold: Annotated[bool, typer.Option(help="Build with an empty token cache (time the first tokenisation too).")] = False,
+) -> None:
+    from needlebench.options import BuildOptions
+
+    chosen = target or list(TARGETS)
+    unknown = sorted(set(chosen) - set(TARGETS))
+    if unknown:
+        raise typer.BadParameter(f"unknown target(s) {unknown}; allowed: {', '.join(TARGETS)}")
+    results: list[dict] = []
+    if "custom128k" in chosen:
+        folder = Path(tempfile.mkdtemp(prefix="nb-bench-haystack-"))
+        try:
+            haystack = write_custom_haystack(folder / "my_haystack.jsonl")
+            options = BuildOptions(haystack_en=str(haystack), compression=compression)
+            result = bench_build("custom128k", ["single_en_128k"], ["--haystack-en", str(haystack)], options,
+                                 reference_samples, num_proc, cold)
+            result["haystack_bytes"] = haystack.stat().st_size
+            results.append(result)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    if "1000k" in chosen:
+        options = BuildOptions(compression=compression)
+        results.append(bench_build("1000k", ["single_*_1000k"], [], options, reference_samples, num_proc, cold))
+    if "cli" in chosen:
+        results.extend(bench_cli(repeats))
+
+    cache = "cold" if cold else "warm"
+    table = Table("target", "rows", "wall time", "peak RSS", "reference (extrapolated)", "ratio", "CPU ratio", title=(
+        f"needlebench CLI processes vs the reference algorithm ({os.cpu_count()} cores, {cache} token cache)"))
+    for result in results:
+        if "ratio" in result:
+            table.add_row(result["command"], f"{result['rows']:,}", f"{result['seconds']:.2f} s",
+                          f"{result['peak_rss_mib']:,} MiB", f"{result['reference_seconds']:,.1f} s "
+                          f"({result['reference_samples']} samples)", f"{result['ratio']:.1f}x",
+                          f"{result['cpu_ratio']:.1f}x ({result['cpu_seconds']:.1f} s CPU)")
+        else:
+            table.add_row(result["target"], "", f"{result['seconds']:.3f} s (median; min {result['min_seconds']:.3f})",
+                          f"{result['peak_rss_mib']:,} MiB" if result["peak_rss_mib"] else "", "", "", "")
+    console.print(table)
+    console.print_json(json.dumps(results))
 
 
 if __name__ == "__main__":

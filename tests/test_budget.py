@@ -108,3 +108,71 @@ def test_smollm_tokenizer_flags_rows_a_small_window_would_cut(srt_data: Path):
         budget.run_budget(model, 8192, ["single_en_4k"], chat_template=True, max_gen_toks=None, data_dir=str(srt_data))
         == []
     )
+
+
+def _tricky_texts() -> list[str]:
+    """Texts whose cuts need care: blank lines, trailing spaces before a break, long lines cut at ". ",
+    contractions, digits, Chinese, special tokens of the chat template."""
+    return [
+        "",
+        "\n",
+        "a \nb",
+        "end.\n\n  indented\n\tTab",
+        "Sentence one. Sentence two. " * 400 + "\n" + "x. y" * 700,
+        "don't\n's\n'stop'. 's 12345\n678 9. 10",
+        "中文。\n第二行 \n\t第三行。第四",
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+    ]
+
+
+def test_counter_is_exact_under_the_smollm_tokenizer(srt_data: Path):
+    """The chunked count equals encoding the whole rendered prompt, on sampled rows and tricky texts."""
+    import random
+
+    import pyarrow.parquet as pq
+
+    tokenizer = budget.load_tokenizer(str(smollm_dir()))
+    assert budget.splits_at_whitespace(tokenizer)
+    prompts = pq.read_table(next(srt_data.glob("data/single_en_4k/*.parquet")), columns=["prompt"])["prompt"]
+    sampled = random.Random(7).sample(prompts.to_pylist(), 12)
+    texts = [budget.render_prompt(tokenizer, p, True) for p in sampled] + sampled + _tricky_texts()
+    for text in texts:
+        assert "".join(budget.chunks(text)) == text
+    counter = budget.TokenCounter(tokenizer)
+    expected = [len(tokenizer.encode(text, add_special_tokens=not text.startswith("<|im_start|>"))) for text in texts]
+    assert counter.count(texts) == expected
+    assert counter.count(texts) == expected  # again, from the memo
+    assert budget.count_tokens(tokenizer, texts) == expected  # the batch-encoding fallback agrees
+
+
+def test_counter_falls_back_to_batch_encoding_when_cuts_are_unsafe():
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE(unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    assert budget.splits_at_whitespace(PreTrainedTokenizerFast(tokenizer_object=backend))
+    backend.normalizer = normalizers.Lowercase()  # a normalizer may change text across a cut
+    assert not budget.splits_at_whitespace(PreTrainedTokenizerFast(tokenizer_object=backend))
+    backend.normalizer = None
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()  # not the GPT-2 split regex
+    assert not budget.splits_at_whitespace(PreTrainedTokenizerFast(tokenizer_object=backend))
+    assert not budget.TokenCounter(WordTokenizer()).chunked  # no backend: whole texts, batch-encoded
+    assert budget.TokenCounter(WordTokenizer()).count(["a b", "c"]) == [3, 2]
+
+
+def test_report_summarises_per_config_and_length(srt_data: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(budget, "load_tokenizer", lambda path: WordTokenizer())
+    report = budget.budget_report(
+        "words", 1000, ["single_en_4k"], chat_template=False, max_gen_toks=16, data_dir=str(srt_data), progress=False
+    )
+    lengths = [item.context_length for item in report.summaries]
+    assert lengths == sorted(lengths) and len(lengths) == 4  # 1k, 2k, 3k, 4k
+    assert sum(item.rows for item in report.summaries) == 800
+    assert all(item.over == 0 for item in report.summaries if item.max_prompt_tokens + 16 <= 1000)
+    over_ids = {row["id"] for row in report.over}
+    assert sum(item.over for item in report.summaries) == len(over_ids) > 0
+    assert all(row["prompt_tokens"] + 16 > 1000 for row in report.over)
+    text = budget.format_budget(report)
+    assert "max tokens" in text and "list them with --rows" in text and report.over[0]["id"] not in text
+    assert report.over[0]["id"] in budget.format_budget(report, rows=True)

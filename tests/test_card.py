@@ -150,3 +150,34 @@ def test_template_override(folder: Path, tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv(card.TEMPLATE_ENV, str(tmp_path / "missing.md"))
     with pytest.raises(NeedlebenchError, match=r"missing\.md"):
         card.render_card(_manifest(folder))
+
+
+def test_card_text_equals_huggingface_hub_rendering(folder: Path) -> None:
+    """The card is rendered without importing huggingface_hub.repocard; the text is what DatasetCard gives."""
+    from huggingface_hub import DatasetCard
+
+    manifest = _manifest(folder)
+    data = card.card_data(manifest, folder)
+    context = card.template_context(manifest, repo_id="org/needlebench", version="1.2.0")
+    template = card.template_path().read_text(encoding="utf-8")
+    expected = str(DatasetCard.from_template(data, template_str=template, **context))
+    assert card._card_from_template(data, template, **context) == expected
+    assert card.render_card(manifest, folder, repo_id="org/needlebench", version="1.2.0") == expected.rstrip("\n") + "\n"
+    crlf = template.replace("\n", "\r\n")  # a user's template with Windows line breaks
+    assert card._card_from_template(data, crlf, **context) == str(DatasetCard.from_template(data, template_str=crlf, **context))
+
+
+def test_features_are_written_without_datasets_and_equal_its_own(folder: Path) -> None:
+    from datasets import DatasetInfo, Features, SplitDict, SplitInfo
+    from needlebench.schema import FAMILY_COLUMNS, arrow_schema, features_dict, features_yaml
+
+    for family in FAMILY_COLUMNS:
+        features = Features.from_arrow_schema(arrow_schema(family))
+        assert features_dict(family) == features.to_dict() and features_yaml(family) == features._to_yaml_list()
+    manifest = _manifest(folder)
+    entry = manifest["configs"]["atc_en"]
+    download, uncompressed = card._file_sizes(folder, entry["files"])
+    splits = SplitDict()
+    splits.add(SplitInfo(name="test", num_bytes=uncompressed, num_examples=int(entry["rows"])))
+    info = DatasetInfo(features=features_for("atc"), splits=splits, download_size=download, dataset_size=uncompressed)
+    assert card.dataset_info_entry("atc_en", entry, folder) == {"config_name": "atc_en", **info._to_yaml_dict()}

@@ -23,6 +23,15 @@ def test_list_shows_rows_and_tokens():
     assert "single_en_1000k" in result.stdout and "880" in result.stdout
 
 
+def test_list_piped_is_plain_one_config_a_line():
+    from needlebench.grid import registry
+
+    result = run("list")
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0 and [line.split("\t")[0] for line in lines] == list(registry())
+    assert all(len(line.split("\t")) == 6 for line in lines) and "…" not in result.stdout
+
+
 def test_build_then_load(tmp_path):
     out = tmp_path / "ds"
     result = run("build", "atc_en", "single_zh_4k", "--out", str(out), "--num-proc", "2")

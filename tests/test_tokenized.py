@@ -38,6 +38,8 @@ def test_random_splices_count_exactly(corpus_name, request, cl100k):
             segments.append(LITERALS[generator.integers(len(LITERALS))])
         expected = cl100k.count(corpus.render(segments))
         assert corpus.count(segments) == expected, segments
+        assert corpus.count(segments) == expected  # again, from the memo of glue counts and sync points
+        assert corpus.render_utf8(segments) == corpus.render(segments).encode("utf-8")
 
 
 def test_hard_boundaries_map_to_token_indices(english_corpus, cl100k):

@@ -26,7 +26,6 @@ from functools import cache
 from importlib import resources
 
 import numpy as np
-import yaml
 
 from . import __version__
 from .errors import NeedlebenchError
@@ -35,6 +34,7 @@ from .names import builtin_names, distinct_names, load_names, names_corpus_label
 from .schema import check_row, columns_for
 from .seeding import RELEASE_SEED, derive_seed
 from .tokenizer import DEFAULT_TOKENIZER, TextTokenizer, get_tokenizer
+from .yamlload import safe_load
 
 __all__ = [
     "AtcItem",
@@ -101,7 +101,7 @@ class AtcItem:
 def atc_data() -> dict:
     """The parsed ``data/atc.yaml`` (templates, relation terms, question and few-shot frames per language)."""
     text = resources.files("needlebench").joinpath("data/atc.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return safe_load(text)
 
 
 def _lang(language: str) -> dict:

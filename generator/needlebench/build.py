@@ -67,7 +67,7 @@ def _build_shard(shard: Shard, options: BuildOptions, folder: str) -> ShardStats
     from .rows import iter_rows
 
     spec = get_config(shard.config)
-    rows = iter_rows(spec, options, shard.lengths)
+    rows = iter_rows(spec, options, shard.lengths, utf8_prompts=True)
     return write_shard(rows, spec.family, Path(folder) / shard.filename, _group_rows(spec), options.compression)
 
 

@@ -2,7 +2,7 @@
 
 The card's YAML front matter is built with :class:`huggingface_hub.DatasetCardData`: one ``configs`` entry per config
 (``data_files`` of its ``test`` split), ``dataset_info`` with the explicit features of the config's family
-(:func:`needlebench.schema.features_for`), licence, languages, task categories, size category and tags. The body is
+(:func:`needlebench.schema.features_yaml`), licence, languages, task categories, size category and tags. The body is
 the Jinja template filled from the folder's manifest (``needlebench.json``): what each task measures, how the data was
 built (recipe, corpora, tokenizer, grid, release seed, generator version), a per-config table with fingerprints,
 usage, citations and a changelog.
@@ -13,6 +13,7 @@ usage, citations and a changelog.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
@@ -173,26 +174,17 @@ def _file_sizes(folder: Path | None, files: Iterable[str]) -> tuple[int, int]:
 
 
 def dataset_info_entry(name: str, entry: Mapping[str, Any], folder: Path | None) -> dict[str, Any]:
-    """The ``dataset_info`` YAML item of one config: features of its family and the test split size."""
-    from datasets import DatasetInfo, SplitDict, SplitInfo
-
-    from .schema import features_for
+    """The ``dataset_info`` YAML item of one config: features of its family and the test split size (what
+    ``datasets.DatasetInfo._to_yaml_dict`` writes, built without importing `datasets`: a test checks both agree)."""
+    from .schema import features_yaml
 
     download, uncompressed = _file_sizes(folder, entry.get("files", []))
-    splits = SplitDict()
-    splits.add(SplitInfo(name=SPLIT, num_bytes=uncompressed, num_examples=int(entry["rows"])))
-    info = DatasetInfo(
-        features=features_for(get_config(name).family),
-        splits=splits,
-        download_size=download,
-        dataset_size=uncompressed,
-    )
-    entry_yaml = info._to_yaml_dict()
-    if not download:  # sizes unknown (files not in `folder`): record only the row count
-        entry_yaml.pop("download_size", None)
-        entry_yaml.pop("dataset_size", None)
-        for split in entry_yaml.get("splits", []):
-            split.pop("num_bytes", None)
+    split = {"name": SPLIT, "num_bytes": uncompressed, "num_examples": int(entry["rows"])}
+    entry_yaml: dict[str, Any] = {"features": features_yaml(get_config(name).family), "splits": [split]}
+    if download:
+        entry_yaml.update(download_size=download, dataset_size=uncompressed)
+    else:  # sizes unknown (files not in `folder`): record only the row count
+        split.pop("num_bytes")
     return {"config_name": name, **entry_yaml}
 
 
@@ -352,16 +344,42 @@ def render_card(
     lines (a placeholder repo and no revision otherwise); ``changelog`` is a list of
     ``{"version": str, "changes": [str]}``, newest first.
     """
-    from huggingface_hub import DatasetCard
-
     if not manifest.get("configs"):
         raise NeedlebenchError("the manifest lists no configs; a dataset card needs at least one config")
-    card = DatasetCard.from_template(
-        card_data(manifest, folder),
-        template_path=str(template_path()),
-        **template_context(manifest, repo_id=repo_id, version=version, changelog=changelog),
-    )
-    return str(card).rstrip("\n") + "\n"
+    data = card_data(manifest, folder)
+    context = template_context(manifest, repo_id=repo_id, version=version, changelog=changelog)
+    template = Path(template_path()).read_text(encoding="utf-8")
+    text = _card_from_template(data, template, **context)
+    if text is None:
+        from huggingface_hub import DatasetCard
+
+        text = str(DatasetCard.from_template(data, template_str=template, **context))
+    return text.rstrip("\n") + "\n"
+
+
+#: The YAML block at the top of a card (``huggingface_hub.repocard.REGEX_YAML_BLOCK``).
+_YAML_BLOCK = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
+
+
+def _card_from_template(data: Any, template: str, **context: Any) -> str | None:
+    """``str(DatasetCard.from_template(data, template_str=template, **context))`` for a card with ``\\n`` line
+    breaks (None otherwise), without importing ``huggingface_hub.repocard``, which pulls in the Hub client (about
+    a second of a small build): render the template, then re-serialise its YAML block from the parsed card data,
+    as ``RepoCard`` does. A test checks both give the same text."""
+    import jinja2
+    import yaml
+    from huggingface_hub.repocard_data import DatasetCardData
+
+    kwargs = {**data.to_dict(), **context}
+    content = jinja2.Template(template).render(card_data=data.to_yaml(), **kwargs)
+    match = _YAML_BLOCK.search(content)
+    if "\r" in content or match is None:
+        return None
+    parsed = yaml.safe_load(match.group(2)) or {}
+    if not isinstance(parsed, dict):
+        return None
+    block = DatasetCardData(**parsed).to_yaml(line_break="\n", original_order=list(parsed))
+    return "---\n" + block + "\n---\n" + content[match.end() :]
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -48,6 +48,12 @@ def list_configs(
     from .grid import match_configs, registry
 
     specs = match_configs(patterns) if patterns else list(registry().values())
+    if not sys.stdout.isatty():  # piped: plain tab-separated lines, one config a line (and no table layout cost)
+        print("\n".join(
+            f"{s.name}\t{s.task_label}\t{s.language}\t{s.size or '-'}\t{s.num_rows}\t{s.approx_tokens or '-'}"
+            for s in specs
+        ))
+        return
     table = Table("config", "task", "language", "size", "rows", "context tokens")
     for spec in specs:
         table.add_row(
@@ -157,15 +163,17 @@ def budget(
     chat_template: Annotated[bool, typer.Option("--chat-template", help="Count with the chat template applied.")] = False,
     max_gen_toks: Annotated[Optional[int], typer.Option("--max-gen-toks", help="Tokens reserved for the answer (default: the task's).")] = None,
     data_dir: Annotated[Optional[str], typer.Option("--data-dir", help="A built dataset folder (default: build on the fly).")] = None,
+    rows: Annotated[bool, typer.Option("--rows", help="Also list every row that does not fit.")] = False,
 ) -> None:
-    """List the rows whose prompt would not fit a model's context (lm-eval would silently left-truncate)."""
-    from .budget import format_budget, run_budget
+    """Which prompts would not fit a model's context (lm-eval would silently left-truncate): a table per config
+    and length; exit status 1 when some row does not fit."""
+    from .budget import budget_report, format_budget
     from .grid import match_configs
 
     names_list = [spec.name for spec in match_configs(configs)]
-    rows = run_budget(tokenizer, max_length, names_list, chat_template=chat_template, max_gen_toks=max_gen_toks, data_dir=data_dir)
-    console.print(format_budget(rows))
-    if any(not row.get("fits", True) for row in rows):
+    report = budget_report(tokenizer, max_length, names_list, chat_template=chat_template, max_gen_toks=max_gen_toks, data_dir=data_dir)
+    print(format_budget(report, rows=rows))
+    if report.over:
         raise typer.Exit(1)
 
 

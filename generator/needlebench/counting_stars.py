@@ -39,7 +39,6 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from . import __version__
 from .corpus import Corpus, read_jsonl_documents, read_text_file
@@ -59,6 +58,7 @@ from .schema import check_row
 from .seeding import derive_seed, rng
 from .tokenized import TokenizedCorpus, tokenize_corpus
 from .tokenizer import TiktokenTokenizer, get_tokenizer
+from .yamlload import safe_load
 
 __all__ = [
     "StarCell",
@@ -89,7 +89,7 @@ _MAX_REPLANS = 4
 def star_data() -> dict:
     """The parsed ``data/counting_stars.yaml`` (sentences, questions, count rules, compat constants)."""
     text = resources.files("needlebench").joinpath("data/counting_stars.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return safe_load(text)
 
 
 def _check_task(task: str) -> str:

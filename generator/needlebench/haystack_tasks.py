@@ -76,9 +76,15 @@ def _cells(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) ->
 
 
 def _base_row(
-    cell: Cell, options: BuildOptions, corpus: TokenizedCorpus, context: Context, before: str, after: str
+    cell: Cell,
+    options: BuildOptions,
+    corpus: TokenizedCorpus,
+    context: Context,
+    before: str,
+    after: str,
+    utf8: bool = False,
 ) -> dict:
-    prompt, prompt_tokens = context.framed(before, after)
+    prompt, prompt_tokens = context.framed(before, after, utf8)
     return {
         "task": cell.spec.task_label,
         "config": cell.spec.name,
@@ -99,7 +105,9 @@ def _base_row(
     }
 
 
-def single_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
+def single_rows(
+    spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...], utf8_prompts: bool = False
+) -> Iterator[dict]:
     """S-RT: one needle per prompt at each depth of the grid."""
     corpus = tokenized_corpus(spec, options)
     bank = _retrieval_needles(options.needles_file(), spec.language)
@@ -113,7 +121,7 @@ def single_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...
             context = build_context(corpus, target, [NeedleRequest(needle.text, depth)], start)
             yield {
                 "id": f"{spec.name}-L{cell.length}-d{depth:g}-r{cell.repeat}",
-                **_base_row(cell, options, corpus, context, before, after),
+                **_base_row(cell, options, corpus, context, before, after, utf8_prompts),
                 "depth_percent": float(depth),
                 "question": question,
                 "answer": needle.text,
@@ -124,7 +132,9 @@ def single_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...
             }
 
 
-def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
+def multi_retrieval_rows(
+    spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...], utf8_prompts: bool = False
+) -> Iterator[dict]:
     """M-RT: one distinct needle at every depth of the grid, all in one prompt, one question per needle."""
     corpus = tokenized_corpus(spec, options)
     bank = _retrieval_needles(options.needles_file(), spec.language)
@@ -145,7 +155,7 @@ def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple
         context = build_context(corpus, target, requests, window_start_hint(corpus, target, cell.seed))
         yield {
             "id": f"{spec.name}-L{cell.length}-r{cell.repeat}",
-            **_base_row(cell, options, corpus, context, before, after),
+            **_base_row(cell, options, corpus, context, before, after, utf8_prompts),
             "depth_percent": None,
             "question": question,
             "answer": "\n".join(needle.text for needle in needles),
@@ -168,7 +178,9 @@ def reasoning_question(question: str, language: str) -> str:
     return question + separator + guide_sentence(language)
 
 
-def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
+def multi_reasoning_rows(
+    spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...], utf8_prompts: bool = False
+) -> Iterator[dict]:
     """M-RS: a 2-5 needle reasoning chain per prompt, first needle at the depth, then every 10%."""
     from .reasoning_needles import choose_reasoning_set
 
@@ -187,7 +199,7 @@ def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple
                 context = build_context(corpus, target, requests, start)
                 yield {
                     "id": f"{spec.name}-L{cell.length}-d{depth:g}-n{count}-r{cell.repeat}",
-                    **_base_row(cell, options, corpus, context, before, after),
+                    **_base_row(cell, options, corpus, context, before, after, utf8_prompts),
                     "depth_percent": float(depth),
                     "question": question,
                     "answer": chain.answer,

@@ -16,9 +16,8 @@ import os
 from functools import cache
 from importlib import resources
 
-import yaml
-
 from .errors import NeedlebenchError
+from .yamlload import safe_load
 
 #: Our language codes and the keys of the reference names.json.
 REFERENCE_KEYS = {"en": "English", "zh": "Chinese"}
@@ -37,7 +36,7 @@ def normalize_language(language: str) -> str:
 def _names_data() -> dict:
     """The parsed ``data/names.yaml``."""
     text = resources.files("needlebench").joinpath("data/names.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return safe_load(text)
 
 
 @cache

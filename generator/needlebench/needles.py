@@ -31,6 +31,7 @@ import yaml
 
 from .errors import NeedlebenchError
 from .seeding import RELEASE_SEED, rng
+from .yamlload import safe_load
 
 __all__ = [
     "BANK_SEED",
@@ -369,7 +370,7 @@ def _language_data(code: str) -> _LanguageData:
     """The validated ``data/needles.yaml`` section of a language code (read once)."""
     text = resources.files("needlebench").joinpath("data", DATA_FILE).read_text(encoding="utf-8")
     try:
-        raw = yaml.safe_load(text)
+        raw = safe_load(text)
     except yaml.YAMLError as error:
         raise NeedlebenchError(f"{DATA_FILE}: not valid YAML ({error})") from error
     return _parse_language(_field(raw, code, "<root>"), code)

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from .errors import NeedlebenchError
 from .tokenized import TokenizedCorpus
 
@@ -57,10 +55,12 @@ class Context:
     def text(self) -> str:
         return self.corpus.render(self.segments)
 
-    def framed(self, before: str, after: str) -> tuple[str, int]:
-        """The prompt with the context between `before` and `after`, and its exact token count."""
+    def framed(self, before: str, after: str, utf8: bool = False) -> tuple[str | bytes, int]:
+        """The prompt with the context between `before` and `after` (UTF-8 bytes with `utf8`), and its exact
+        token count."""
         segments = [before, *self.segments, after]
-        return self.corpus.render(segments), self.corpus.count(segments)
+        text = self.corpus.render_utf8(segments) if utf8 else self.corpus.render(segments)
+        return text, self.corpus.count(segments)
 
 
 def _insertion_literal(corpus: TokenizedCorpus, position: int, needle: str) -> str:
@@ -76,7 +76,7 @@ def _insertion_literal(corpus: TokenizedCorpus, position: int, needle: str) -> s
 
 def sentence_start_at_or_after(corpus: TokenizedCorpus, char: int) -> int:
     """The first sentence start (first non-space character after a sentence end) at or after `char`."""
-    index = int(np.searchsorted(corpus.sentence_chars, char, side="left"))
+    index = int(corpus.sentence_chars.searchsorted(char, side="left"))
     while index < len(corpus.sentence_chars):
         position = int(corpus.sentence_chars[index])
         while position < len(corpus.text) and corpus.text[position].isspace():
@@ -92,8 +92,8 @@ def choose_positions(
 ) -> list[int]:
     """Insertion point of each depth: START, END or a sentence boundary char position, the one whose
     haystack token offset is nearest the requested depth."""
-    lo = int(np.searchsorted(corpus.sentence_chars, start, side="right"))
-    hi = int(np.searchsorted(corpus.sentence_chars, end_estimate, side="left"))
+    lo = int(corpus.sentence_chars.searchsorted(start, side="right"))
+    hi = int(corpus.sentence_chars.searchsorted(end_estimate, side="left"))
     inner_chars = corpus.sentence_chars[lo:hi]
     inner_tokens = corpus.sentence_tokens[lo:hi] - corpus.approx_token_index(start)
     positions = []
@@ -105,7 +105,7 @@ def choose_positions(
         best, best_distance = START, target
         if haystack_tokens - target < best_distance:
             best, best_distance = END, haystack_tokens - target
-        at = int(np.searchsorted(inner_tokens, target))
+        at = int(inner_tokens.searchsorted(target))
         for index in (at - 1, at):
             if 0 <= index < len(inner_chars) and abs(inner_tokens[index] - target) < best_distance:
                 best, best_distance = int(inner_chars[index]), abs(inner_tokens[index] - target)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-import yaml
-
 from .errors import NeedlebenchError
+from .yamlload import safe_load
 
 QUESTION_POSITIONS = ("end", "start")
 CONTEXT_SLOT = "{context}"
@@ -16,7 +15,7 @@ CONTEXT_SLOT = "{context}"
 @cache
 def prompt_data() -> dict:
     text = resources.files("needlebench").joinpath("data/prompts.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return safe_load(text)
 
 
 def frame(family: str, language: str, position: str = "end") -> tuple[str, str]:

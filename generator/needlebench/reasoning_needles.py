@@ -21,10 +21,10 @@ from functools import cache
 from importlib import resources
 
 import numpy as np
-import yaml
 
 from .errors import NeedlebenchError
 from .names import normalize_language
+from .yamlload import safe_load
 
 __all__ = [
     "MAX_NEEDLES",
@@ -67,7 +67,7 @@ class ReasoningNeedleSet:
 def reasoning_data() -> dict:
     """The parsed ``data/reasoning_needles.yaml``."""
     text = resources.files("needlebench").joinpath("data/reasoning_needles.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return safe_load(text)
 
 
 def _check_count(num_needles: int) -> None:

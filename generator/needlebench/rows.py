@@ -10,8 +10,13 @@ from .grid import ConfigSpec
 from .options import BuildOptions
 
 
-def iter_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] | None = None) -> Iterator[dict]:
-    """Rows of `spec` (only the given context lengths when `lengths` is set), in a stable order."""
+def iter_rows(
+    spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] | None = None, *, utf8_prompts: bool = False
+) -> Iterator[dict]:
+    """Rows of `spec` (only the given context lengths when `lengths` is set), in a stable order.
+
+    With `utf8_prompts` the haystack tasks may give each prompt as its UTF-8 bytes (joined from byte spans of
+    the corpus, for the Parquet writer); other values and families are unchanged."""
     if lengths is not None and spec.family == "atc":
         raise ValueError("ATC configs have no context lengths to select")
     if spec.family == "counting_stars":
@@ -42,4 +47,4 @@ def iter_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] 
         "multi_retrieval": haystack_tasks.multi_retrieval_rows,
         "multi_reasoning": haystack_tasks.multi_reasoning_rows,
     }
-    return generators[spec.family](spec, options, selected)
+    return generators[spec.family](spec, options, selected, utf8_prompts)

@@ -86,7 +86,34 @@ def features_for(family: str):
     """`datasets.Features` of a family (imported lazily: `datasets` is slow to import)."""
     from datasets import Features
 
-    return Features.from_arrow_schema(arrow_schema(family))
+    return Features.from_dict(features_dict(family))
+
+
+#: `datasets` dtype names of the Arrow types the schema uses.
+_DTYPES = {pa.string(): "string", pa.int64(): "int64", pa.float64(): "float64"}
+
+
+def _feature_dict(dtype: pa.DataType) -> dict:
+    if pa.types.is_list(dtype):
+        return {"_type": "List", "feature": _feature_dict(dtype.value_type)}
+    return {"_type": "Value", "dtype": _DTYPES[dtype]}
+
+
+def features_dict(family: str) -> dict:
+    """``datasets.Features.to_dict()`` of a family, written without importing `datasets` (a test checks the
+    two agree): what the Parquet schema metadata and the card carry."""
+    return {name: _feature_dict(dtype) for name, dtype in columns_for(family).items()}
+
+
+def features_yaml(family: str) -> list[dict]:
+    """The ``features`` list of a card's ``dataset_info`` (``datasets.Features._to_yaml_list()``)."""
+    items = []
+    for name, dtype in columns_for(family).items():
+        if pa.types.is_list(dtype):
+            items.append({"name": name, "list": _DTYPES[dtype.value_type]})
+        else:
+            items.append({"name": name, "dtype": _DTYPES[dtype]})
+    return items
 
 
 def check_row(family: str, row: dict) -> None:

