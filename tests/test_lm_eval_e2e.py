@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from needlebench import harness, scoring
-from needlebench.grid import get_config
 from needlebench.evaluate import ORACLE_MODEL, run_eval
+from needlebench.grid import get_config
 from needlebench.report import SAMPLES_FILE_RE as SAMPLES_NAME
 from needlebench.report import write_report
 from PIL import Image

@@ -40,16 +40,27 @@ from . import scoring
 from .errors import NeedlebenchError
 from .grid import SIZES, ConfigSpec, registry
 
-SAMPLES_FILE_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
+SAMPLES_FILE_RE = re.compile(
+    r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$"
+)
 RESULTS_FILE_RE = re.compile(r"^results_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.json$")
 _RESULTS_RE = RESULTS_FILE_RE
 
 LANGUAGE_COLUMNS = (("zh", "ZH"), ("en", "EN"))
 #: Metric of each NeedleBench task used by the tables and heatmaps.
-HEADLINE_METRIC = {"single": "score", "multi_retrieval": "recall", "multi_reasoning": "reference"}
+HEADLINE_METRIC = {
+    "single": "score",
+    "multi_retrieval": "recall",
+    "multi_reasoning": "reference",
+}
 FAMILY_LABEL = {"single": "S-RT", "multi_retrieval": "M-RT", "multi_reasoning": "M-RS"}
 #: The four categories whose plain mean is the paper's ATC-CE-Overall.
-ATC_OVERALL_CATEGORIES = ("EN-Direct-CE", "EN-Reasoning-CE", "ZH-Direct-CE", "ZH-Reasoning-CE")
+ATC_OVERALL_CATEGORIES = (
+    "EN-Direct-CE",
+    "EN-Reasoning-CE",
+    "ZH-Direct-CE",
+    "ZH-Reasoning-CE",
+)
 ATC_OTHER_CATEGORIES = ("EN-Direct-512-CE", "ZH-Direct-512-CE")
 
 
@@ -76,7 +87,9 @@ class TaskRun:
     path: Path
     date: str
     samples: list[Sample] = field(default_factory=list)
-    reported: dict[str, float] = field(default_factory=dict)  # lm-eval's results JSON: metric -> value
+    reported: dict[str, float] = field(
+        default_factory=dict
+    )  # lm-eval's results JSON: metric -> value
 
     @property
     def standard(self) -> bool:
@@ -131,7 +144,9 @@ class Table:
 
 
 def _bad(path: Path, line: int, what: str) -> NeedlebenchError:
-    return NeedlebenchError(f"{path}:{line}: {what}; pass lm-eval --output_path folders written with --log_samples")
+    return NeedlebenchError(
+        f"{path}:{line}: {what}; pass lm-eval --output_path folders written with --log_samples"
+    )
 
 
 def _response_text(record: Mapping[str, Any]) -> str:
@@ -146,7 +161,11 @@ def _check_metrics(path: Path, line: int, metrics: Mapping[str, Any]) -> None:
     for name, value in metrics.items():
         if name == "perf_4":
             if not (isinstance(value, list) and len(value) == 3):
-                raise _bad(path, line, f"metric perf_4 is {value!r}, not [item_id, rotation, correct]")
+                raise _bad(
+                    path,
+                    line,
+                    f"metric perf_4 is {value!r}, not [item_id, rotation, correct]",
+                )
         elif isinstance(value, list):
             if not all(isinstance(item, (int, float)) for item in value):
                 raise _bad(path, line, f"metric {name} holds a non-number")
@@ -241,11 +260,18 @@ def model_display_name(results: Mapping[str, Any]) -> str | None:
 def short_model_name(value: str) -> str:
     """``/models/SmolLM2-135M/`` -> ``SmolLM2-135M``; a Hub repo id ``ORG/NAME`` stays as it is."""
     text = value.rstrip("/\\")
-    looks_local = text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1 or Path(text).exists()
+    looks_local = (
+        text.startswith(("/", ".", "~"))
+        or "\\" in text
+        or text.count("/") > 1
+        or Path(text).exists()
+    )
     return Path(text).name if looks_local else text
 
 
-def _apply_names(name: str, pretrained: str | None, folder: Path, names: Mapping[str, str]) -> str:
+def _apply_names(
+    name: str, pretrained: str | None, folder: Path, names: Mapping[str, str]
+) -> str:
     for key, value in names.items():
         if key in (name, pretrained):
             return value
@@ -269,8 +295,14 @@ def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
     results: list[Path] = []
     for path in paths:
         if not path.exists():
-            raise NeedlebenchError(f"results path {str(path)!r} does not exist; pass lm-eval --output_path folders")
-        candidates = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+            raise NeedlebenchError(
+                f"results path {str(path)!r} does not exist; pass lm-eval --output_path folders"
+            )
+        candidates = (
+            [path]
+            if path.is_file()
+            else sorted(p for p in path.rglob("*") if p.is_file())
+        )
         for candidate in candidates:
             if SAMPLES_FILE_RE.match(candidate.name):
                 samples.append(candidate.resolve())
@@ -283,11 +315,15 @@ def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
     return sorted(set(samples)), sorted(set(results))
 
 
-def load_results(paths: Sequence[Path | str], names: Mapping[str, str] | None = None) -> Results:
+def load_results(
+    paths: Sequence[Path | str], names: Mapping[str, str] | None = None
+) -> Results:
     """Read every samples and results file under ``paths``; the newest per (model, task) wins."""
     paths = [Path(path) for path in paths]
     if not paths:
-        raise NeedlebenchError("no results given; pass lm-eval --output_path folders or files")
+        raise NeedlebenchError(
+            "no results given; pass lm-eval --output_path folders or files"
+        )
     names = dict(names or {})
     sample_files, result_files = _collect(paths)
     if not sample_files:
@@ -298,7 +334,9 @@ def load_results(paths: Sequence[Path | str], names: Mapping[str, str] | None = 
 
     def model_of(results: Mapping[str, Any] | None, folder: Path) -> str:
         raw = (model_display_name(results) if results else None) or folder.name
-        return _apply_names(raw, _pretrained(results) if results else None, folder, names)
+        return _apply_names(
+            raw, _pretrained(results) if results else None, folder, names
+        )
 
     reported: dict[tuple[str, str], tuple[str, dict[str, float], Any]] = {}
     results_by_folder: dict[Path, list[tuple[str, Path]]] = defaultdict(list)
@@ -306,18 +344,26 @@ def load_results(paths: Sequence[Path | str], names: Mapping[str, str] | None = 
         date = RESULTS_FILE_RE.match(path.name).group("date")  # type: ignore[union-attr]
         results_by_folder[path.parent].append((date, path))
         model = model_of(data, path.parent)
-        counts = data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
+        counts = (
+            data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
+        )
         for task, metrics in data.get("results", {}).items():
             if not isinstance(metrics, dict):
                 continue
             values = {
                 key.split(",")[0]: float(value)
                 for key, value in metrics.items()
-                if "," in key and "_stderr" not in key and isinstance(value, (int, float))
+                if "," in key
+                and "_stderr" not in key
+                and isinstance(value, (int, float))
             }
             key = (model, task)
             if key not in reported or date > reported[key][0]:
-                reported[key] = (date, values, (counts.get(task) or {}).get("effective"))
+                reported[key] = (
+                    date,
+                    values,
+                    (counts.get(task) or {}).get("effective"),
+                )
 
     newest: dict[tuple[str, str], TaskRun] = {}
     for path in sample_files:
@@ -362,10 +408,17 @@ def _mean(values: Iterable[float]) -> float | None:
 def grid_cell(sample: Sample) -> tuple[Any, ...]:
     """The summariser's cell of a sample: (language, length, depth, needle count)."""
     doc = sample.doc
-    return (doc.get("language"), doc.get("context_length"), doc.get("depth_percent"), doc.get("num_needles"))
+    return (
+        doc.get("language"),
+        doc.get("context_length"),
+        doc.get("depth_percent"),
+        doc.get("num_needles"),
+    )
 
 
-def cell_mean(samples: Iterable[Sample], metric: str, cell: Callable[[Sample], Any] = grid_cell) -> Cell:
+def cell_mean(
+    samples: Iterable[Sample], metric: str, cell: Callable[[Sample], Any] = grid_cell
+) -> Cell:
     """Mean over grid cells of the per-cell mean of ``metric`` (the reference summariser's naive mean)."""
     cells: dict[Any, list[float]] = defaultdict(list)
     for sample in samples:
@@ -377,17 +430,28 @@ def cell_mean(samples: Iterable[Sample], metric: str, cell: Callable[[Sample], A
 
 def row_mean(samples: Iterable[Sample], metric: str) -> Cell:
     """lm-eval's aggregation: the plain mean over rows."""
-    values = [float(s.metrics[metric]) for s in samples if metric in s.metrics and not isinstance(s.metrics[metric], list)]
+    values = [
+        float(s.metrics[metric])
+        for s in samples
+        if metric in s.metrics and not isinstance(s.metrics[metric], list)
+    ]
     return Cell(_mean(values), len(values))
 
 
 def expected_cells(spec: ConfigSpec) -> set[tuple[Any, ...]]:
     """The grid cells of a config as (length, depth, needle count)."""
     if spec.family == "single":
-        return {(length, float(depth), 1) for length in spec.lengths for depth in spec.depths}
+        return {
+            (length, float(depth), 1)
+            for length in spec.lengths
+            for depth in spec.depths
+        }
     if spec.family == "multi_reasoning":
         return {
-            (length, float(depth), n) for length in spec.lengths for depth in spec.depths for n in spec.needle_counts
+            (length, float(depth), n)
+            for length in spec.lengths
+            for depth in spec.depths
+            for n in spec.needle_counts
         }
     if spec.family == "multi_retrieval":
         return {(length, None, None) for length in spec.lengths}
@@ -415,7 +479,11 @@ def _lengths_text(lengths: Iterable[int]) -> str:
     if not values:
         return "-"
     shown = [_k(value) for value in values]
-    return ", ".join(shown) if len(shown) <= 4 else f"{shown[0]}-{shown[-1]} ({len(shown)})"
+    return (
+        ", ".join(shown)
+        if len(shown) <= 4
+        else f"{shown[0]}-{shown[-1]} ({len(shown)})"
+    )
 
 
 def _k(value: Any) -> str:
@@ -439,16 +507,24 @@ def run_coverage(run: TaskRun) -> tuple[bool, str]:
     parts = [f"{rows}/{spec.num_rows} rows", f"{cells}/{len(expected)} cells"]
     if spec.family == "atc":
         counts = sorted({n for _l, _d, n in seen if n is not None})
-        parts.append(f"needle counts {', '.join(map(str, counts))}" if len(counts) <= 6 else f"{len(counts)} needle counts")
+        parts.append(
+            f"needle counts {', '.join(map(str, counts))}"
+            if len(counts) <= 6
+            else f"{len(counts)} needle counts"
+        )
     else:
         lengths = {length for length, _d, _n in seen if length in spec.lengths}
         if len(lengths) == len(spec.lengths):
             parts.append(f"all {len(lengths)} lengths")
         else:
-            parts.append(f"lengths {_lengths_text(lengths)} of {_lengths_text(spec.lengths)}")
+            parts.append(
+                f"lengths {_lengths_text(lengths)} of {_lengths_text(spec.lengths)}"
+            )
         if spec.family in ("single", "multi_reasoning"):
             depths = {depth for _l, depth, _n in seen if depth is not None}
-            parts.append(f"{len(depths & {float(d) for d in spec.depths})}/{len(spec.depths)} depths")
+            parts.append(
+                f"{len(depths & {float(d) for d in spec.depths})}/{len(spec.depths)} depths"
+            )
         if spec.family == "multi_reasoning":
             needles = {n for _l, _d, n in seen} & set(spec.needle_counts)
             parts.append(f"{len(needles)}/{len(spec.needle_counts)} needle counts")
@@ -460,7 +536,11 @@ def coverage_text(runs: Sequence[TaskRun], expected_configs: Sequence[str] = ())
     notes = [(run.task, *run_coverage(run)) for run in runs]
     present = {run.spec.name for run in runs}
     missing = [config for config in expected_configs if config not in present]
-    partial = [f"{task} {text.removeprefix('partial ')}" for task, complete, text in notes if not complete]
+    partial = [
+        f"{task} {text.removeprefix('partial ')}"
+        for task, complete, text in notes
+        if not complete
+    ]
     if not partial and not missing:
         return "full"
     parts = partial + ([f"missing {', '.join(missing)}"] if missing else [])
@@ -472,7 +552,11 @@ def coverage_text(runs: Sequence[TaskRun], expected_configs: Sequence[str] = ())
 
 def needlebench_size_table(results: Results, size: str) -> Table | None:
     """Models as rows: S-RT, M-RT, M-RS per language and both, and the weighted overall, for one size."""
-    runs = [run for run in results.runs if run.spec.family in HEADLINE_METRIC and run.spec.size == size]
+    runs = [
+        run
+        for run in results.runs
+        if run.spec.family in HEADLINE_METRIC and run.spec.size == size
+    ]
     if not runs:
         return None
     header = ["Model"]
@@ -484,10 +568,16 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
         mine = [run for run in runs if run.entity == entity]
         parts: dict[str, dict[str, Cell]] = {}
         for family, metric in HEADLINE_METRIC.items():
-            samples = [s for run in mine if run.spec.family == family for s in run.samples]
+            samples = [
+                s for run in mine if run.spec.family == family for s in run.samples
+            ]
             parts[family] = {
-                "zh": cell_mean([s for s in samples if s.spec.language == "zh"], metric),
-                "en": cell_mean([s for s in samples if s.spec.language == "en"], metric),
+                "zh": cell_mean(
+                    [s for s in samples if s.spec.language == "zh"], metric
+                ),
+                "en": cell_mean(
+                    [s for s in samples if s.spec.language == "en"], metric
+                ),
                 "all": cell_mean(samples, metric),
             }
         row: list[Any] = [entity]
@@ -502,9 +592,15 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
             )
             row.append(Cell(value, sum(c.n for c in cells)))
         standard = all(run.standard for run in mine)
-        expected = [
-            spec.name for spec in registry().values() if spec.size == size and spec.family in HEADLINE_METRIC
-        ] if standard else []
+        expected = (
+            [
+                spec.name
+                for spec in registry().values()
+                if spec.size == size and spec.family in HEADLINE_METRIC
+            ]
+            if standard
+            else []
+        )
         row.append(coverage_text(mine, expected))
         rows.append(row)
     return Table(
@@ -518,11 +614,15 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
 
 def atc_category(spec: ConfigSpec) -> str:
     """CircularEval category of an ATC config, e.g. ``EN-Direct-CE`` or ``ZH-Reasoning-CE``."""
-    style = {"direct": "Direct", "reasoning": "Reasoning", "extended": "Direct-512"}[spec.variant]
+    style = {"direct": "Direct", "reasoning": "Reasoning", "extended": "Direct-512"}[
+        spec.variant
+    ]
     return f"{spec.language.upper()}-{style}-CE"
 
 
-def perf_4_by_needles(rows_by_needles: Mapping[int, list[tuple[str, str, bool]]]) -> dict[int, Cell]:
+def perf_4_by_needles(
+    rows_by_needles: Mapping[int, list[tuple[str, str, bool]]],
+) -> dict[int, Cell]:
     """CircularEval ``perf_4`` per needle count over complete items (n = items); counts with none are left out."""
     perf: dict[int, Cell] = {}
     for needles, rows in sorted(rows_by_needles.items()):
@@ -534,13 +634,17 @@ def perf_4_by_needles(rows_by_needles: Mapping[int, list[tuple[str, str, bool]]]
 
 
 def atc_by_category(samples: Iterable[Sample]) -> dict[str, dict[int, Cell]]:
-    by_category: dict[str, dict[int, list[tuple[str, str, bool]]]] = defaultdict(lambda: defaultdict(list))
+    by_category: dict[str, dict[int, list[tuple[str, str, bool]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for sample in samples:
         if sample.spec.variant == "open" or "perf_4" not in sample.metrics:
             continue
         item_id, rotation, correct = sample.metrics["perf_4"]
         num = int(sample.doc["num_needles"])
-        by_category[atc_category(sample.spec)][num].append((str(item_id), str(rotation), bool(correct)))
+        by_category[atc_category(sample.spec)][num].append(
+            (str(item_id), str(rotation), bool(correct))
+        )
     return {category: perf_4_by_needles(rows) for category, rows in by_category.items()}
 
 
@@ -553,12 +657,20 @@ def atc_category_cell(perf: Mapping[int, Cell]) -> Cell:
 
 def atc_overall_cell(categories: Mapping[str, Cell]) -> Cell:
     """ATC-CE-Overall: plain mean of the 4 categories; marked partial when some are missing."""
-    present = [c for c in ATC_OVERALL_CATEGORIES if categories.get(c) and categories[c].value is not None]
+    present = [
+        c
+        for c in ATC_OVERALL_CATEGORIES
+        if categories.get(c) and categories[c].value is not None
+    ]
     if not present:
         return Cell(None, 0)
     value = scoring.atc_overall({c: categories[c].value for c in present})  # type: ignore[misc]
     n = sum(categories[c].n for c in present)
-    note = "" if len(present) == len(ATC_OVERALL_CATEGORIES) else f"partial: {len(present)} of 4 categories"
+    note = (
+        ""
+        if len(present) == len(ATC_OVERALL_CATEGORIES)
+        else f"partial: {len(present)} of 4 categories"
+    )
     return Cell(value, n, note)
 
 
@@ -568,26 +680,54 @@ def atc_tables(results: Results) -> list[Table]:
         return []
     entities = sorted({run.entity for run in runs}, key=_entity_order(runs))
     main_rows, detail_rows = [], []
-    counts = sorted({int(s.doc["num_needles"]) for run in runs for s in run.samples if s.spec.variant != "open"})
-    extra = [c for c in ATC_OTHER_CATEGORIES if any(atc_category(r.spec) == c for r in runs if r.spec.variant != "open")]
+    counts = sorted(
+        {
+            int(s.doc["num_needles"])
+            for run in runs
+            for s in run.samples
+            if s.spec.variant != "open"
+        }
+    )
+    extra = [
+        c
+        for c in ATC_OTHER_CATEGORIES
+        if any(atc_category(r.spec) == c for r in runs if r.spec.variant != "open")
+    ]
     for entity in entities:
         mine = [run for run in runs if run.entity == entity]
         samples = [s for run in mine for s in run.samples]
         perf = atc_by_category(samples)
-        categories = {category: atc_category_cell(perf.get(category, {})) for category in (*ATC_OVERALL_CATEGORIES, *extra)}
+        categories = {
+            category: atc_category_cell(perf.get(category, {}))
+            for category in (*ATC_OVERALL_CATEGORIES, *extra)
+        }
         row: list[Any] = [entity, *categories.values(), atc_overall_cell(categories)]
         for language in ("en", "zh"):
-            opened = [s for s in samples if s.spec.variant == "open" and s.spec.language == language]
+            opened = [
+                s
+                for s in samples
+                if s.spec.variant == "open" and s.spec.language == language
+            ]
             row.append(row_mean(opened, "score"))
         row.append(coverage_text(mine))
         main_rows.append(row)
         for category, by_needles in sorted(perf.items()):
-            detail_rows.append([entity, category, *[by_needles.get(n, Cell(None, 0)) for n in counts]])
+            detail_rows.append(
+                [entity, category, *[by_needles.get(n, Cell(None, 0)) for n in counts]]
+            )
     tables = [
         Table(
             "atc",
             "Ancestral Trace Challenge (CircularEval perf_4 per needle count, weighted by needle count; 0-100)",
-            ["Model", *ATC_OVERALL_CATEGORIES, *extra, "ATC-CE-Overall", "EN-Open", "ZH-Open", "Coverage"],
+            [
+                "Model",
+                *ATC_OVERALL_CATEGORIES,
+                *extra,
+                "ATC-CE-Overall",
+                "EN-Open",
+                "ZH-Open",
+                "Coverage",
+            ],
             main_rows,
             note="n = whole items (4 rotations) for CircularEval, rows for open-ended. ATC-CE-Overall is the plain "
             "mean of the four categories.",
@@ -628,25 +768,57 @@ def counting_stars_table(results: Results) -> Table | None:
     runs = [run for run in results.runs if run.spec.family == "counting_stars"]
     if not runs:
         return None
-    order = (("acquisition", "zh"), ("acquisition", "en"), ("reasoning", "zh"), ("reasoning", "en"))
+    order = (
+        ("acquisition", "zh"),
+        ("acquisition", "en"),
+        ("reasoning", "zh"),
+        ("reasoning", "en"),
+    )
     rows = []
-    keys = sorted({(run.spec.size, int(run.spec.stars or 0)) for run in runs}, key=lambda k: (SIZES.index(k[0]), k[1]))
+    keys = sorted(
+        {(run.spec.size, int(run.spec.stars or 0)) for run in runs},
+        key=lambda k: (SIZES.index(k[0]), k[1]),
+    )
     for entity in sorted({run.entity for run in runs}, key=_entity_order(runs)):
         for size, stars in keys:
-            mine = [r for r in runs if r.entity == entity and r.spec.size == size and int(r.spec.stars or 0) == stars]
+            mine = [
+                r
+                for r in runs
+                if r.entity == entity
+                and r.spec.size == size
+                and int(r.spec.stars or 0) == stars
+            ]
             if not mine:
                 continue
             cells = [
-                counting_stars_cell(s for r in mine if (r.spec.variant, r.spec.language) == key for s in r.samples)
+                counting_stars_cell(
+                    s
+                    for r in mine
+                    if (r.spec.variant, r.spec.language) == key
+                    for s in r.samples
+                )
                 for key in order
             ]
             present = [c for c in cells if c.value is not None]
-            average = Cell(_mean(c.value for c in present) if len(present) == 4 else None, sum(c.n for c in cells))  # type: ignore[misc]
+            average = Cell(
+                _mean(c.value for c in present) if len(present) == 4 else None,
+                sum(c.n for c in cells),
+            )  # type: ignore[misc]
             rows.append([entity, size, stars, *cells, average, coverage_text(mine)])
     return Table(
         "counting_stars",
         "Counting-Stars (mean over the star x length grid, 0-1)",
-        ["Model", "Size", "Stars", "Me-Acq ZH", "Me-Acq EN", "Me-Rea ZH", "Me-Rea EN", "Avg.", "Coverage"],
+        [
+            "Model",
+            "Size",
+            "Stars",
+            "Me-Acq ZH",
+            "Me-Acq EN",
+            "Me-Rea ZH",
+            "Me-Rea EN",
+            "Avg.",
+            "Coverage",
+        ],
         rows,
         digits=3,
         note="n = rows (one prompt of a length). Avg. = mean of the four tasks, only when all four are present.",
@@ -655,10 +827,14 @@ def counting_stars_table(results: Results) -> Table | None:
 
 #: (metric, paper mean of a task run) per family; the lm-eval row mean of the same metric sits beside it.
 def _paper_mean(run: TaskRun, metric: str) -> Cell:
-    if run.spec.family in HEADLINE_METRIC or (run.spec.family == "multi_reasoning" and metric == "strict"):
+    if run.spec.family in HEADLINE_METRIC or (
+        run.spec.family == "multi_reasoning" and metric == "strict"
+    ):
         return cell_mean(run.samples, metric)
     if run.spec.family == "atc" and run.spec.variant != "open":
-        return atc_category_cell(atc_by_category(run.samples).get(atc_category(run.spec), {}))
+        return atc_category_cell(
+            atc_by_category(run.samples).get(atc_category(run.spec), {})
+        )
     if run.spec.family == "counting_stars":
         return counting_stars_cell(run.samples)
     return row_mean(run.samples, metric)
@@ -680,11 +856,17 @@ def _lm_eval_row_mean(run: TaskRun, metric: str) -> Cell:
         return Cell(run.reported[metric], len(run.samples))
     if metric == "perf_4":
         rows = scoring.complete_items(
-            (str(s.metrics["perf_4"][0]), str(s.metrics["perf_4"][1]), bool(s.metrics["perf_4"][2]))
+            (
+                str(s.metrics["perf_4"][0]),
+                str(s.metrics["perf_4"][1]),
+                bool(s.metrics["perf_4"][2]),
+            )
             for s in run.samples
             if "perf_4" in s.metrics
         )
-        return Cell(scoring.circular_scores(rows)["perf_4"] if rows else None, len(run.samples))
+        return Cell(
+            scoring.circular_scores(rows)["perf_4"] if rows else None, len(run.samples)
+        )
     if metric == "star_score":
         return row_mean(run.samples, "star_score")
     return row_mean(run.samples, metric)
@@ -702,7 +884,9 @@ PAPER_MEAN_NAME = {
 def scores_table(results: Results) -> Table:
     """Per task: the paper mean and lm-eval's row mean side by side, with coverage."""
     rows = []
-    for run in sorted(results.runs, key=lambda r: (_entity_order(results.runs)(r.entity), r.task)):
+    for run in sorted(
+        results.runs, key=lambda r: (_entity_order(results.runs)(r.entity), r.task)
+    ):
         for metric in _task_metrics(run):
             if run.spec.family == "atc" and metric == "acc":
                 paper = Cell(None, 0)
@@ -712,12 +896,28 @@ def scores_table(results: Results) -> Table:
             else:
                 paper, how = _paper_mean(run, metric), PAPER_MEAN_NAME[run.spec.family]
             rows.append(
-                [run.entity, run.task, metric, paper, how, _lm_eval_row_mean(run, metric), run_coverage(run)[1]]
+                [
+                    run.entity,
+                    run.task,
+                    metric,
+                    paper,
+                    how,
+                    _lm_eval_row_mean(run, metric),
+                    run_coverage(run)[1],
+                ]
             )
     return Table(
         "scores",
         "Per task: the paper mean beside lm-eval's row mean",
-        ["Model", "Task", "Metric", "Paper mean", "How", "lm-eval row mean", "Coverage"],
+        [
+            "Model",
+            "Task",
+            "Metric",
+            "Paper mean",
+            "How",
+            "lm-eval row mean",
+            "Coverage",
+        ],
         rows,
         note="The paper mean is the reference summariser's (every grid cell weighted alike); lm-eval's row mean is "
         "what lm_eval prints (every row weighted alike). They differ when cells hold different numbers of rows.",
@@ -779,19 +979,29 @@ def table_markdown(table: Table) -> str:
         lines += [table.note, ""]
     lines += ["| " + " | ".join(table.header) + " |", "|" + "---|" * len(table.header)]
     for row in table.rows:
-        lines.append("| " + " | ".join(_md_escape(_format(cell, table.digits)) for cell in row) + " |")
+        lines.append(
+            "| "
+            + " | ".join(_md_escape(_format(cell, table.digits)) for cell in row)
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def table_csv_rows(table: Table) -> list[list[Any]]:
     """CSV rows: a :class:`Cell` column becomes two columns, the value and ``<column> n`` (and a note)."""
-    cell_columns = [i for i in range(len(table.header)) if any(isinstance(row[i], Cell) for row in table.rows)]
+    cell_columns = [
+        i
+        for i in range(len(table.header))
+        if any(isinstance(row[i], Cell) for row in table.rows)
+    ]
     header: list[Any] = []
     for index, name in enumerate(table.header):
         header.append(name)
         if index in cell_columns:
             header.append(f"{name} n")
-            if any(isinstance(row[index], Cell) and row[index].note for row in table.rows):
+            if any(
+                isinstance(row[index], Cell) and row[index].note for row in table.rows
+            ):
                 header.append(f"{name} note")
     out = [header]
     for row in table.rows:
@@ -803,7 +1013,11 @@ def table_csv_rows(table: Table) -> list[list[Any]]:
                 if f"{table.header[index]} note" in header:
                     line.append(cell.note)
             else:
-                line.append("" if value is None else (round(value, 6) if isinstance(value, float) else value))
+                line.append(
+                    ""
+                    if value is None
+                    else (round(value, 6) if isinstance(value, float) else value)
+                )
         out.append(line)
     return out
 
@@ -826,7 +1040,9 @@ def table_html(table: Table) -> str:
         for value in row:
             text = html.escape(_format(value, table.digits))
             empty = isinstance(value, Cell) and value.value is None
-            cells.append(f'<td class="empty">{text}</td>' if empty else f"<td>{text}</td>")
+            cells.append(
+                f'<td class="empty">{text}</td>' if empty else f"<td>{text}</td>"
+            )
         body.append("<tr>" + "".join(cells) + "</tr>")
     note = f"<p class='note'>{html.escape(table.note)}</p>" if table.note else ""
     return (
@@ -852,13 +1068,20 @@ EXPLANATION = (
 )
 
 
-def write_html(path: Path, tables: Sequence[Table], figures: Sequence[tuple[str, Path]], sources: Sequence[Path]) -> Path:
+def write_html(
+    path: Path,
+    tables: Sequence[Table],
+    figures: Sequence[tuple[str, Path]],
+    sources: Sequence[Path],
+) -> Path:
     """A self-contained page: every table, every figure embedded as a base64 PNG."""
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>NeedleBench report</title>",
         f"<style>{_CSS}</style></head><body><h1>NeedleBench report</h1>",
         f"<p class='note'>{html.escape(EXPLANATION)}</p>",
-        "<p class='note'>Sources: " + ", ".join(html.escape(str(s)) for s in sources) + "</p>",
+        "<p class='note'>Sources: "
+        + ", ".join(html.escape(str(s)) for s in sources)
+        + "</p>",
     ]
     parts += [table_html(table) for table in tables]
     if figures:
@@ -900,7 +1123,9 @@ def write_report(
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise NeedlebenchError(f"cannot create --out {str(out_dir)!r}: {error.strerror}") from None
+        raise NeedlebenchError(
+            f"cannot create --out {str(out_dir)!r}: {error.strerror}"
+        ) from None
     written: list[Path] = []
     for table in tables:
         written += write_table(table, out_dir)
@@ -910,10 +1135,19 @@ def write_report(
         written += paths
         drawn.append((figure.title, paths[0]))
     index = out_dir / "README.md"
-    lines = ["# NeedleBench report", "", EXPLANATION, "", "Sources: " + ", ".join(f"`{s}`" for s in loaded.sources), ""]
+    lines = [
+        "# NeedleBench report",
+        "",
+        EXPLANATION,
+        "",
+        "Sources: " + ", ".join(f"`{s}`" for s in loaded.sources),
+        "",
+    ]
     lines += [table_markdown(table) for table in tables]
     if drawn:
-        lines += ["## Figures", ""] + [f"![{title}]({path.name})" for title, path in drawn]
+        lines += ["## Figures", ""] + [
+            f"![{title}]({path.name})" for title, path in drawn
+        ]
     index.write_text("\n".join(lines) + "\n", encoding="utf-8")
     written.append(index)
     written.append(write_html(out_dir / "report.html", tables, drawn, loaded.sources))
@@ -926,6 +1160,8 @@ def parse_names(values: Iterable[str]) -> dict[str, str]:
     for value in values:
         key, sep, name = value.partition("=")
         if not sep or not key or not name:
-            raise NeedlebenchError(f"--name {value!r} is not PATH=NAME (a results path or pretrained value, a name)")
+            raise NeedlebenchError(
+                f"--name {value!r} is not PATH=NAME (a results path or pretrained value, a name)"
+            )
         names[key] = name
     return names

@@ -22,14 +22,32 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NeedlebenchError
-from .report import HEADLINE_METRIC, Results, Sample, TaskRun, _entity_order, _k, cell_mean, counting_stars_cell
+from .report import (
+    HEADLINE_METRIC,
+    Results,
+    Sample,
+    TaskRun,
+    _entity_order,
+    _k,
+    cell_mean,
+    counting_stars_cell,
+)
 
 DPI = 200
 COLORMAP = "viridis"
 EMPTY_COLOUR = "#d9d9d9"
 EMPTY_HATCH = "////"
 #: Okabe-Ito colours (distinguishable with colour-vision deficiencies), then markers and dashes per line.
-LINE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+LINE_COLOURS = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#CC79A7",
+    "#56B4E9",
+    "#D55E00",
+    "#F0E442",
+    "#000000",
+)
 LINE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINE_STYLES = ("-", "--", "-.", ":")
 ANNOTATE_CHOICES = ("counts", "values", "both", "none")
@@ -88,25 +106,38 @@ class Figure:
 
 
 def _safe(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).strip("_") or "model"
+    return (
+        "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).strip("_")
+        or "model"
+    )
 
 
-def heatmap_points(spec: Any, samples: Iterable[Sample]) -> list[tuple[Any, Any, float]]:
+def heatmap_points(
+    spec: Any, samples: Iterable[Sample]
+) -> list[tuple[Any, Any, float]]:
     """(row, column, value) points of a config's heatmap: depth x length, or star index x length."""
     points: list[tuple[Any, Any, float]] = []
     for sample in samples:
         doc, metrics = sample.doc, sample.metrics
         length = int(doc["context_length"])
         if spec.family == "counting_stars":
-            points += [(index + 1, length, float(v)) for index, v in enumerate(metrics.get("per_star") or [])]
+            points += [
+                (index + 1, length, float(v))
+                for index, v in enumerate(metrics.get("per_star") or [])
+            ]
         elif spec.family == "multi_retrieval":
             depths = doc.get("requested_depths") or doc.get("needle_depths") or []
             hits = metrics.get("needle_hits") or []
-            points += [(float(d), length, float(hit)) for d, hit in zip(depths, hits, strict=False)]
+            points += [
+                (float(d), length, float(hit))
+                for d, hit in zip(depths, hits, strict=False)
+            ]
         elif spec.family in HEADLINE_METRIC and doc.get("depth_percent") is not None:
             metric = HEADLINE_METRIC[spec.family]
             if metric in metrics:
-                points.append((float(doc["depth_percent"]), length, float(metrics[metric])))
+                points.append(
+                    (float(doc["depth_percent"]), length, float(metrics[metric]))
+                )
     return points
 
 
@@ -120,12 +151,20 @@ def build_heatmap(run: TaskRun) -> Heatmap | None:
     for row, column, value in points:
         cells[(row, column)].append(value)
     stars = spec.family == "counting_stars"
-    grid_rows = list(range(1, int(spec.stars or 0) + 1)) if stars else [float(d) for d in spec.depths]
+    grid_rows = (
+        list(range(1, int(spec.stars or 0) + 1))
+        if stars
+        else [float(d) for d in spec.depths]
+    )
     rows = sorted(set(grid_rows) | {row for row, _ in cells})
     columns = sorted(set(spec.lengths) | {column for _, column in cells})
     values = [[_mean(cells.get((r, c), [])) for c in columns] for r in rows]
     counts = [[len(cells.get((r, c), [])) for c in columns] for r in rows]
-    paper = counting_stars_cell(run.samples) if stars else cell_mean(run.samples, HEADLINE_METRIC[spec.family])
+    paper = (
+        counting_stars_cell(run.samples)
+        if stars
+        else cell_mean(run.samples, HEADLINE_METRIC[spec.family])
+    )
     score = "-" if paper.value is None else f"{paper.value:.3g}"
     if spec.family == "multi_retrieval":
         unit = "needles"
@@ -173,7 +212,9 @@ def length_series(run: TaskRun) -> list[tuple[int, float, int]]:
 def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
     """Every figure of a report (nothing is drawn yet)."""
     if annotate not in ANNOTATE_CHOICES:
-        raise NeedlebenchError(f"--annotate {annotate!r} is not one of {', '.join(ANNOTATE_CHOICES)}")
+        raise NeedlebenchError(
+            f"--annotate {annotate!r} is not one of {', '.join(ANNOTATE_CHOICES)}"
+        )
     figures: list[Figure] = []
     by_entity: dict[str, list[Heatmap]] = defaultdict(list)
     entity_order = _entity_order(results.runs)
@@ -182,11 +223,19 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
         if heatmap is None:
             continue
         by_entity[run.model].append(heatmap)
-        figures.append(Figure(heatmap.name, heatmap.title, "heatmap", [heatmap], annotate=annotate))
+        figures.append(
+            Figure(heatmap.name, heatmap.title, "heatmap", [heatmap], annotate=annotate)
+        )
     for model, maps in by_entity.items():
         if maps:
             figures.append(
-                Figure(f"model_{_safe(model)}", f"{model}: every task (length x depth)", "panels", maps, annotate=annotate)
+                Figure(
+                    f"model_{_safe(model)}",
+                    f"{model}: every task (length x depth)",
+                    "panels",
+                    maps,
+                    annotate=annotate,
+                )
             )
     panels: dict[str, dict[str, list[tuple[int, float, int]]]] = defaultdict(dict)
     ylabels: dict[str, str] = {}
@@ -200,8 +249,14 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
             ylabels[run.spec.name] = METRIC_LABEL[run.spec.family]
     if panels:
         ordered = dict(sorted(panels.items()))
-        figures.append(Figure("compare_models_by_length", "Models compared: score against context length", "lines",
-                              lines=Lines(ordered, ylabels)))
+        figures.append(
+            Figure(
+                "compare_models_by_length",
+                "Models compared: score against context length",
+                "lines",
+                lines=Lines(ordered, ylabels),
+            )
+        )
     return figures
 
 
@@ -217,23 +272,40 @@ def _new_figure(width: float, height: float) -> Any:
     return figure
 
 
-def _draw_heatmap(figure: Any, axes: Any, heatmap: Heatmap, annotate: str, title: str, width: float) -> None:
+def _draw_heatmap(
+    figure: Any, axes: Any, heatmap: Heatmap, annotate: str, title: str, width: float
+) -> None:
     import numpy as np
 
-    data = np.array([[np.nan if v is None else v for v in row] for row in heatmap.values], dtype=float)
+    data = np.array(
+        [[np.nan if v is None else v for v in row] for row in heatmap.values],
+        dtype=float,
+    )
     axes.set_facecolor(EMPTY_COLOUR)
     axes.patch.set_hatch(EMPTY_HATCH)
     axes.patch.set_edgecolor("#9a9a9a")
     nrows, ncols = data.shape
     image = axes.pcolormesh(
-        np.arange(ncols + 1) - 0.5, np.arange(nrows + 1) - 0.5, np.ma.masked_invalid(data),
-        cmap=COLORMAP, vmin=0.0, vmax=heatmap.vmax,
+        np.arange(ncols + 1) - 0.5,
+        np.arange(nrows + 1) - 0.5,
+        np.ma.masked_invalid(data),
+        cmap=COLORMAP,
+        vmin=0.0,
+        vmax=heatmap.vmax,
     )
     axes.set_xlim(-0.5, ncols - 0.5)
     axes.set_ylim(nrows - 0.5, -0.5)  # first row at the top
-    axes.set_xticks(range(ncols), [_k(c) for c in heatmap.columns], rotation=45, ha="right", fontsize=7)
+    axes.set_xticks(
+        range(ncols),
+        [_k(c) for c in heatmap.columns],
+        rotation=45,
+        ha="right",
+        fontsize=7,
+    )
     step = max(1, nrows // 32)
-    axes.set_yticks(range(0, nrows, step), [_k(r) for r in heatmap.rows[::step]], fontsize=7)
+    axes.set_yticks(
+        range(0, nrows, step), [_k(r) for r in heatmap.rows[::step]], fontsize=7
+    )
     axes.set_xlabel(heatmap.column_label, fontsize=8)
     axes.set_ylabel(heatmap.row_label, fontsize=8)
     counts = [c for row in heatmap.counts for c in row if c]
@@ -253,12 +325,28 @@ def _draw_heatmap(figure: Any, axes: Any, heatmap: Heatmap, annotate: str, title
                 elif annotate == "values":
                     text = f"{value:.0f}" if heatmap.vmax > 1 else f"{value:.2f}"
                 else:
-                    text = (f"{value:.0f}" if heatmap.vmax > 1 else f"{value:.2f}") + f"\nn={n}"
+                    text = (
+                        f"{value:.0f}" if heatmap.vmax > 1 else f"{value:.2f}"
+                    ) + f"\nn={n}"
                 if text:
                     light = value is not None and value > 0.6 * heatmap.vmax
-                    colour = "black" if light else ("white" if value is not None else "#333333")
-                    label = axes.text(c, r, text, ha="center", va="center", fontsize=size, color=colour)
-                    label.set_in_layout(False)  # inside the cells: keeps the layout pass fast
+                    colour = (
+                        "black"
+                        if light
+                        else ("white" if value is not None else "#333333")
+                    )
+                    label = axes.text(
+                        c,
+                        r,
+                        text,
+                        ha="center",
+                        va="center",
+                        fontsize=size,
+                        color=colour,
+                    )
+                    label.set_in_layout(
+                        False
+                    )  # inside the cells: keeps the layout pass fast
         if annotate == "counts":
             subtitle += "; numbers = samples per cell"
     elif counts:
@@ -274,32 +362,60 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
     names = list(lines.panels)
     ncols = min(3, len(names))
     nrows = math.ceil(len(names) / ncols)
-    models = sorted({model for series in lines.panels.values() for model in series}, key=str.lower)
+    models = sorted(
+        {model for series in lines.panels.values() for model in series}, key=str.lower
+    )
     style = {
-        model: (LINE_COLOURS[i % len(LINE_COLOURS)], LINE_MARKERS[i % len(LINE_MARKERS)], LINE_STYLES[i % len(LINE_STYLES)])
+        model: (
+            LINE_COLOURS[i % len(LINE_COLOURS)],
+            LINE_MARKERS[i % len(LINE_MARKERS)],
+            LINE_STYLES[i % len(LINE_STYLES)],
+        )
         for i, model in enumerate(models)
     }
     for index, name in enumerate(names):
         axes = figure.add_subplot(nrows, ncols, index + 1)
-        for model, series in sorted(lines.panels[name].items(), key=lambda item: item[0].lower()):
+        for model, series in sorted(
+            lines.panels[name].items(), key=lambda item: item[0].lower()
+        ):
             colour, marker, dash = style[model]
             xs = [length for length, _v, _n in series]
             ys = [value for _l, value, _n in series]
             n = sum(count for _l, _v, count in series)
-            axes.plot(xs, ys, color=colour, marker=marker, linestyle=dash, linewidth=1.5, markersize=4,
-                      label=f"{model} (n={n})")
+            axes.plot(
+                xs,
+                ys,
+                color=colour,
+                marker=marker,
+                linestyle=dash,
+                linewidth=1.5,
+                markersize=4,
+                label=f"{model} (n={n})",
+            )
         axes.set_title(name, fontsize=9)
         axes.set_xlabel("Context length (tokens)", fontsize=8)
         axes.set_ylabel(lines.ylabels[name], fontsize=8)
         top = 1.05 if lines.ylabels[name].endswith("(0-1)") else 105
         axes.set_ylim(-0.05 * top, top)
-        if max((length for series in lines.panels[name].values() for length, _v, _n in series), default=0) > 0:
+        if (
+            max(
+                (
+                    length
+                    for series in lines.panels[name].values()
+                    for length, _v, _n in series
+                ),
+                default=0,
+            )
+            > 0
+        ):
             axes.xaxis.set_major_formatter(_k_formatter())
         axes.tick_params(labelsize=7)
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize=6, loc="best")
     text = "Models compared: paper score against context length, one line per model (n = rows)"
-    figure.suptitle(textwrap.fill(text, width=max(40, int(12 * figure.get_figwidth()))), fontsize=10)
+    figure.suptitle(
+        textwrap.fill(text, width=max(40, int(12 * figure.get_figwidth()))), fontsize=10
+    )
 
 
 def _k_formatter() -> Any:
@@ -321,12 +437,19 @@ def draw(figure_spec: Figure) -> Any:
         maps = figure_spec.heatmaps
         ncols = min(3, len(maps))
         nrows = math.ceil(len(maps) / ncols)
-        width = ncols * min(7.0, max(5.0, 2.6 + 0.16 * max(len(m.columns) for m in maps)))
-        height = nrows * min(6.5, max(4.5, 1.8 + 0.16 * max(len(m.rows) for m in maps))) + 0.4
+        width = ncols * min(
+            7.0, max(5.0, 2.6 + 0.16 * max(len(m.columns) for m in maps))
+        )
+        height = (
+            nrows * min(6.5, max(4.5, 1.8 + 0.16 * max(len(m.rows) for m in maps)))
+            + 0.4
+        )
         figure = _new_figure(width, height)
         for index, heatmap in enumerate(maps):
             axes = figure.add_subplot(nrows, ncols, index + 1)
-            _draw_heatmap(figure, axes, heatmap, figure_spec.annotate, heatmap.task, width / ncols)
+            _draw_heatmap(
+                figure, axes, heatmap, figure_spec.annotate, heatmap.task, width / ncols
+            )
         figure.suptitle(figure_spec.title, fontsize=11)
     else:
         assert figure_spec.lines is not None
