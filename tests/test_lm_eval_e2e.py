@@ -9,13 +9,16 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from needlebench import harness, scoring
 from needlebench.evaluate import ORACLE_MODEL, run_eval
+from needlebench.grid import get_config
 from needlebench.report import SAMPLES_FILE_RE as SAMPLES_NAME
 from needlebench.report import write_report
 from PIL import Image
@@ -76,8 +79,9 @@ def _samples(output: Path, task: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in paths[-1].read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def test_oracle_scores_full_marks_through_the_cli(data_dir: Path, tmp_path: Path):
-    output = tmp_path / "oracle"
+@pytest.fixture(scope="module")
+def oracle_output(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    output = tmp_path_factory.mktemp("oracle")
     tasks = ",".join(harness.task_name(config) for config in ORACLE_CONFIGS)
     status = run_eval(
         [
@@ -96,6 +100,16 @@ def test_oracle_scores_full_marks_through_the_cli(data_dir: Path, tmp_path: Path
         ]
     )
     assert status == 0
+    return output
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_oracle_scores_full_marks_through_the_cli(oracle_output: Path, tmp_path: Path):
+    output = oracle_output
     results = _results_json(output)["results"]
     for config in ORACLE_CONFIGS:
         metrics = {
@@ -114,8 +128,70 @@ def test_oracle_scores_full_marks_through_the_cli(data_dir: Path, tmp_path: Path
 
     report_dir = tmp_path / "oracle-report"
     write_report(output, report_dir)
-    assert "| 4k | S-RT | - | 100.00 | 100.00 |" in (report_dir / "needlebench.md").read_text(encoding="utf-8")
-    assert (report_dir / "heatmap_counting_stars_reasoning_zh_128k.png").is_file()
+    (row,) = _csv(report_dir / "needlebench_4k.csv")
+    assert row["Model"] == ORACLE_MODEL and float(row["S-RT EN"]) == 100.0 and row["S-RT EN n"] == "40"
+    assert row["Coverage"].startswith("partial: ")  # --limit 40 took the first 40 rows (length 1,000 only)
+    assert (report_dir / f"heatmap_{ORACLE_MODEL}_needlebench_counting_stars_reasoning_zh_128k.png").is_file()
+
+
+def test_subset_keeps_project_tasks_with_include_path_and_models_share_a_table(
+    oracle_output: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """lm-eval's ``dummy`` model beside the oracle in one folder; ``--subset`` covers the grid; a custom task from
+    the user's ``--include_path`` runs beside the project's task of the same config and stays apart."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the dummy model names a Hub tokenizer it never needs here
+    results = tmp_path / "results"
+    shutil.copytree(oracle_output, results)
+    mine = tmp_path / "mytasks"
+    mine.mkdir()
+    (mine / "my_single.yaml").write_text(
+        f"include: {TASK_DIR / 'single_en_4k.yaml'}\ntask: my_single_en_4k\ntask_alias: my_single_en_4k\n",
+        encoding="utf-8",
+    )
+    status = run_eval(
+        [
+            "run",
+            "--model",
+            "dummy",
+            "--tasks",
+            "needlebench_single_en_4k,my_single_en_4k",
+            "--include_path",
+            str(mine),
+            "--subset",
+            "20",
+            "--metadata",
+            json.dumps({"data_dir": str(data_dir)}),
+            "--output_path",
+            str(results),
+            "--log_samples",
+        ]
+    )
+    assert status == 0
+    dummy = [s for s in _samples(results, "needlebench_single_en_4k") if s["resps"][0][0] == "lol"]
+    assert len(dummy) == 20
+    assert {s["doc"]["context_length"] for s in dummy} == {1000, 2000, 3000, 4000}
+    assert {s["doc"]["depth_percent"] for s in dummy} == {float(d) for d in get_config("single_en_4k").depths}
+
+    write_report([results], tmp_path / "report")
+    rows = {row["Model"]: row for row in _csv(tmp_path / "report" / "needlebench_4k.csv")}
+    assert set(rows) == {ORACLE_MODEL, "dummy", "dummy (my_single_en_4k)"}
+    assert float(rows[ORACLE_MODEL]["S-RT EN"]) == 100.0
+    assert float(rows["dummy"]["S-RT EN"]) < 100.0 and rows["dummy"]["S-RT EN n"] == "20"
+    assert "all 4 lengths, 20/20 depths" in rows["dummy"]["Coverage"]
+    assert rows["dummy (my_single_en_4k)"]["S-RT EN n"] == "20"
+
+
+def test_subset_of_a_real_split_covers_every_cell(data_dir: Path):
+    for config, cells in (("single_en_4k", 80), ("multi_reasoning_en_4k", 320)):
+        split = harness.load_dataset(needlebench_config=config, data_dir=str(data_dir), subset=cells)["test"]
+        spec = get_config(config)
+        assert len(split) == cells
+        assert {(row["context_length"], row["depth_percent"], row["num_needles"] if "num_needles" in row else 1)
+                for row in split} == {
+            (length, float(depth), n) for length in spec.lengths for depth in spec.depths for n in spec.needle_counts
+        }
+        again = harness.load_dataset(needlebench_config=config, data_dir=str(data_dir), subset=cells)["test"]
+        assert again["id"] == split["id"]  # fixed seed
 
 
 @pytest.fixture(scope="module")
@@ -176,18 +252,15 @@ def test_smollm_outputs_are_scored_by_the_hook(smollm_run: Path):
 def test_report_on_lm_eval_output_writes_tables_and_images(smollm_run: Path, tmp_path: Path):
     written = write_report(smollm_run, tmp_path / "report")
     names = {path.name for path in written}
-    assert {
-        "needlebench.md",
-        "needlebench.csv",
-        "lm_eval_results.csv",
-        "heatmap_single_en_4k.png",
-        "README.md",
-    } <= names
-    with Image.open(tmp_path / "report" / "heatmap_single_en_4k.png") as image:
+    model = smollm_dir().name  # named after --model_args pretrained
+    heatmap = f"heatmap_{model}_needlebench_single_en_4k.png"
+    assert {"needlebench_4k.md", "needlebench_4k.csv", "scores.csv", "lm_eval_results.csv", heatmap, "README.md",
+            "report.html"} <= names
+    with Image.open(tmp_path / "report" / heatmap) as image:
         image.verify()
         assert image.format == "PNG"
-    table = (tmp_path / "report" / "needlebench.csv").read_text(encoding="utf-8")
-    assert table.startswith("Size,Task,Chinese,English,Overall")
+    (row,) = _csv(tmp_path / "report" / "needlebench_4k.csv")
+    assert row["Model"] == model and row["S-RT EN n"] == "4"
 
 
 def test_plain_dataset_path_task_reads_a_pinned_folder(srt_data_dir: Path, tmp_path: Path):

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from needlebench import harness, report
+from needlebench import harness, report, report_figures
 from needlebench.errors import NeedlebenchError
 from PIL import Image
 from support import (
@@ -31,7 +31,10 @@ def _haystack_records() -> dict[str, list[dict]]:
         for length in (1000, 2000):
             for depth in (0.0, 50.0):
                 doc = single_row(
-                    config, context_length=length, depth_percent=depth, prompt=f"{config}-{length}-{depth}"
+                    config,
+                    context_length=length,
+                    depth_percent=depth,
+                    prompt=f"{config}-{length}-{depth}",
                 )
                 rows.append({"doc": doc, "score": value})
         records[config] = rows
@@ -48,13 +51,24 @@ def _haystack_records() -> dict[str, list[dict]]:
 
 def _atc_records() -> dict[str, list[dict]]:
     records: dict[str, list[dict]] = {"atc_en": []}
-    for n, correct_rotations in ((2, 4), (4, 3)):  # n=2: all four rotations right; n=4: one wrong
-        for index, row in enumerate(atc_rows("atc_en", item_id=f"en-{n}", num_needles=n)):
+    for n, correct_rotations in (
+        (2, 4),
+        (4, 3),
+    ):  # n=2: all four rotations right; n=4: one wrong
+        for index, row in enumerate(
+            atc_rows("atc_en", item_id=f"en-{n}", num_needles=n)
+        ):
             correct = index < correct_rotations
             records["atc_en"].append(
-                {"doc": row, "acc": 100.0 if correct else 0.0, "perf_4": [row["item_id"], row["rotation"], correct]}
+                {
+                    "doc": row,
+                    "acc": 100.0 if correct else 0.0,
+                    "perf_4": [row["item_id"], row["rotation"], correct],
+                }
             )
-    open_row = fixture_row("atc_en_open", answer="Ann", prompt_style="open", context_length=0)
+    open_row = fixture_row(
+        "atc_en_open", answer="Ann", prompt_style="open", context_length=0
+    )
     records["atc_en_open"] = [{"doc": open_row, "score": 100.0}]
     return records
 
@@ -81,11 +95,17 @@ def results_dir(tmp_path: Path) -> Path:
             write_samples(folder, harness.task_name(config), rows)
     results = {
         "results": {
-            "needlebench_single_en_4k": {"alias": "single_en_4k", "score,none": 80.0, "score_stderr,none": 1.0}
+            "needlebench_single_en_4k": {
+                "alias": "single_en_4k",
+                "score,none": 80.0,
+                "score_stderr,none": 1.0,
+            }
         },
         "n-samples": {"needlebench_single_en_4k": {"original": 4, "effective": 4}},
     }
-    (folder / "results_2025-01-01T00-00-00.000000.json").write_text(json.dumps(results), encoding="utf-8")
+    (folder / "results_2025-01-01T00-00-00.000000.json").write_text(
+        json.dumps(results), encoding="utf-8"
+    )
     return tmp_path / "results"
 
 
@@ -96,42 +116,106 @@ def _csv(path: Path) -> list[dict[str, str]]:
 
 def test_tables_follow_the_paper_formulas(results_dir: Path, tmp_path: Path):
     out = tmp_path / "report"
-    written = report.write_report(results_dir, out)
+    written = report.write_report(results_dir, out, figures=False)
     assert all(path.exists() for path in written)
-    rows = {row["Task"]: row for row in _csv(out / "needlebench.csv")}
-    assert float(rows["S-RT"]["English"]) == 80.0 and float(rows["S-RT"]["Chinese"]) == 60.0
-    assert float(rows["S-RT"]["Overall"]) == 70.0
-    assert float(rows["M-RT"]["English"]) == pytest.approx(200 / 3, abs=1e-4)
-    assert float(rows["M-RS"]["Overall"]) == 40.0
-    overall = rows["Overall (0.4 S-RT + 0.3 M-RT + 0.3 M-RS)"]
-    assert float(overall["English"]) == pytest.approx(0.4 * 80 + 0.3 * 200 / 3 + 0.3 * 50, abs=1e-4)
+    (row,) = _csv(out / "needlebench_4k.csv")
+    assert row["Model"] == "my-model"
+    assert (
+        float(row["S-RT EN"]) == 80.0
+        and float(row["S-RT ZH"]) == 60.0
+        and float(row["S-RT"]) == 70.0
+    )
+    assert row["S-RT EN n"] == "4" and row["S-RT n"] == "8"
+    assert float(row["M-RT EN"]) == pytest.approx(200 / 3, abs=1e-4)
+    assert float(row["M-RS"]) == 40.0
+    assert float(row["Overall EN"]) == pytest.approx(
+        0.4 * 80 + 0.3 * 200 / 3 + 0.3 * 50, abs=1e-4
+    )
+    assert row["Coverage"].startswith(
+        "partial: needlebench_multi_reasoning_en_4k (1/3200 rows, 1/320 cells, lengths 1k of"
+    )
+    assert (
+        "needlebench_single_en_4k (4/800 rows, 2/80 cells, lengths 1k, 2k of 1k, 2k, 3k, 4k, 1/20 depths)"
+        in row["Coverage"]
+    )
 
-    atc = {row["Category"]: row for row in _csv(out / "atc.csv")}
+    (atc,) = _csv(out / "atc.csv")
     # perf_4: n=2 -> 100, n=4 -> 0; weighted by needle count: 100*2 / (2+4)
-    assert float(atc["EN-Direct-CE"]["Score"]) == pytest.approx(100 * 2 / 6, abs=1e-4)
-    assert float(atc["EN-Direct-CE"]["Row accuracy"]) == pytest.approx(100 * 7 / 8)
+    assert (
+        float(atc["EN-Direct-CE"]) == pytest.approx(100 * 2 / 6, abs=1e-4)
+        and atc["EN-Direct-CE n"] == "2"
+    )
     # one of the paper's four categories: the mean is labelled partial, never the paper's ATC-CE-Overall
-    assert "ATC-CE-Overall" not in atc
-    assert float(atc["ATC-CE-Overall (partial: 1 of 4 categories)"]["Score"]) == pytest.approx(100 * 2 / 6, abs=1e-4)
-    assert float(atc["EN-Open"]["Score"]) == 100.0
+    assert atc["ATC-CE-Overall note"] == "partial: 1 of 4 categories"
+    assert float(atc["ATC-CE-Overall"]) == pytest.approx(100 * 2 / 6, abs=1e-4)
+    assert (
+        float(atc["EN-Open"]) == 100.0
+        and atc["ZH-Open"] == ""
+        and atc["ZH-Open n"] == "0"
+    )
 
-    stars = _csv(out / "counting_stars.csv")
-    assert len(stars) == 1 and stars[0]["Size"] == "128k" and stars[0]["Stars"] == "32"
-    assert float(stars[0]["Me-Acq EN"]) == 0.5 and float(stars[0]["Me-Rea ZH"]) == 0.25
-    assert stars[0]["Avg."] == ""  # two of the four tasks are missing
+    (stars,) = _csv(out / "counting_stars.csv")
+    assert stars["Size"] == "128k" and stars["Stars"] == "32"
+    assert float(stars["Me-Acq EN"]) == 0.5 and float(stars["Me-Rea ZH"]) == 0.25
+    assert stars["Avg."] == ""  # two of the four tasks are missing
 
+    scores = {(r["Task"], r["Metric"]): r for r in _csv(out / "scores.csv")}
+    srt = scores[("needlebench_single_en_4k", "score")]
+    assert float(srt["Paper mean"]) == 80.0 and float(srt["lm-eval row mean"]) == 80.0
+    acc = scores[("needlebench_atc_en", "acc")]
+    assert acc["Paper mean"] == "" and float(acc["lm-eval row mean"]) == pytest.approx(
+        100 * 7 / 8
+    )
     harness_rows = _csv(out / "lm_eval_results.csv")
     assert harness_rows == [
-        {"Task or group": "needlebench_single_en_4k", "Metric": "score", "Value": "80.0", "Samples": "4"}
+        {
+            "Model": "my-model",
+            "Task or group": "needlebench_single_en_4k",
+            "Metric": "score",
+            "Value": "80.0",
+            "Samples": "4",
+        }
     ]
-    assert "| S-RT |" in (out / "needlebench.md").read_text(encoding="utf-8")
+    assert "| my-model | 60.00 (n=4) | 80.00 (n=4) | 70.00 (n=8) |" in (
+        out / "needlebench_4k.md"
+    ).read_text(encoding="utf-8")
 
 
-def _atc_item(config: str, item_id: str, needles: int, correct: bool, rotations: int = 4) -> list[dict]:
+def test_paper_mean_and_row_mean_differ_when_cells_are_uneven(tmp_path: Path):
+    """Two rows in one cell, one in another: the paper weights cells alike, lm-eval rows alike."""
+    folder = tmp_path / "results"
+    records = [
+        {
+            "doc": single_row(context_length=1000, depth_percent=0.0, prompt="a"),
+            "score": 100.0,
+        },
+        {
+            "doc": single_row(context_length=1000, depth_percent=0.0, prompt="b"),
+            "score": 100.0,
+        },
+        {
+            "doc": single_row(context_length=2000, depth_percent=0.0, prompt="c"),
+            "score": 0.0,
+        },
+    ]
+    write_samples(folder, "needlebench_single_en_4k", records)
+    report.write_report(folder, tmp_path / "out", figures=False)
+    (row,) = _csv(tmp_path / "out" / "scores.csv")
+    assert float(row["Paper mean"]) == 50.0
+    assert float(row["lm-eval row mean"]) == pytest.approx(200 / 3)
+
+
+def _atc_item(
+    config: str, item_id: str, needles: int, correct: bool, rotations: int = 4
+) -> list[dict]:
     """Samples of one ATC item (its first ``rotations`` rotations), every row right or every row wrong."""
     rows = atc_rows(config, item_id=item_id, num_needles=needles)[:rotations]
     return [
-        {"doc": row, "acc": 100.0 if correct else 0.0, "perf_4": [row["item_id"], row["rotation"], correct]}
+        {
+            "doc": row,
+            "acc": 100.0 if correct else 0.0,
+            "perf_4": [row["item_id"], row["rotation"], correct],
+        }
         for row in rows
     ]
 
@@ -139,60 +223,305 @@ def _atc_item(config: str, item_id: str, needles: int, correct: bool, rotations:
 def test_atc_overall_needs_all_four_categories_and_whole_items(tmp_path: Path):
     folder = tmp_path / "results" / "model"
     for config in ("atc_en", "atc_zh", "atc_en_reasoning", "atc_zh_reasoning"):
-        records = _atc_item(config, f"{config}-2", 2, True) + _atc_item(config, f"{config}-4", 4, False)
-        if config == "atc_en":  # an item cut short by --limit: two right rotations, no perf_4 verdict
+        records = _atc_item(config, f"{config}-2", 2, True) + _atc_item(
+            config, f"{config}-4", 4, False
+        )
+        if (
+            config == "atc_en"
+        ):  # an item cut short by --limit: two right rotations, no perf_4 verdict
             records += _atc_item(config, "cut", 10, True, rotations=2)
         write_samples(folder, harness.task_name(config), records)
-    report.write_report(tmp_path / "results", tmp_path / "out")
-    atc = {row["Category"]: row for row in _csv(tmp_path / "out" / "atc.csv")}
-    expected = 100 * 2 / 6  # perf_4: n=2 -> 100, n=4 -> 0, weighted by needle count; the cut n=10 item is dropped
-    for category in ("EN-Direct-CE", "ZH-Direct-CE", "EN-Reasoning-CE", "ZH-Reasoning-CE"):
-        assert float(atc[category]["Score"]) == pytest.approx(expected, abs=1e-4), category
-    assert atc["EN-Direct-CE"]["Needle counts"] == "2, 4"
-    assert float(atc["ATC-CE-Overall"]["Score"]) == pytest.approx(expected, abs=1e-4)
-    assert not any("partial" in category for category in atc)
+    report.write_report(tmp_path / "results", tmp_path / "out", figures=False)
+    (atc,) = _csv(tmp_path / "out" / "atc.csv")
+    expected = (
+        100 * 2 / 6
+    )  # perf_4: n=2 -> 100, n=4 -> 0, weighted by needle count; the cut n=10 item is dropped
+    for category in (
+        "EN-Direct-CE",
+        "ZH-Direct-CE",
+        "EN-Reasoning-CE",
+        "ZH-Reasoning-CE",
+    ):
+        assert float(atc[category]) == pytest.approx(expected, abs=1e-4), category
+        assert atc[f"{category} n"] == "2"  # two whole items
+    assert float(atc["ATC-CE-Overall"]) == pytest.approx(expected, abs=1e-4)
+    assert "ATC-CE-Overall note" not in atc
+    by_needles = {
+        row["Category"]: row for row in _csv(tmp_path / "out" / "atc_by_needles.csv")
+    }
+    assert (
+        float(by_needles["EN-Direct-CE"]["2"]) == 100.0
+        and float(by_needles["EN-Direct-CE"]["4"]) == 0.0
+    )
+    assert (
+        by_needles["EN-Direct-CE"]["10"] == ""
+        and by_needles["EN-Direct-CE"]["10 n"] == "0"
+    )
 
 
 def test_heatmaps_are_pngs_with_expected_grids(results_dir: Path, tmp_path: Path):
     out = tmp_path / "report"
     written = report.write_report(results_dir, out)
     pngs = sorted(path.name for path in written if path.suffix == ".png")
-    assert "heatmap_single_en_4k.png" in pngs
-    assert "heatmap_multi_retrieval_zh_4k.png" in pngs
-    assert "heatmap_counting_stars_acquisition_en_128k.png" in pngs
-    assert not any(name.startswith("heatmap_atc") for name in pngs)
+    assert "heatmap_my-model_needlebench_single_en_4k.png" in pngs
+    assert "heatmap_my-model_needlebench_multi_retrieval_zh_4k.png" in pngs
+    assert "heatmap_my-model_needlebench_counting_stars_acquisition_en_128k.png" in pngs
+    assert "model_my-model.png" in pngs and "compare_models_by_length.png" in pngs
+    assert not any("atc" in name for name in pngs)
     for name in pngs:
         with Image.open(out / name) as image:
             image.verify()
             assert image.format == "PNG"
-    run = report.load_runs(results_dir)[0]
-    maps = {heatmap.name: heatmap for heatmap in report.build_heatmaps(run)}
-    stars = maps["heatmap_counting_stars_acquisition_en_128k"]
-    assert stars.rows == [1, 2, 3, 4] and stars.columns == [4000, 8000]
-    assert stars.values[0] == [1.0, 1.0] and stars.values[3] == [0.0, 0.0]
-    mrt = maps["heatmap_multi_retrieval_en_4k"]
-    assert mrt.rows == [0.0, 50.0, 100.0] and [row[0] for row in mrt.values] == [100.0, 100.0, 0.0]
-    srt = maps["heatmap_single_en_4k"]
-    assert srt.rows == [0.0, 50.0] and srt.columns == [1000, 2000]
+    results = report.load_results([results_dir])
+    maps = {run.task: report_figures.build_heatmap(run) for run in results.runs}
+    stars = maps["needlebench_counting_stars_acquisition_en_128k"]
+    assert stars.rows == list(range(1, 33)) and stars.columns == list(
+        range(4000, 128001, 4000)
+    )
+    assert stars.values[0][:2] == [1.0, 1.0] and stars.values[3][:2] == [0.0, 0.0]
+    assert (
+        stars.values[4][0] is None and stars.counts[4][0] == 0
+    )  # star 5 was never asked: an empty cell
+    assert stars.values[0][2] is None  # length 12000 has no sample
+    mrt = maps["needlebench_multi_retrieval_en_4k"]
+    depth = {row: index for index, row in enumerate(mrt.rows)}
+    assert [mrt.values[depth[d]][0] for d in (0.0, 50.0, 100.0)] == [100.0, 100.0, 0.0]
+    srt = maps["needlebench_single_en_4k"]
+    # the config's whole grid (20 depths) plus the fixture's off-grid depth 50
+    assert (
+        srt.columns == [1000, 2000, 3000, 4000]
+        and len(srt.rows) == 21
+        and 50.0 in srt.rows
+    )
+    assert srt.values[0] == [80.0, 80.0, None, None] and srt.counts[0] == [1, 1, 0, 0]
+    assert srt.values[1] == [None] * 4  # depth 5: no sample at any length
+    html_page = (out / "report.html").read_text(encoding="utf-8")
+    assert html_page.count("data:image/png;base64,") == len(pngs)
+    assert "needlebench_4k" in html_page and "<table>" in html_page
 
 
-def test_newest_samples_file_wins(tmp_path: Path):
+def test_heatmap_png_is_200_dpi_with_a_labelled_colorbar(
+    results_dir: Path, tmp_path: Path
+):
+    results = report.load_results([results_dir])
+    run = next(run for run in results.runs if run.task == "needlebench_single_en_4k")
+    heatmap = report_figures.build_heatmap(run)
+    figure_spec = report_figures.Figure(
+        heatmap.name, heatmap.title, "heatmap", [heatmap]
+    )
+    figure = report_figures.draw(figure_spec)
+    main, colorbar = figure.axes
+    assert colorbar.get_ylabel() == "S-RT score (0-100)"
+    assert main.get_title().startswith("my-model - needlebench_single_en_4k\n")
+    assert (
+        main.get_xlabel().startswith("Context length")
+        and main.get_ylabel() == "Depth (%)"
+    )
+    assert any(
+        text.get_text() == "0" for text in main.texts
+    )  # per-cell counts, empty cells included
+    assert [mesh.get_cmap().name for mesh in main.collections] == ["viridis"]
+    paths = report_figures.render(figure_spec, tmp_path, pdf=True)
+    assert [path.suffix for path in paths] == [".png", ".pdf"]
+    assert paths[1].read_bytes().startswith(b"%PDF")
+    with Image.open(paths[0]) as image:
+        assert image.info["dpi"] == pytest.approx((200, 200), abs=0.1)
+        width, height = figure.get_size_inches()
+        assert image.size == (round(width * 200), round(height * 200))
+
+
+def _results_json(
+    folder: Path, date: str, tasks: dict[str, float], pretrained: str | None = None
+) -> Path:
+    config = (
+        {"model": "hf", "model_args": f"pretrained={pretrained},dtype=float32"}
+        if pretrained
+        else {"model": "dummy"}
+    )
+    data = {
+        "results": {
+            task: {"alias": task, "score,none": value} for task, value in tasks.items()
+        },
+        "n-samples": {task: {"original": 800, "effective": 1} for task in tasks},
+        "config": config,
+    }
+    path = folder / f"results_{date}.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_two_results_files_of_one_model_keep_both_tasks(tmp_path: Path):
+    folder = tmp_path / "out" / "models__SmolLM2"
+    first, second = "2025-01-01T00-00-00.000000", "2025-02-01T00-00-00.000000"
+    write_samples(
+        folder,
+        "needlebench_single_en_4k",
+        [{"doc": single_row(prompt="a"), "score": 40.0}],
+        date=first,
+    )
+    _results_json(
+        folder,
+        first,
+        {"needlebench_single_en_4k": 40.0},
+        pretrained="/models/SmolLM2-135M",
+    )
+    write_samples(
+        folder,
+        "needlebench_single_zh_4k",
+        [{"doc": single_row("single_zh_4k", prompt="b"), "score": 20.0}],
+        date=second,
+    )
+    _results_json(
+        folder,
+        second,
+        {"needlebench_single_zh_4k": 20.0},
+        pretrained="/models/SmolLM2-135M",
+    )
+    report.write_report([tmp_path / "out"], tmp_path / "report", figures=False)
+    (row,) = _csv(tmp_path / "report" / "needlebench_4k.csv")
+    assert row["Model"] == "SmolLM2-135M"  # the last part of --model_args pretrained
+    assert float(row["S-RT EN"]) == 40.0 and float(row["S-RT ZH"]) == 20.0
+    reported = {
+        (r["Model"], r["Task or group"])
+        for r in _csv(tmp_path / "report" / "lm_eval_results.csv")
+    }
+    assert reported == {
+        ("SmolLM2-135M", "needlebench_single_en_4k"),
+        ("SmolLM2-135M", "needlebench_single_zh_4k"),
+    }
+
+
+def test_newest_file_wins_per_model_and_task(tmp_path: Path):
     folder = tmp_path / "run"
     doc = single_row(prompt="p")
-    write_samples(folder, "needlebench_single_en_4k", [{"doc": doc, "score": 10.0}], date="2025-01-01T00-00-00.000000")
-    write_samples(folder, "needlebench_single_en_4k", [{"doc": doc, "score": 90.0}], date="2025-02-01T00-00-00.000000")
-    run = report.load_runs(tmp_path)[0]
+    old, new = "2025-01-01T00-00-00.000000", "2025-02-01T00-00-00.000000"
+    write_samples(
+        folder, "needlebench_single_en_4k", [{"doc": doc, "score": 10.0}], date=old
+    )
+    write_samples(
+        folder, "needlebench_single_en_4k", [{"doc": doc, "score": 90.0}], date=new
+    )
+    (run,) = report.load_results([tmp_path]).runs
     assert [sample.metrics["score"] for sample in run.samples] == [90.0]
 
 
-def test_several_model_folders_get_their_own_reports(tmp_path: Path):
-    for model in ("model-a", "model-b"):
+def test_models_side_by_side_named_by_pretrained_or_override(tmp_path: Path):
+    for folder, pretrained, value in (
+        ("a", "/m/llama-3-8b/", 10.0),
+        ("b", "HuggingFaceTB/SmolLM2-135M", 30.0),
+    ):
+        path = tmp_path / "results" / folder
         write_samples(
-            tmp_path / "results" / model, "needlebench_single_en_4k", [{"doc": single_row(prompt="p"), "score": 50.0}]
+            path,
+            "needlebench_single_en_4k",
+            [{"doc": single_row(prompt="p"), "score": value}],
         )
-    written = report.write_report(tmp_path / "results", tmp_path / "out")
-    assert (tmp_path / "out" / "model-a" / "needlebench.csv") in written
-    assert (tmp_path / "out" / "model-b" / "README.md") in written
+        _results_json(
+            path,
+            "2025-01-01T00-00-00.000000",
+            {"needlebench_single_en_4k": value},
+            pretrained=pretrained,
+        )
+    report.write_report(
+        [tmp_path / "results" / "a", tmp_path / "results" / "b"],
+        tmp_path / "out",
+        figures=False,
+    )
+    rows = {
+        row["Model"]: float(row["S-RT EN"])
+        for row in _csv(tmp_path / "out" / "needlebench_4k.csv")
+    }
+    assert rows == {"llama-3-8b": 10.0, "HuggingFaceTB/SmolLM2-135M": 30.0}
+    names = report.parse_names([f"{tmp_path / 'results' / 'a'}=Llama 3 8B"])
+    report.write_report(
+        [tmp_path / "results"], tmp_path / "out2", names=names, figures=False
+    )
+    rows = {row["Model"] for row in _csv(tmp_path / "out2" / "needlebench_4k.csv")}
+    assert rows == {"Llama 3 8B", "HuggingFaceTB/SmolLM2-135M"}
+    with pytest.raises(NeedlebenchError, match="PATH=NAME"):
+        report.parse_names(["no-equals-sign"])
+
+
+def test_custom_task_and_standard_task_on_one_config_stay_apart(tmp_path: Path):
+    folder = tmp_path / "results"
+    write_samples(
+        folder,
+        "needlebench_single_en_4k",
+        [{"doc": single_row(prompt="p"), "score": 100.0}],
+    )
+    write_samples(
+        folder, "my_single_en_4k", [{"doc": single_row(prompt="p"), "score": 0.0}]
+    )
+    written = report.write_report(folder, tmp_path / "out")
+    rows = {row["Model"]: row for row in _csv(tmp_path / "out" / "needlebench_4k.csv")}
+    assert set(rows) == {"results", "results (my_single_en_4k)"}
+    assert float(rows["results"]["S-RT EN"]) == 100.0
+    assert float(rows["results (my_single_en_4k)"]["S-RT EN"]) == 0.0
+    names = {path.name for path in written}
+    assert {
+        "heatmap_results_needlebench_single_en_4k.png",
+        "heatmap_results_my_single_en_4k.png",
+    } <= names
+
+
+def test_malformed_inputs_are_one_line_errors_naming_file_and_line(tmp_path: Path):
+    folder = tmp_path / "results"
+    path = write_samples(
+        folder,
+        "needlebench_single_en_4k",
+        [{"doc": single_row(prompt="p"), "score": 1.0}],
+    )
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write("{not json\n")
+    with pytest.raises(NeedlebenchError, match=rf"{path.name}:2: not a JSON line"):
+        report.write_report(folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # nothing half-written
+    path.unlink()
+    write_samples(
+        folder,
+        "needlebench_single_en_4k",
+        [{"doc": single_row(prompt="p"), "score": "high"}],
+    )
+    with pytest.raises(NeedlebenchError, match=r":1: metric score is 'high'"):
+        report.write_report(folder, tmp_path / "out")
+    write_samples(
+        folder,
+        "needlebench_single_en_4k",
+        [{"doc": single_row(prompt="p"), "score": 1.0}],
+    )
+    bad = folder / "results_2025-01-01T00-00-00.000000.json"
+    bad.write_text('{\n  "results": {\n    "x": 1,\n  }\n}\n', encoding="utf-8")
+    with pytest.raises(NeedlebenchError, match=rf"{bad.name}:4: not valid JSON"):
+        report.write_report(folder, tmp_path / "out")
+
+
+def test_cli_report_error_is_one_line_with_status_2(
+    tmp_path: Path, monkeypatch, capsys
+):
+    from needlebench import cli
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "results_2025-01-01T00-00-00.000000.json").write_text(
+        "[1, 2", encoding="utf-8"
+    )
+    write_samples(
+        folder,
+        "needlebench_single_en_4k",
+        [{"doc": single_row(prompt="p"), "score": 1.0}],
+    )
+    monkeypatch.setattr(
+        "sys.argv",
+        ["needlebench", "report", str(folder), "--out", str(tmp_path / "out")],
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1
+        and "results_2025-01-01T00-00-00.000000.json:1: not valid JSON" in err[0]
+    )
 
 
 def test_missing_or_empty_results_are_user_errors(tmp_path: Path):
@@ -201,3 +530,10 @@ def test_missing_or_empty_results_are_user_errors(tmp_path: Path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(NeedlebenchError, match="--log_samples"):
         report.write_report(tmp_path / "empty", tmp_path / "out")
+    with pytest.raises(NeedlebenchError, match="--annotate"):
+        write_samples(
+            tmp_path / "one",
+            "needlebench_single_en_4k",
+            [{"doc": single_row(prompt="p"), "score": 1.0}],
+        )
+        report.write_report(tmp_path / "one", tmp_path / "out", annotate="everything")

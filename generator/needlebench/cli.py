@@ -179,13 +179,17 @@ def budget(
 
 @app.command()
 def report(
-    results_dir: Annotated[Path, typer.Argument(help="lm-eval --output_path folder (with --log_samples files).")],
-    out: Annotated[Path, typer.Option("--out", help="Where to write tables and heatmaps.")] = Path("needlebench-report"),
+    results: Annotated[list[Path], typer.Argument(help="lm-eval --output_path folders or results/samples files (--log_samples).")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write tables, figures and report.html.")] = Path("needlebench-report"),
+    name: Annotated[Optional[list[str]], typer.Option("--name", help="PATH=NAME: call the model of a results path (or pretrained value) NAME.")] = None,
+    annotate: Annotated[str, typer.Option(help="Heatmap cell text: counts, values, both or none.")] = "counts",
+    pdf: Annotated[bool, typer.Option("--pdf", help="Also write every figure as PDF.")] = False,
+    no_figures: Annotated[bool, typer.Option("--no-figures", help="Write the tables only.")] = False,
 ) -> None:
-    """Paper tables (Markdown, CSV) and heatmap PNGs from lm-eval results."""
-    from .report import write_report
+    """The papers' tables (models as rows; Markdown, CSV, HTML) and figures from lm-eval results."""
+    from .report import parse_names, write_report
 
-    for path in write_report(results_dir, out):
+    for path in write_report(results, out, names=parse_names(name or []), annotate=annotate, pdf=pdf, figures=not no_figures):
         console.print(str(path))
 
 

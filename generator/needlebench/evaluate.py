@@ -14,7 +14,8 @@ until a model is actually needed.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -67,15 +68,95 @@ def run_eval(argv: list[str]) -> int:
     register_models()
     from lm_eval.__main__ import cli_evaluate
 
+    argv = with_subset_metadata(argv)
     saved = sys.argv
     sys.argv = ["lm-eval", *with_default_include_path(argv)]
     try:
-        cli_evaluate()
+        with project_tasks_kept(argv):
+            cli_evaluate()
     except SystemExit as exc:
         return _exit_status(exc.code)
     finally:
         sys.argv = saved
     return 0
+
+
+# --------------------------------------------------------------------------------------------- --subset
+
+
+def _option_value(argv: Sequence[str], option: str) -> tuple[list[str], str | None]:
+    """``argv`` without ``option VALUE`` / ``option=VALUE``, and that value (None when absent)."""
+    rest: list[str] = []
+    value: str | None = None
+    args = list(argv)
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == option:
+            if index + 1 >= len(args):
+                raise NeedlebenchError(f"{option} needs a value: rows per task, e.g. {option} 40")
+            value = args[index + 1]
+            index += 2
+            continue
+        if arg.startswith(option + "="):
+            value = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        index += 1
+    return rest, value
+
+
+def with_subset_metadata(argv: Sequence[str]) -> list[str]:
+    """Turn ``--subset N`` into ``--metadata subset=N`` (the tasks' stratified doc filter, see ``subset``).
+
+    lm-eval's ``--metadata`` merges repeated occurrences, so a user's own ``--metadata`` stays as given.
+    ``--subset`` and ``--limit``/``--samples`` both choose rows: giving both is a one-line error.
+    """
+    from .subset import SUBSET_KEY, parse_subset
+
+    rest, value = _option_value(argv, "--subset")
+    if value is None:
+        return rest
+    number = parse_subset(value)
+    for other in ("--limit", "-L", "--samples", "-E"):
+        if _has_option(rest, other):
+            raise NeedlebenchError(f"--subset and {other} both choose rows; pass only one of them")
+    if rest and not rest[0].startswith("-") and rest[0] != "run":
+        raise NeedlebenchError(f"--subset applies to `needlebench eval run`, not `{rest[0]}`")
+    return [*rest, "--metadata", f"{SUBSET_KEY}={number}"] if number else rest
+
+
+# --------------------------------------------------------------------------------------------- include_path
+
+
+@contextmanager
+def project_tasks_kept(argv: Sequence[str], include_path: Path | None = None) -> Iterator[None]:
+    """While lm-eval runs, keep the project's task folder indexed beside a user's ``--include_path``.
+
+    lm-eval's CLI takes one ``--include_path``, while its ``TaskManager`` takes a list; when the user names a
+    folder of their own, ``lm_eval.tasks.TaskManager`` is wrapped for the duration so that it indexes the
+    project's folder first and the user's after it (a user's task of the same name wins). Nothing changes
+    when no ``--include_path`` is given (:func:`with_default_include_path` adds ours then).
+    """
+    ours = include_path if include_path is not None else default_include_path()
+    if ours is None or not _has_option(argv, "--include_path"):
+        yield
+        return
+    import lm_eval.tasks
+
+    original = lm_eval.tasks.TaskManager
+
+    class _WithProjectTasks(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, include_path: Any = None, **kwargs: Any) -> None:
+            paths = list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
+            paths = [str(ours)] + [str(path) for path in paths if path and Path(path) != ours]
+            super().__init__(*args, include_path=paths, **kwargs)
+
+    lm_eval.tasks.TaskManager = _WithProjectTasks
+    try:
+        yield
+    finally:
+        lm_eval.tasks.TaskManager = original
 
 
 # --------------------------------------------------------------------------------------------- oracle model

@@ -6,7 +6,8 @@ The task folder's ``utils.py`` is a thin wrapper that re-exports the hooks defin
   with ``--metadata`` and ``--model_args``; it reads ``needlebench_config`` (set by each task YAML) and the data
   source: ``data_dir`` (a local folder built by ``needlebench build``), ``data_repo`` + ``data_revision`` (a Hub
   dataset), or neither (rows are built on the fly from the pinned release seed). ``context_lengths`` keeps only
-  rows of the given grid lengths. The Hub keys carry a ``data_`` prefix because model args share the namespace
+  rows of the given grid lengths; ``subset`` keeps that many rows stratified over the grid (see
+  :mod:`needlebench.subset`). The Hub keys carry a ``data_`` prefix because model args share the namespace
   (``hf`` and ``vllm`` take ``pretrained`` and ``revision``).
 * ``process_*`` are the per-family ``process_results`` hooks, returning the metrics of one row.
 * :func:`agg_perf_4` and :func:`agg_flat_mean` are the custom aggregations (CircularEval over
@@ -30,6 +31,7 @@ from typing import Any
 from . import scoring
 from .errors import NeedlebenchError
 from .grid import SIZES, ConfigSpec, get_config, registry
+from .subset import SUBSET_KEY, parse_subset, select_subset
 
 #: Version written to every task's ``metadata.version`` (bump when prompts, metrics or generation change).
 TASK_VERSION = 1.0
@@ -269,6 +271,7 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
     split = load_split(spec.name, **source)
     if lengths is not None:
         split = split.filter(lambda row: int(row["context_length"]) in lengths)
+    split = select_subset(split, parse_subset(metadata.get(SUBSET_KEY)), spec.name)
     remember_split(split)
     return {"test": split}
 
