@@ -3,7 +3,7 @@
 lm-eval has no plugin discovery for models, so a model registered in another package is unknown to the plain
 ``lm_eval`` command. :func:`run_eval` imports this module (which registers ``needlebench-oracle``) and then runs
 ``lm_eval.__main__.cli_evaluate()`` with every argument passed through; when no ``--include_path`` is given it
-adds the repository's ``harness_tasks`` folder.
+adds the task folder (:func:`needlebench.resources.tasks_path`).
 
 The oracle model answers every prompt perfectly from the dataset row it was built from: it proves that data
 loading, prompts, generation plumbing, ``process_results`` and aggregations agree (every task scores 100, or
@@ -21,6 +21,7 @@ from typing import Any
 
 from .errors import NeedlebenchError
 from .harness import loaded_rows, oracle_answer
+from .resources import tasks_path
 
 #: Registered name of the oracle model (``--model needlebench-oracle``).
 ORACLE_MODEL = "needlebench-oracle"
@@ -29,10 +30,9 @@ ORACLE_MODEL = "needlebench-oracle"
 _INCLUDE_SUBCOMMANDS = ("run", "validate", "ls")
 
 
-def default_include_path() -> Path | None:
-    """The repository's ``harness_tasks`` folder (an editable install), or None when it is not there."""
-    candidate = Path(__file__).resolve().parents[2] / "harness_tasks"
-    return candidate if (candidate / "needlebench").is_dir() else None
+def default_include_path() -> Path:
+    """The needlebench task folder (``needlebench tasks-path``): the repository's, or the one installed with the package."""
+    return tasks_path()
 
 
 def _has_option(argv: Sequence[str], option: str) -> bool:
