@@ -5,11 +5,11 @@
 #      copy of the checkout, then one built config loaded with datasets.load_dataset;
 #   2. `pip wheel .` installed into another fresh venv and used from a folder outside the repository:
 #      build atc_en, load it, and resolve the lm-eval task folder with `needlebench tasks-path`.
-# Needs only a package registry (PyPI). Usage: bash scripts/ci_fresh_install.sh   (PYTHON=python3.X to choose)
+# Needs only a package registry (PyPI). Usage: bash scripts/ci_fresh_install.sh   (PYTHON=python3.X to choose the interpreter)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON="${PYTHON:-python3}"
+PYTHON="${PYTHON:-python}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/needlebench-fresh.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PYTHONNOUSERSITE=1

@@ -23,6 +23,7 @@ import pytest
 
 from needlebench import resources
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluate import with_default_include_path
 from needlebench.harness import task_files
 
 try:
@@ -121,6 +122,8 @@ def test_tasks_path_in_a_checkout_is_the_repository_folder(tmp_path):
     for name in ("_needlebench_atc.yaml", "_needlebench_4k.yaml", "atc_en.yaml", "single_en_4k.yaml", "utils.py"):
         assert (TASKS / name).is_file()
     assert resources.card_template() == CARD
+    # `needlebench eval` adds the same folder when no --include_path is given
+    assert with_default_include_path(["run", "--tasks", "t"]) == ["run", "--include_path", str(TASKS), "--tasks", "t"]
 
 
 def test_missing_data_files_are_one_clear_error(monkeypatch, tmp_path):

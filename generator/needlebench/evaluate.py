@@ -42,14 +42,14 @@ def _has_option(argv: Sequence[str], option: str) -> bool:
 def with_default_include_path(argv: Sequence[str], include_path: Path | None = None) -> list[str]:
     """``argv`` with ``--include_path`` added after the sub-command (or at the end, legacy form) if missing."""
     args = list(argv)
-    path = include_path if include_path is not None else default_include_path()
-    if path is None or not args or _has_option(args, "--include_path") or _has_option(args, "--help") or "-h" in args:
+    if not args or _has_option(args, "--include_path") or _has_option(args, "--help") or "-h" in args:
         return args
+    if not (args[0] in _INCLUDE_SUBCOMMANDS or args[0].startswith("-")):
+        return args
+    path = include_path if include_path is not None else default_include_path()
     if args[0] in _INCLUDE_SUBCOMMANDS:
         return [args[0], "--include_path", str(path), *args[1:]]
-    if args[0].startswith("-"):
-        return [*args, "--include_path", str(path)]
-    return args
+    return [*args, "--include_path", str(path)]
 
 
 def _exit_status(code: object) -> int:
