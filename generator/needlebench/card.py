@@ -21,11 +21,10 @@ from typing import Any
 
 from .errors import NeedlebenchError
 from .grid import FAMILIES, ConfigSpec, get_config, registry
+from .resources import card_template
 
 #: Environment variable naming another card template (a Jinja Markdown file like the default one).
 TEMPLATE_ENV = "NEEDLEBENCH_CARD_TEMPLATE"
-#: The default template, in the repository next to the package sources.
-DEFAULT_TEMPLATE = Path(__file__).resolve().parents[2] / "dataset_cards" / "needlebench_card.md"
 
 PRETTY_NAME = "NeedleBench and Counting-Stars (needlebench build)"
 SPLIT = "test"
@@ -91,9 +90,12 @@ GENERATOR_LICENSE = "apache-2.0"
 
 
 def template_path() -> Path:
-    """The card template: ``$NEEDLEBENCH_CARD_TEMPLATE`` if set, else ``dataset_cards/needlebench_card.md``."""
+    """The card template: ``$NEEDLEBENCH_CARD_TEMPLATE`` if set, else ``dataset_cards/needlebench_card.md``.
+
+    The default one is the repository's file, or its copy installed with the package (:mod:`needlebench.resources`).
+    """
     override = os.environ.get(TEMPLATE_ENV)
-    path = Path(override) if override else DEFAULT_TEMPLATE
+    path = Path(override) if override else card_template()
     if not path.is_file():
         raise NeedlebenchError(
             f"card template {path} not found; set {TEMPLATE_ENV} to a Jinja Markdown template such as "

@@ -155,6 +155,14 @@ def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
     raise typer.Exit(run_eval(list(ctx.args)))
 
 
+@app.command("tasks-path")
+def tasks_path() -> None:
+    """Print the lm-eval task folder (for `lm_eval --include_path "$(needlebench tasks-path)"`)."""
+    from .resources import tasks_path as find_tasks
+
+    print(find_tasks())
+
+
 @app.command()
 def budget(
     configs: Annotated[list[str], typer.Argument(help="Config names or globs.")],

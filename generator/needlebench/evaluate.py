@@ -3,7 +3,7 @@
 lm-eval has no plugin discovery for models, so a model registered in another package is unknown to the plain
 ``lm_eval`` command. :func:`run_eval` imports this module (which registers ``needlebench-oracle``) and then runs
 ``lm_eval.__main__.cli_evaluate()`` with every argument passed through; when no ``--include_path`` is given it
-adds the repository's ``harness_tasks`` folder.
+adds the task folder (:func:`needlebench.resources.tasks_path`).
 
 The oracle model answers every prompt perfectly from the dataset row it was built from: it proves that data
 loading, prompts, generation plumbing, ``process_results`` and aggregations agree (every task scores 100, or
@@ -22,6 +22,7 @@ from typing import Any
 
 from .errors import NeedlebenchError
 from .harness import loaded_rows, oracle_answer
+from .resources import tasks_path
 
 #: Registered name of the oracle model (``--model needlebench-oracle``).
 ORACLE_MODEL = "needlebench-oracle"
@@ -30,10 +31,9 @@ ORACLE_MODEL = "needlebench-oracle"
 _INCLUDE_SUBCOMMANDS = ("run", "validate", "ls")
 
 
-def default_include_path() -> Path | None:
-    """The repository's ``harness_tasks`` folder (an editable install), or None when it is not there."""
-    candidate = Path(__file__).resolve().parents[2] / "harness_tasks"
-    return candidate if (candidate / "needlebench").is_dir() else None
+def default_include_path() -> Path:
+    """The needlebench task folder (``needlebench tasks-path``): the repository's, or the one installed with the package."""
+    return tasks_path()
 
 
 def _has_option(argv: Sequence[str], option: str) -> bool:
@@ -43,14 +43,14 @@ def _has_option(argv: Sequence[str], option: str) -> bool:
 def with_default_include_path(argv: Sequence[str], include_path: Path | None = None) -> list[str]:
     """``argv`` with ``--include_path`` added after the sub-command (or at the end, legacy form) if missing."""
     args = list(argv)
-    path = include_path if include_path is not None else default_include_path()
-    if path is None or not args or _has_option(args, "--include_path") or _has_option(args, "--help") or "-h" in args:
+    if not args or _has_option(args, "--include_path") or _has_option(args, "--help") or "-h" in args:
         return args
+    if not (args[0] in _INCLUDE_SUBCOMMANDS or args[0].startswith("-")):
+        return args
+    path = include_path if include_path is not None else default_include_path()
     if args[0] in _INCLUDE_SUBCOMMANDS:
         return [args[0], "--include_path", str(path), *args[1:]]
-    if args[0].startswith("-"):
-        return [*args, "--include_path", str(path)]
-    return args
+    return [*args, "--include_path", str(path)]
 
 
 def _exit_status(code: object) -> int:

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Prove the install a user gets, in brand-new virtual environments that hold only what pip installs
+# (no --system-site-packages, nothing from the machine's environment):
+#   1. the README's first command, exactly as the README writes it (read from README.md "Set up"), run in a
+#      copy of the checkout, then one built config loaded with datasets.load_dataset;
+#   2. `pip wheel .` installed into another fresh venv and used from a folder outside the repository:
+#      build atc_en, load it, and resolve the lm-eval task folder with `needlebench tasks-path`.
+# Needs only a package registry (PyPI). Usage: bash scripts/ci_fresh_install.sh   (PYTHON=python3.X to choose the interpreter)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/needlebench-fresh.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PYTHONNOUSERSITE=1
+unset PYTHONPATH PYTHONHOME VIRTUAL_ENV NEEDLEBENCH_CARD_TEMPLATE
+export NEEDLEBENCH_CACHE="$WORK/cache"
+
+step() { printf '\n=== [%4ds] %s\n' "$SECONDS" "$*"; }
+
+# A clean copy of the checkout (tracked and new files, not ignored ones such as build/ or needlebench-data/).
+step "copy the checkout to $WORK/repo"
+"$PYTHON" - "$REPO" "$WORK/repo" <<'EOF'
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+source, target = Path(sys.argv[1]), Path(sys.argv[2])
+try:
+    listed = subprocess.run(
+        ["git", "-C", str(source), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True, capture_output=True,
+    ).stdout.decode().split("\0")
+except (OSError, subprocess.CalledProcessError):  # not a git checkout: copy all but .git
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(".git"))
+else:
+    for name in filter(None, listed):
+        if (source / name).is_file():  # a tracked file deleted in the work tree is skipped
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / name, target / name)
+EOF
+
+# ---------------------------------------------------------------- 1. the README's first command, as written
+FIRST="$("$PYTHON" "$REPO/scripts/readme_commands.py" 0)"
+step "venv 1: $FIRST"
+"$PYTHON" -m venv "$WORK/venv1"
+(
+    # shellcheck disable=SC1091
+    source "$WORK/venv1/bin/activate"
+    cd "$WORK/repo"
+    bash -euo pipefail -c "$FIRST"
+    step "venv 1: load a built config with datasets.load_dataset"
+    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python - <<'EOF'
+import json
+from pathlib import Path
+
+from datasets import load_dataset
+
+manifest = json.loads(Path("needlebench-data/needlebench.json").read_text(encoding="utf-8"))
+expected = {f"{family}_{lang}_4k" for family in ("single", "multi_retrieval", "multi_reasoning") for lang in ("en", "zh")}
+missing = expected - set(manifest["configs"])
+assert not missing, f"configs missing from the build: {sorted(missing)}"
+assert any(name.startswith("atc_") for name in manifest["configs"]), "no atc_* config built"
+ds = load_dataset("needlebench-data", "single_en_4k", split="test")
+rows = manifest["configs"]["single_en_4k"]["rows"]
+assert len(ds) == rows > 0, (len(ds), rows)
+assert set(ds["config"]) == {"single_en_4k"} and all(ds["prompt"]) and all(ds["answer"])
+print(f"load_dataset('needlebench-data', 'single_en_4k'): {len(ds)} rows; {len(manifest['configs'])} configs built")
+EOF
+)
+
+# ---------------------------------------------------------------- 2. a regular wheel, used outside the repo
+step "venv 2: pip wheel . and install the wheel"
+"$PYTHON" -m venv "$WORK/venv2"
+V2="$WORK/venv2/bin"
+(cd "$WORK/repo" && "$V2/pip" wheel --no-deps --wheel-dir "$WORK/wheels" .)
+"$V2/pip" install "$WORK"/wheels/needlebench-*.whl
+mkdir "$WORK/elsewhere"
+(
+    cd "$WORK/elsewhere"
+    step "venv 2: needlebench build atc_en (from $PWD)"
+    "$V2/needlebench" build atc_en --out atc-data
+    TASKS="$("$V2/needlebench" tasks-path)"
+    step "venv 2: needlebench tasks-path -> $TASKS"
+    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 "$V2/python" - "$TASKS" "$WORK/venv2" <<'EOF'
+import runpy
+import sys
+from pathlib import Path
+
+import needlebench
+from datasets import load_dataset
+
+tasks, venv = Path(sys.argv[1]), Path(sys.argv[2]).resolve()
+package = Path(needlebench.__file__).resolve().parent
+assert package.is_relative_to(venv), f"needlebench imported from {package}, not from the wheel in {venv}"
+assert tasks.resolve().is_relative_to(package), f"tasks-path {tasks} is not the installed package data"
+for name in ("_needlebench_atc.yaml", "_needlebench_4k.yaml", "_default_atc_template_yaml", "atc_en.yaml", "utils.py"):
+    assert (tasks / name).is_file(), f"{name} missing from {tasks}"
+assert len(list(tasks.glob("*.yaml"))) > 100, "task YAMLs missing"
+hooks = runpy.run_path(str(tasks / "utils.py"))  # the hooks lm-eval loads import the installed library
+assert callable(hooks["process_atc"]) and callable(hooks["load_dataset"])
+card = Path("atc-data/README.md").read_text(encoding="utf-8")
+assert card.startswith("---\n") and "atc_en" in card, "the dataset card was not rendered"
+ds = load_dataset("atc-data", "atc_en", split="test")
+assert len(ds) > 0 and set(ds["config"]) == {"atc_en"}
+print(f"wheel install: {package}; tasks {tasks} ({len(list(tasks.iterdir()))} files); atc_en {len(ds)} rows")
+EOF
+)
+step "fresh-install checks passed"
