@@ -18,6 +18,7 @@ from .errors import NeedlebenchError
 
 app = typer.Typer(
     add_completion=False,
+    rich_markup_mode=None,
     no_args_is_help=True,
     help="NeedleBench and Counting-Stars as reproducible Hugging Face datasets and lm-eval tasks.",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -40,24 +41,40 @@ def _main(
     """needlebench command line."""
 
 
-@app.command("list")
+@app.command("list", short_help="List configs, their rows and context tokens.")
 def list_configs(
     patterns: Annotated[Optional[list[str]], typer.Argument(help="Config names or globs (default: all).")] = None,
 ) -> None:
     """List configs with their rows and approximate context tokens."""
     from .grid import match_configs, registry
 
+    from .terminal import plain_rows
+
     specs = match_configs(patterns) if patterns else list(registry().values())
-    table = Table("config", "task", "language", "size", "rows", "context tokens")
-    for spec in specs:
-        table.add_row(
-            spec.name, spec.task_label, spec.language, spec.size or "-", f"{spec.num_rows:,}",
-            f"{spec.approx_tokens:,}" if spec.approx_tokens else "-",
-        )
+    rows = [
+        (spec.name, spec.task_label, spec.language, spec.size or "-", f"{spec.num_rows:,}",
+         f"{spec.approx_tokens:,}" if spec.approx_tokens else "-")
+        for spec in specs
+    ]
+    headers = ("config", "task", "lang", "size", "rows", "tokens")
+    if not console.is_terminal:  # pipes get plain text: one config a line, tab-separated, nothing cut
+        sys.stdout.write(plain_rows(rows))
+        return
+    from rich import box
+
+    table = Table(*headers, box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in table.columns:
+        column.no_wrap = True
+    for row in rows:
+        table.add_row(*row)
+    needed = Console(width=10_000).measure(table).maximum
+    if needed > console.width:  # too narrow for the table: plain lines with a header, nothing cut
+        sys.stdout.write(plain_rows([headers, *rows]))
+        return
     console.print(table)
 
 
-@app.command()
+@app.command(short_help="Build configs into a dataset folder (Parquet + card).")
 def build(
     configs: Annotated[Optional[list[str]], typer.Argument(help="Config names or globs, e.g. 'single_*_4k'.")] = None,
     out: Annotated[Path, typer.Option("--out", help="Dataset folder to write.")] = Path("needlebench-data"),
@@ -141,6 +158,7 @@ def _opencompass_inputs(corpus, haystack_en, haystack_zh, needles, reasoning_en,
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
     add_help_option=False,
+    short_help="Run lm-eval with needlebench's models; arguments pass through.",
 )
 def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
     """Run lm-eval with needlebench's models (incl. the oracle) registered; arguments pass through."""
@@ -149,7 +167,7 @@ def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
     raise typer.Exit(run_eval(list(ctx.args)))
 
 
-@app.command()
+@app.command(short_help="List the rows whose prompt would not fit a model's context.")
 def budget(
     configs: Annotated[list[str], typer.Argument(help="Config names or globs.")],
     tokenizer: Annotated[str, typer.Option(help="The model's tokenizer (name or local path).")],
@@ -169,7 +187,7 @@ def budget(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(short_help="Paper tables and heatmaps from lm-eval results.")
 def report(
     results_dir: Annotated[Path, typer.Argument(help="lm-eval --output_path folder (with --log_samples files).")],
     out: Annotated[Path, typer.Option("--out", help="Where to write tables and heatmaps.")] = Path("needlebench-report"),
@@ -181,7 +199,7 @@ def report(
         console.print(str(path))
 
 
-@app.command()
+@app.command(short_help="Publish a dataset folder as a tagged, versioned Hub dataset.")
 def publish(
     folder: Annotated[Path, typer.Argument(help="A dataset folder built by `needlebench build`.")],
     version: Annotated[str, typer.Option(help="Semantic version X.Y.Z; the commit is tagged vX.Y.Z.")],
@@ -202,7 +220,7 @@ def publish(
     console.print(result.how_to_load)
 
 
-@app.command()
+@app.command(short_help="Rebuild configs from the recorded recipe and compare.")
 def verify(
     folder: Annotated[Optional[Path], typer.Argument(help="A dataset folder.")] = None,
     repo: Annotated[Optional[str], typer.Option(help="Hub dataset repo ORG/NAME.")] = None,
@@ -229,6 +247,9 @@ def verify(
 
 def main() -> None:
     """Console-script entry point: one-line errors and exit status 2 for bad input."""
+    from .terminal import make_streams_safe
+
+    make_streams_safe()  # any locale: characters it cannot encode are escaped, never a UnicodeEncodeError
     try:
         code = app(standalone_mode=False)
     except NeedlebenchError as error:
@@ -240,7 +261,14 @@ def main() -> None:
         print("needlebench: aborted", file=sys.stderr)
         sys.exit(130)
     except typer.TyperException as error:  # usage errors (unknown option, missing argument): exit 2
+        if type(error).__name__ == "NoArgsIsHelpError":  # `needlebench` alone: the help, no empty error line
+            print(error.format_message(), file=sys.stderr)
+            sys.exit(2)
         message = error.format_message() if hasattr(error, "format_message") else str(error)
         print(f"needlebench: error: {message}", file=sys.stderr)
         sys.exit(getattr(error, "exit_code", 2))
+    except OSError as error:  # the system refused (disk full, permissions): one line, not a traceback
+        where = f" ({error.filename})" if getattr(error, "filename", None) else ""
+        print(f"needlebench: error: {error.strerror or error}{where}", file=sys.stderr)
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
