@@ -247,6 +247,8 @@ def _format_value(value: Any) -> str:
         return "default"
     if isinstance(value, (list, tuple)):
         return ", ".join(_format_value(item) for item in value) or "none"
+    if isinstance(value, Mapping) and {"file", "kind", "size", "sha256"} <= set(value):  # a local input, no path
+        value = f"{value['file']} (local {value['kind']}, {int(value['size']):,} bytes, sha256 {value['sha256']})"
     return str(value).replace("|", "\\|")
 
 

@@ -226,18 +226,31 @@ def verify(
     repo: Annotated[Optional[str], typer.Option(help="Hub dataset repo ORG/NAME.")] = None,
     revision: Annotated[Optional[str], typer.Option(help="Revision (tag vX.Y.Z) of --repo.")] = None,
     config: Annotated[Optional[list[str]], typer.Option("--config", help="Only these configs.")] = None,
+    haystack_en: Annotated[Optional[str], typer.Option(help="Where the recipe's local English haystack is now (checked by sha256).")] = None,
+    haystack_zh: Annotated[Optional[str], typer.Option(help="Where the recipe's local Chinese haystack is now.")] = None,
+    needles: Annotated[Optional[str], typer.Option(help="Where the recipe's local needles.jsonl is now.")] = None,
+    reasoning_needles_en: Annotated[Optional[str], typer.Option(help="Where the recipe's local reasoning needles (en) are now.")] = None,
+    reasoning_needles_zh: Annotated[Optional[str], typer.Option(help="Where the recipe's local reasoning needles (zh) are now.")] = None,
+    names: Annotated[Optional[str], typer.Option(help="Where the recipe's local names.json is now.")] = None,
 ) -> None:
-    """Rebuild configs from the recorded recipe and compare fingerprints; exit 1 naming each that differs."""
+    """Rebuild configs from the recorded recipe and compare fingerprints; exit 1 naming each that differs.
+
+    Local inputs are recorded by file name, size and sha256; pass --haystack-en PATH (etc.) when one has moved."""
     from .verify import verify_folder, verify_repo
+
+    inputs = {
+        "haystack_en": haystack_en, "haystack_zh": haystack_zh, "needles": needles,
+        "reasoning_needles_en": reasoning_needles_en, "reasoning_needles_zh": reasoning_needles_zh, "names": names,
+    }
 
     if (folder is None) == (repo is None):
         raise NeedlebenchError("give exactly one of FOLDER or --repo ORG/NAME --revision vX.Y.Z")
     if repo is not None:
         if revision is None:
             raise NeedlebenchError("--repo needs --revision (a tag such as v1.0.0)")
-        differing = verify_repo(repo, revision, config)
+        differing = verify_repo(repo, revision, config, inputs=inputs)
     else:
-        differing = verify_folder(folder, config)
+        differing = verify_folder(folder, config, inputs=inputs)
     if differing:
         for name, reason in differing.items():
             console.print(f"[red]differs[/red] {name}: {reason}")

@@ -50,3 +50,15 @@ def progress_enabled(stream: TextIO | None = None) -> bool:
 def plain_rows(rows: Iterable[Iterable[object]]) -> str:
     """Rows as plain text for pipes: tab-separated columns, one row a line, nothing cut."""
     return "".join("\t".join(str(cell) for cell in row) + "\n" for row in rows)
+
+
+def working(message: str):
+    """A context manager that shows a spinner with `message` on an interactive stderr (silent elsewhere)."""
+    import contextlib
+    import multiprocessing
+
+    if not progress_enabled() or multiprocessing.parent_process() is not None:
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(message)
