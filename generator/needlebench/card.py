@@ -167,7 +167,8 @@ def _file_sizes(folder: Path | None, files: Iterable[str]) -> tuple[int, int]:
         if not path.is_file():
             return 0, 0
         download += path.stat().st_size
-        metadata = pq.ParquetFile(path).metadata
+        with open(path, "rb") as handle:  # a file object: any path the OS takes, whatever the locale
+            metadata = pq.ParquetFile(handle).metadata
         uncompressed += sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
     return download, uncompressed
 

@@ -145,10 +145,14 @@ def parquet_rows(paths: Iterable[Path]) -> int | None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    total = 0
     try:
-        return sum(pq.ParquetFile(path).metadata.num_rows for path in paths)
+        for path in paths:
+            with open(path, "rb") as handle:  # a file object: any path the OS takes, whatever the locale
+                total += pq.ParquetFile(handle).metadata.num_rows
     except (OSError, pa.ArrowException):
         return None
+    return total
 
 
 def check_files(folder: Path, manifest: Mapping[str, Any], configs: Iterable[str]) -> dict[str, str]:
