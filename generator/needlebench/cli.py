@@ -264,7 +264,7 @@ def main() -> None:
 
     make_streams_safe()  # any locale: characters it cannot encode are escaped, never a UnicodeEncodeError
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="needlebench")
     except NeedlebenchError as error:
         print(f"needlebench: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)

@@ -130,12 +130,13 @@ def _distinct_needles(
     """`count` needles for one M-RT prompt; too few usable needles in a `--needles` file names the option."""
     try:
         return choose_distinct_needles(bank, count, seed)
-    except NeedlebenchError as error:
+    except NeedlebenchError:
         if options.needles is None:
             raise
         raise NeedlebenchError(
             f"--needles {options.needles}: {spec.name} needs {count} {spec.language} needles with distinct subjects "
-            f"(arg1) and answers (arg2) per prompt, one per depth ({error}); add needles or pass fewer --depths"
+            f"(arg1) and answers (arg2) per prompt, one per depth, but the file's {len(bank)} {spec.language} needles "
+            "do not give that many; add needles or pass fewer --depths"
         ) from None
 
 

@@ -71,8 +71,21 @@ def script_mismatch(corpus: Corpus, sample_chars: int = 200_000) -> str | None:
     Latin text as the Chinese one), judged on the first `sample_chars` characters; None when it matches."""
     sample = corpus.text[:sample_chars]
     cjk, latin = len(_CJK.findall(sample)), len(_LATIN.findall(sample))
-    if cjk + latin == 0:
+    words = cjk + latin / 5  # a CJK character carries about what a Latin word of five letters does
+    if words == 0:
         return None
+    share = cjk / words
+    if corpus.language == "en" and share > 0.5:
+        return (
+            f"the English haystack {corpus.name} looks like Chinese text (mostly CJK characters); "
+            "did you mean --haystack-zh? (building on)"
+        )
+    if corpus.language == "zh" and share < 0.5:
+        return (
+            f"the Chinese haystack {corpus.name} looks like Latin-script text (mostly Latin letters); "
+            "did you mean --haystack-en? (building on)"
+        )
+    return None
     if corpus.language == "en" and cjk > latin:
         return (
             f"the English haystack {corpus.name} looks like Chinese text ({cjk / (cjk + latin):.0%} of its letters are "
