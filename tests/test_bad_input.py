@@ -62,9 +62,23 @@ def test_out_below_a_file(tmp_path: Path) -> None:
     blocker.write_text("mine")
     result = run("build", "atc_en", "--out", str(blocker / "ds"))
     assert result.returncode == 2
-    assert "is not a folder; choose another --out" in error_line(result)
+    assert f"is below {blocker}, which is not a folder; choose another --out" in error_line(result)
     assert blocker.read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_out_in_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only mount refuses the probe file (EROFS; root ignores chmod, so the refusal is simulated)."""
+    import errno
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+    with pytest.raises(NeedlebenchError, match=r"cannot write output folder .*/ds: Read-only file system in .*--out"):
+        build_dataset(["atc_en"], tmp_path / "ds", BuildOptions(), progress=False)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_out_checked_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,7 +47,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     haystack.write_text("\n\n".join(default_english().documents[:2]), encoding="utf-8")
     needles = inputs / "needles.jsonl"
     needles.write_text("".join(json.dumps(record) + "\n" for record in NEEDLES), encoding="utf-8")
-    cache = Path(os.environ["NEEDLEBENCH_CACHE"])
+    cache = root / "cache"  # its own index of where inputs were read (earlier runs' copies would be found)
     out = root / "ds"
     args = ["build", "single_en_4k", "--depths", "50", "--haystack-en", str(haystack), "--needles", str(needles)]
     result = run(*args, "--out", str(out), cache=cache)

@@ -187,7 +187,8 @@ def _check_writable(out_dir: Path) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise NeedlebenchError(f"output {out_dir}: {existing} is not a folder; choose another --out")
+        where = "exists" if existing == out_dir.absolute() else f"is below {existing}, which"
+        raise NeedlebenchError(f"output {out_dir} {where} is not a folder; choose another --out")
     try:
         with tempfile.TemporaryFile(dir=existing):  # unnamed on Linux; removed on close either way
             pass

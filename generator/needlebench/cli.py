@@ -162,9 +162,15 @@ def _opencompass_inputs(corpus, haystack_en, haystack_zh, needles, reasoning_en,
 )
 def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
     """Run lm-eval with needlebench's models (incl. the oracle) registered; arguments pass through."""
-    from .evaluate import run_eval
+    import contextlib
 
-    raise typer.Exit(run_eval(list(ctx.args)))
+    from .evaluate import run_eval
+    from .terminal import working
+
+    listing = list(ctx.args)[:1] == ["ls"]  # `eval ls tasks` indexes every lm-eval task for a minute or more
+    with working("lm-eval is indexing its tasks (a minute or more)") if listing else contextlib.nullcontext():
+        code = run_eval(list(ctx.args))
+    raise typer.Exit(code)
 
 
 @app.command(short_help="List the rows whose prompt would not fit a model's context.")

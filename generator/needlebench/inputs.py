@@ -94,9 +94,10 @@ def _stamp(path: Path) -> tuple:
 
 def input_record(spec: str) -> dict:
     """``{"file", "kind", "size", "sha256"}`` of a local input file or folder, remembered in the local index."""
-    path = Path(spec).expanduser().absolute()
+    given = Path(spec).expanduser().absolute()
     try:
-        record = dict(_record(str(path), _stamp(path)))
+        path = given.resolve()  # remember the real file, not a link to it
+        record = {**_record(str(path), _stamp(path)), "file": given.name}
     except OSError as error:
         raise NeedlebenchError(f"cannot read input {spec}: {error.strerror or error}") from None
     _remember(record["sha256"], path)
