@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import shutil
 import tempfile
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,11 +63,44 @@ def _group_rows(spec: ConfigSpec) -> int:
     return rows_per_group(longest * _CHARS_PER_TOKEN[spec.language])
 
 
+#: Counts the rows written, for the progress bar: a callable in the parent, a shared integer in workers.
+_row_counter = None
+
+
+def _set_row_counter(counter) -> None:
+    global _row_counter
+    _row_counter = counter
+
+
+def _worker_init(counter) -> None:
+    """Initializer of build workers: interrupts are the parent's to handle; rows are counted for progress."""
+    from . import interrupts
+
+    interrupts.worker_init()
+    _set_row_counter(counter)
+
+
+def _counted(rows):
+    """The rows, counted as they are written (progress inside large shards)."""
+    counter = _row_counter
+    if counter is None:
+        yield from rows
+    elif callable(counter):
+        for row in rows:
+            yield row
+            counter(1)
+    else:
+        for row in rows:
+            yield row
+            with counter.get_lock():
+                counter.value += 1
+
+
 def _build_shard(shard: Shard, options: BuildOptions, folder: str) -> ShardStats:
     from .rows import iter_rows
 
     spec = get_config(shard.config)
-    rows = iter_rows(spec, options, shard.lengths, utf8_prompts=True)
+    rows = _counted(iter_rows(spec, options, shard.lengths, utf8_prompts=True))
     return write_shard(rows, spec.family, Path(folder) / shard.filename, _group_rows(spec), options.compression)
 
 
@@ -144,18 +177,29 @@ def build_dataset(
         raise NeedlebenchError(f"--num-proc {num_proc} is not allowed; use 1 or more processes")
     specs = [get_config(name) for name in dict.fromkeys(configs)]
     out_dir = Path(out_dir)
+    _check_writable(out_dir)
     _validate(specs, options)
     corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
     options = options.pinned(corpora)
     from . import replace
 
-    lock = replace.lock_folder(out_dir) if out_dir.is_dir() else None
+    try:
+        lock = replace.lock_folder(out_dir) if out_dir.is_dir() else None
+    except OSError as error:
+        raise NeedlebenchError(f"cannot write output folder {out_dir}: {error.strerror}; choose another --out") from None
     try:
         previous = _check_out_dir(out_dir, options, overwrite)
         created = not out_dir.exists()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        if lock is None:
-            lock = replace.lock_folder(out_dir)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            if lock is None:
+                lock = replace.lock_folder(out_dir)
+        except OSError as error:
+            if created:
+                shutil.rmtree(out_dir, ignore_errors=True)
+            raise NeedlebenchError(
+                f"cannot write output folder {out_dir}: {error.strerror}; choose another --out"
+            ) from None
         return _build_into(specs, out_dir, options, corpora, previous, created, num_proc, overwrite, progress)
     finally:
         if lock is not None:
@@ -193,6 +237,23 @@ def _build_into(
     return manifest
 
 
+def _check_writable(out_dir: Path) -> None:
+    """`--out` must be a folder we can create and write in: a one-line error before any work, nothing written."""
+    existing = out_dir.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "exists" if existing == out_dir.absolute() else f"is below {existing}, which"
+        raise NeedlebenchError(f"output {out_dir} {where} is not a folder; choose another --out")
+    try:
+        with tempfile.TemporaryFile(dir=existing):  # unnamed on Linux; removed on close either way
+            pass
+    except OSError as error:
+        raise NeedlebenchError(
+            f"cannot write output folder {out_dir}: {error.strerror} in {existing}; choose another --out"
+        ) from None
+
+
 def _validate(specs: list[ConfigSpec], options: BuildOptions) -> None:
     """Checks that need no data: buffers against lengths."""
     from .haystack_tasks import effective_buffer
@@ -225,29 +286,41 @@ def _build_all(
         folder.mkdir(parents=True)
     totals = {spec.name: ShardStats() for spec in specs}
     rows_total = sum(spec.num_rows for spec in specs)
+    if num_proc > len(shards):
+        from .terminal import notice
+
+        plural = "s" if len(shards) > 1 else ""
+        notice(f"--num-proc {num_proc} capped at {len(shards)}: the build has {len(shards)} shard{plural}")
+        num_proc = len(shards)
     _preload(specs, options)
     with tqdm(total=rows_total, unit="row", desc="building", disable=not progress) as bar:
-        if num_proc == 1 or len(shards) == 1:
-            for shard in shards:
-                result = _build_shard(shard, options, str(folders[shard.config]))
-                totals[shard.config].add(result)
-                bar.update(result.rows)
+        if num_proc == 1:
+            _set_row_counter(bar.update if progress else None)
+            try:
+                for shard in shards:
+                    totals[shard.config].add(_build_shard(shard, options, str(folders[shard.config])))
+            finally:
+                _set_row_counter(None)
         else:
             from . import interrupts
 
             context = multiprocessing.get_context("fork")
-            pool = ProcessPoolExecutor(max_workers=num_proc, mp_context=context, initializer=interrupts.worker_init)
+            counter = context.Value("q", 0)
+            pool = ProcessPoolExecutor(
+                max_workers=num_proc, mp_context=context, initializer=_worker_init, initargs=(counter,)
+            )
             key = interrupts.register(lambda: interrupts.terminate_pool(pool))
             try:
                 # largest shards first, so the workers finish together (the bytes do not depend on the order)
-                futures = {
+                pending = {
                     pool.submit(_build_shard, shard, options, str(folders[shard.config])): shard
                     for shard in sorted(shards, key=_shard_cost, reverse=True)
                 }
-                for future in as_completed(futures):
-                    result = future.result()
-                    totals[futures[future].config].add(result)
-                    bar.update(result.rows)
+                while pending:
+                    done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        totals[pending.pop(future).config].add(future.result())
+                    bar.update(counter.value - bar.n)
             except BaseException:
                 interrupts.terminate_pool(pool)  # an error or Ctrl-C: never wait for the running shards
                 raise

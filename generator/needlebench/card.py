@@ -170,7 +170,8 @@ def _file_sizes(folder: Path | None, files: Iterable[str]) -> tuple[int, int]:
         if not path.is_file():
             return 0, 0
         download += path.stat().st_size
-        metadata = pq.ParquetFile(path).metadata
+        with open(path, "rb") as handle:  # a file object: any path the OS takes, whatever the locale
+            metadata = pq.ParquetFile(handle).metadata
         uncompressed += sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
     return download, uncompressed
 
@@ -241,6 +242,8 @@ def _format_value(value: Any) -> str:
         return "default"
     if isinstance(value, (list, tuple)):
         return ", ".join(_format_value(item) for item in value) or "none"
+    if isinstance(value, Mapping) and {"file", "kind", "size", "sha256"} <= set(value):  # a local input, no path
+        value = f"{value['file']} (local {value['kind']}, {int(value['size']):,} bytes, sha256 {value['sha256']})"
     return str(value).replace("|", "\\|")
 
 

@@ -18,6 +18,7 @@ from .errors import NeedlebenchError
 
 app = typer.Typer(
     add_completion=False,
+    rich_markup_mode=None,
     no_args_is_help=True,
     help="NeedleBench and Counting-Stars as reproducible Hugging Face datasets and lm-eval tasks.",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -40,30 +41,40 @@ def _main(
     """needlebench command line."""
 
 
-@app.command("list")
+@app.command("list", short_help="List configs, their rows and context tokens.")
 def list_configs(
     patterns: Annotated[Optional[list[str]], typer.Argument(help="Config names or globs (default: all).")] = None,
 ) -> None:
     """List configs with their rows and approximate context tokens."""
     from .grid import match_configs, registry
 
+    from .terminal import plain_rows
+
     specs = match_configs(patterns) if patterns else list(registry().values())
-    if not sys.stdout.isatty():  # piped: plain tab-separated lines, one config a line (and no table layout cost)
-        print("\n".join(
-            f"{s.name}\t{s.task_label}\t{s.language}\t{s.size or '-'}\t{s.num_rows}\t{s.approx_tokens or '-'}"
-            for s in specs
-        ))
+    rows = [
+        (spec.name, spec.task_label, spec.language, spec.size or "-", f"{spec.num_rows:,}",
+         f"{spec.approx_tokens:,}" if spec.approx_tokens else "-")
+        for spec in specs
+    ]
+    headers = ("config", "task", "lang", "size", "rows", "tokens")
+    if not console.is_terminal:  # pipes get plain text: one config a line, tab-separated, nothing cut
+        sys.stdout.write(plain_rows(rows))
         return
-    table = Table("config", "task", "language", "size", "rows", "context tokens")
-    for spec in specs:
-        table.add_row(
-            spec.name, spec.task_label, spec.language, spec.size or "-", f"{spec.num_rows:,}",
-            f"{spec.approx_tokens:,}" if spec.approx_tokens else "-",
-        )
+    from rich import box
+
+    table = Table(*headers, box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in table.columns:
+        column.no_wrap = True
+    for row in rows:
+        table.add_row(*row)
+    needed = Console(width=10_000).measure(table).maximum
+    if needed > console.width:  # too narrow for the table: plain lines with a header, nothing cut
+        sys.stdout.write(plain_rows([headers, *rows]))
+        return
     console.print(table)
 
 
-@app.command()
+@app.command(short_help="Build configs into a dataset folder (Parquet + card).")
 def build(
     configs: Annotated[Optional[list[str]], typer.Argument(help="Config names or globs, e.g. 'single_*_4k'.")] = None,
     out: Annotated[Path, typer.Option("--out", help="Dataset folder to write.")] = Path("needlebench-data"),
@@ -147,12 +158,19 @@ def _opencompass_inputs(corpus, haystack_en, haystack_zh, needles, reasoning_en,
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
     add_help_option=False,
+    short_help="Run lm-eval with needlebench's models; arguments pass through.",
 )
 def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
     """Run lm-eval with needlebench's models (incl. the oracle) registered; arguments pass through."""
-    from .evaluate import run_eval
+    import contextlib
 
-    raise typer.Exit(run_eval(list(ctx.args)))
+    from .evaluate import run_eval
+    from .terminal import working
+
+    listing = list(ctx.args)[:1] == ["ls"]  # `eval ls tasks` indexes every lm-eval task for a minute or more
+    with working("lm-eval is indexing its tasks (a minute or more)") if listing else contextlib.nullcontext():
+        code = run_eval(list(ctx.args))
+    raise typer.Exit(code)
 
 
 @app.command("tasks-path")
@@ -163,7 +181,7 @@ def tasks_path() -> None:
     print(find_tasks())
 
 
-@app.command()
+@app.command(short_help="List the rows whose prompt would not fit a model's context.")
 def budget(
     configs: Annotated[list[str], typer.Argument(help="Config names or globs.")],
     tokenizer: Annotated[str, typer.Option(help="The model's tokenizer (name or local path).")],
@@ -185,7 +203,7 @@ def budget(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(short_help="Paper tables and heatmaps from lm-eval results.")
 def report(
     results: Annotated[list[Path], typer.Argument(help="lm-eval --output_path folders or results/samples files (--log_samples).")],
     out: Annotated[Path, typer.Option("--out", help="Where to write tables, figures and report.html.")] = Path("needlebench-report"),
@@ -201,7 +219,7 @@ def report(
         console.print(str(path))
 
 
-@app.command()
+@app.command(short_help="Publish a dataset folder as a tagged, versioned Hub dataset.")
 def publish(
     folder: Annotated[Path, typer.Argument(help="A dataset folder built by `needlebench build`.")],
     version: Annotated[str, typer.Option(help="Semantic version X.Y.Z; the commit is tagged vX.Y.Z.")],
@@ -222,24 +240,37 @@ def publish(
     console.print(result.how_to_load)
 
 
-@app.command()
+@app.command(short_help="Rebuild configs from the recorded recipe and compare.")
 def verify(
     folder: Annotated[Optional[Path], typer.Argument(help="A dataset folder.")] = None,
     repo: Annotated[Optional[str], typer.Option(help="Hub dataset repo ORG/NAME.")] = None,
     revision: Annotated[Optional[str], typer.Option(help="Revision (tag vX.Y.Z) of --repo.")] = None,
     config: Annotated[Optional[list[str]], typer.Option("--config", help="Only these configs.")] = None,
+    haystack_en: Annotated[Optional[str], typer.Option(help="Where the recipe's local English haystack is now (checked by sha256).")] = None,
+    haystack_zh: Annotated[Optional[str], typer.Option(help="Where the recipe's local Chinese haystack is now.")] = None,
+    needles: Annotated[Optional[str], typer.Option(help="Where the recipe's local needles.jsonl is now.")] = None,
+    reasoning_needles_en: Annotated[Optional[str], typer.Option(help="Where the recipe's local reasoning needles (en) are now.")] = None,
+    reasoning_needles_zh: Annotated[Optional[str], typer.Option(help="Where the recipe's local reasoning needles (zh) are now.")] = None,
+    names: Annotated[Optional[str], typer.Option(help="Where the recipe's local names.json is now.")] = None,
 ) -> None:
-    """Rebuild configs from the recorded recipe and compare fingerprints; exit 1 naming each that differs."""
+    """Rebuild configs from the recorded recipe and compare fingerprints; exit 1 naming each that differs.
+
+    Local inputs are recorded by file name, size and sha256; pass --haystack-en PATH (etc.) when one has moved."""
     from .verify import verify_folder, verify_repo
+
+    inputs = {
+        "haystack_en": haystack_en, "haystack_zh": haystack_zh, "needles": needles,
+        "reasoning_needles_en": reasoning_needles_en, "reasoning_needles_zh": reasoning_needles_zh, "names": names,
+    }
 
     if (folder is None) == (repo is None):
         raise NeedlebenchError("give exactly one of FOLDER or --repo ORG/NAME --revision vX.Y.Z")
     if repo is not None:
         if revision is None:
             raise NeedlebenchError("--repo needs --revision (a tag such as v1.0.0)")
-        differing = verify_repo(repo, revision, config)
+        differing = verify_repo(repo, revision, config, inputs=inputs)
     else:
-        differing = verify_folder(folder, config)
+        differing = verify_folder(folder, config, inputs=inputs)
     if differing:
         for name, reason in differing.items():
             console.print(f"[red]differs[/red] {name}: {reason}")
@@ -250,10 +281,12 @@ def verify(
 def main() -> None:
     """Console-script entry point: one-line errors and exit status 2 for bad input."""
     from . import interrupts
+    from .terminal import make_streams_safe
 
+    make_streams_safe()  # any locale: characters it cannot encode are escaped, never a UnicodeEncodeError
     interrupts.install()
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="needlebench")
     except KeyboardInterrupt:  # the message was printed when Ctrl-C arrived; the cleanup is done
         interrupts.exit_now()
     except NeedlebenchError as error:
@@ -265,9 +298,16 @@ def main() -> None:
         print("needlebench: aborted", file=sys.stderr)
         sys.exit(130)
     except typer.TyperException as error:  # usage errors (unknown option, missing argument): exit 2
+        if type(error).__name__ == "NoArgsIsHelpError":  # `needlebench` alone: the help, no empty error line
+            print(error.format_message(), file=sys.stderr)
+            sys.exit(2)
         message = error.format_message() if hasattr(error, "format_message") else str(error)
         print(f"needlebench: error: {message}", file=sys.stderr)
         sys.exit(getattr(error, "exit_code", 2))
+    except OSError as error:  # the system refused (disk full, permissions): one line, not a traceback
+        where = f" ({error.filename})" if getattr(error, "filename", None) else ""
+        print(f"needlebench: error: {error.strerror or error}{where}", file=sys.stderr)
+        sys.exit(1)
     if interrupts.interrupted():  # typer turns KeyboardInterrupt into exit status 130
         interrupts.exit_now()
     sys.exit(code if isinstance(code, int) else 0)

@@ -8,6 +8,7 @@ buffers per task and language, repeats); the Counting-Stars numbers are the pape
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass
 from functools import cache
 
@@ -217,10 +218,23 @@ def get_config(name: str) -> ConfigSpec:
     try:
         return registry()[name]
     except KeyError:
+        suggestion = _closest(name)
+        hint = f"did you mean {suggestion}? " if suggestion else ""
         raise NeedlebenchError(
-            f"unknown config {name!r}; run `needlebench list` for the allowed names "
+            f"unknown config {name!r}; {hint}run `needlebench list` for the allowed names "
             "(e.g. single_en_4k, multi_retrieval_zh_128k, atc_en, counting_stars_acquisition_en_128k)"
         ) from None
+
+
+def _closest(name: str) -> str | None:
+    """The registered config name closest to a mistyped one (rapidfuzz ratio >= 80), or None."""
+    from rapidfuzz import fuzz, process
+
+    match = process.extractOne(str(name), list(registry()), scorer=fuzz.ratio, score_cutoff=80)
+    return match[0] if match else None
+
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
 
 
 def match_configs(patterns: list[str] | tuple[str, ...]) -> list[ConfigSpec]:
@@ -229,7 +243,12 @@ def match_configs(patterns: list[str] | tuple[str, ...]) -> list[ConfigSpec]:
     chosen: set[str] = set()
     for pattern in patterns:
         hits = fnmatch.filter(names, pattern)
+        if not hits and _GLOB_CHARS.search(pattern):
+            raise NeedlebenchError(
+                f"glob {pattern!r} matches no config; run `needlebench list` for the names "
+                "(globs use * and ?, e.g. 'single_*_4k')"
+            )
         if not hits:
-            get_config(pattern)  # raises the one-line error
+            get_config(pattern)  # raises the one-line error (with a did-you-mean)
         chosen.update(hits)
     return [registry()[name] for name in names if name in chosen]

@@ -132,6 +132,22 @@ def single_rows(
             }
 
 
+def _distinct_needles(
+    bank: tuple[RetrievalNeedle, ...], count: int, seed: int, options: BuildOptions, spec: ConfigSpec
+) -> tuple[RetrievalNeedle, ...]:
+    """`count` needles for one M-RT prompt; too few usable needles in a `--needles` file names the option."""
+    try:
+        return choose_distinct_needles(bank, count, seed)
+    except NeedlebenchError:
+        if options.needles is None:
+            raise
+        raise NeedlebenchError(
+            f"--needles {options.needles}: {spec.name} needs {count} {spec.language} needles with distinct subjects "
+            f"(arg1) and answers (arg2) per prompt, one per depth, but the file's {len(bank)} {spec.language} needles "
+            "do not give that many; add needles or pass fewer --depths"
+        ) from None
+
+
 def multi_retrieval_rows(
     spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...], utf8_prompts: bool = False
 ) -> Iterator[dict]:
@@ -141,7 +157,7 @@ def multi_retrieval_rows(
     depths = list(options.depths_for(spec.depths))
     for cell in _cells(spec, options, lengths):
         target = cell.length - cell.buffer
-        needles = choose_distinct_needles(bank, len(depths), derive_seed(cell.seed, "needles"))
+        needles = _distinct_needles(bank, len(depths), derive_seed(cell.seed, "needles"), options, spec)
         question = splice_guide(
             multi_retrieval_question(
                 [needle.question_only for needle in needles],

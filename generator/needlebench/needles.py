@@ -544,6 +544,19 @@ def _parse_record(line: str, where: str) -> dict[str, str]:
     return {field: record[field] for field in NEEDLE_FIELDS}
 
 
+def _check_answerable(record: dict[str, str], where: str) -> None:
+    """A needle whose answer (``arg2``) is not in the needle, or is given away by the question, makes rows no
+    model can answer (or that any model answers): a one-line error naming the file, line and entry."""
+    keyword, needle = record["arg2"], record["needle"]
+    entry = f"entry arg1={record['arg1']!r} arg2={keyword!r}"
+    if not keyword.strip():
+        raise NeedlebenchError(f"{where}: {entry} has an empty answer (arg2); give the answer keyword")
+    if keyword not in needle:
+        raise NeedlebenchError(f"{where}: {entry}: the answer (arg2) does not occur in the needle {needle.strip()!r}")
+    if keyword in record["retrieval_question"]:
+        raise NeedlebenchError(f"{where}: {entry}: the answer (arg2) occurs in the retrieval_question, giving it away")
+
+
 def load_needles_file(path: str | os.PathLike[str], language: str) -> tuple[RetrievalNeedle, ...]:
     """The needles of one language from a reference ``needles.jsonl`` (language ``"English"``/``"Chinese"``).
 
@@ -562,6 +575,7 @@ def load_needles_file(path: str | os.PathLike[str], language: str) -> tuple[Retr
         record = _parse_record(line, f"{shown} line {number}")
         languages.add(record["language"])
         if record["language"] == name:
+            _check_answerable(record, f"{shown} line {number}")
             needles.append(
                 RetrievalNeedle(
                     text=record["needle"].strip(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, fields, replace
 
 from . import __version__
@@ -31,6 +32,10 @@ def resolve_input(spec: str | None, filename: str) -> str | None:
 
     _, revision = parse_corpus_option(spec)
     return str(opencompass_file(filename, revision))
+
+
+class RecipeError(NeedlebenchError):
+    """A recorded recipe that cannot be read back (a key of the wrong type or value)."""
 
 
 @dataclass(frozen=True)
@@ -118,14 +123,80 @@ class BuildOptions:
         return replace(self, **changes) if changes else self
 
     def to_recipe(self) -> dict:
+        """The options as recorded in the manifest: a local input becomes its file name, size and sha256 (no
+        path), so the recipe travels (:mod:`needlebench.inputs`)."""
+        from .inputs import LOCAL_INPUT_OPTIONS, input_record, is_local_spec
+
         recipe = {"generator_version": __version__, **asdict(self)}
         recipe["depths"] = list(self.depths) if self.depths is not None else None
+        for name in LOCAL_INPUT_OPTIONS:
+            if is_local_spec(recipe[name]):
+                recipe[name] = input_record(recipe[name])
         return recipe
 
     @classmethod
-    def from_recipe(cls, recipe: dict) -> "BuildOptions":
+    def from_recipe(cls, recipe: dict, inputs: dict[str, str | None] | None = None) -> "BuildOptions":
+        """The options of a recorded recipe; `inputs` re-points recorded local inputs (option name -> path).
+
+        A malformed recipe (a key of the wrong type) is a one-line error naming the key."""
+        from .inputs import LOCAL_INPUT_OPTIONS, check_given, locate
+
+        if not isinstance(recipe, dict):
+            raise RecipeError(f"the recipe is {type(recipe).__name__}, not an object")
+        check_recipe(recipe)
+        given = dict(inputs or {})
+        check_given(recipe, given)
         names = {field.name for field in fields(cls)}
         values = {key: value for key, value in recipe.items() if key in names}
+        for name in LOCAL_INPUT_OPTIONS:
+            if isinstance(values.get(name), dict):
+                values[name] = locate(name, values[name], given.get(name))
         if values.get("depths") is not None:
             values["depths"] = tuple(values["depths"])
-        return cls(**values)
+        try:
+            return cls(**values)
+        except NeedlebenchError as error:
+            raise RecipeError(f"the recipe is not valid: {error}") from None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_input(value: object) -> bool:
+    from .inputs import is_input_record
+
+    return value is None or isinstance(value, str) or is_input_record(value)
+
+
+#: The type each recipe key must have, and how to say it.
+_RECIPE_TYPES = {
+    "release_seed": (_is_int, "an integer"),
+    "tokenizer": (lambda v: isinstance(v, str), "a string"),
+    "haystack_en": (_is_input, "null, a spec string or a {file, kind, size, sha256} record"),
+    "haystack_zh": (_is_input, "null, a spec string or a {file, kind, size, sha256} record"),
+    "needles": (_is_input, "null, a spec string or a {file, kind, size, sha256} record"),
+    "reasoning_needles_en": (_is_input, "null, a spec string or a {file, kind, size, sha256} record"),
+    "reasoning_needles_zh": (_is_input, "null, a spec string or a {file, kind, size, sha256} record"),
+    "names": (_is_input, "null, a spec string or a {file, kind, size, sha256} record"),
+    "compat": (lambda v: v is None or isinstance(v, str), "null or a string"),
+    "question_position": (lambda v: isinstance(v, str), "a string"),
+    "buffer": (lambda v: v is None or _is_int(v), "null or an integer"),
+    "depths": (
+        lambda v: v is None
+        or (isinstance(v, list) and all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in v)),
+        "null or a list of numbers",
+    ),
+    "compression": (lambda v: isinstance(v, str), "a string"),
+    "generator_version": (lambda v: isinstance(v, str), "a string"),
+    "corpora": (lambda v: isinstance(v, dict), "an object"),
+}
+
+
+def check_recipe(recipe: dict) -> None:
+    """Every known key of a recorded recipe has the right type (a one-line error naming the first that has not)."""
+    for key, (valid, expected) in _RECIPE_TYPES.items():
+        if key in recipe and not valid(recipe[key]):
+            shown = json.dumps(recipe[key], ensure_ascii=False)
+            shown = shown if len(shown) <= 60 else shown[:59] + "…"
+            raise RecipeError(f"recipe key {key!r} is {shown}; expected {expected}")

@@ -23,6 +23,7 @@ from .build import read_manifest as read_build_manifest
 from .card import data_files_pattern, is_loaded_file
 from .errors import NeedlebenchError
 from .hub import REPO_ID, hub_error_message, hub_errors
+from .options import RecipeError, check_recipe
 from .writer import fingerprint_files
 
 __all__ = [
@@ -77,7 +78,11 @@ def validate_manifest(manifest: Mapping[str, Any], where: str) -> dict[str, Any]
         for file_name in files:
             _check_relative_file(name, file_name)
     if not isinstance(manifest.get("recipe", {}), dict):
-        raise NeedlebenchError(f'{where} has a "recipe" that is not an object')
+        raise NeedlebenchError(f'{where} is invalid: its "recipe" is not an object')
+    try:
+        check_recipe(manifest.get("recipe", {}))
+    except RecipeError as error:
+        raise NeedlebenchError(f"{where} is invalid: {error}") from None
     return dict(manifest)
 
 
@@ -129,7 +134,25 @@ def file_difference(folder: Path, config: str, entry: Mapping[str, Any]) -> str 
         return f"unlisted file {extra[0]} (it would be loaded with the config)"
     if fingerprint_files(folder / name for name in listed) != entry["fingerprint"]:
         return "files on disk do not match the manifest fingerprint"
+    rows = parquet_rows(folder / name for name in listed)
+    if rows != entry["rows"]:
+        return f"the manifest records {entry['rows']:,} rows but the files hold {rows:,}"
     return None
+
+
+def parquet_rows(paths: Iterable[Path]) -> int | None:
+    """Rows of Parquet files, from their footers; None when one cannot be read as Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    total = 0
+    try:
+        for path in paths:
+            with open(path, "rb") as handle:  # a file object: any path the OS takes, whatever the locale
+                total += pq.ParquetFile(handle).metadata.num_rows
+    except (OSError, pa.ArrowException):
+        return None
+    return total
 
 
 def check_files(folder: Path, manifest: Mapping[str, Any], configs: Iterable[str]) -> dict[str, str]:
@@ -142,9 +165,20 @@ def check_files(folder: Path, manifest: Mapping[str, Any], configs: Iterable[str
     return differences
 
 
-def rebuild_fingerprints(manifest: Mapping[str, Any], configs: list[str], *, num_proc: int = 1) -> dict[str, str]:
-    """Fingerprints of ``configs`` rebuilt into a temporary folder from the manifest's recipe."""
-    options = BuildOptions.from_recipe(dict(manifest.get("recipe", {})))
+def rebuild_fingerprints(
+    manifest: Mapping[str, Any],
+    configs: list[str],
+    *,
+    num_proc: int = 1,
+    inputs: Mapping[str, str | None] | None = None,
+    where: str = "the manifest",
+) -> dict[str, str]:
+    """Fingerprints of ``configs`` rebuilt into a temporary folder from the manifest's recipe; ``inputs`` points
+    the recipe's local inputs (recorded by name and hash) at files on this machine (option name -> path)."""
+    try:
+        options = BuildOptions.from_recipe(dict(manifest.get("recipe", {})), dict(inputs or {}))
+    except RecipeError as error:
+        raise NeedlebenchError(f"{where} is invalid: {error}") from None
     with tempfile.TemporaryDirectory(prefix="needlebench-verify-") as temp:
         rebuilt = build_dataset(configs, Path(temp) / "rebuild", options, num_proc=num_proc)
     return {name: rebuilt["configs"][name]["fingerprint"] for name in configs}
@@ -157,6 +191,7 @@ def verify_folder(
     rebuild: bool = True,
     num_proc: int = 1,
     label: str | None = None,
+    inputs: Mapping[str, str | None] | None = None,
 ) -> dict[str, str]:
     """Configs of a dataset folder that differ (files vs manifest, rebuild vs manifest) -> reason; {} = ok.
 
@@ -164,10 +199,12 @@ def verify_folder(
     """
     folder = Path(folder)
     manifest = read_manifest(folder)
-    names = select_configs(manifest, configs, label or str(folder / MANIFEST_NAME))
+    where = label or str(folder / MANIFEST_NAME)
+    names = select_configs(manifest, configs, where)
     differences = check_files(folder, manifest, names)
     if rebuild:
-        for name, fingerprint in rebuild_fingerprints(manifest, names, num_proc=num_proc).items():
+        rebuilt = rebuild_fingerprints(manifest, names, num_proc=num_proc, inputs=inputs, where=where)
+        for name, fingerprint in rebuilt.items():
             if fingerprint != manifest["configs"][name]["fingerprint"] and name not in differences:
                 differences[name] = (
                     "rebuilding from the recorded recipe gives different files "
@@ -200,7 +237,13 @@ def download_repo(repo_id: str, revision: str, configs: list[str] | None, target
 
 
 def verify_repo(
-    repo_id: str, revision: str, configs: Iterable[str] | None = None, *, rebuild: bool = True, num_proc: int = 1
+    repo_id: str,
+    revision: str,
+    configs: Iterable[str] | None = None,
+    *,
+    rebuild: bool = True,
+    num_proc: int = 1,
+    inputs: Mapping[str, str | None] | None = None,
 ) -> dict[str, str]:
     """Like :func:`verify_folder` for Hub dataset ``repo_id`` at ``revision`` (downloaded to a temporary folder)."""
     check_repo_id(repo_id)
@@ -213,4 +256,6 @@ def verify_repo(
             raise NeedlebenchError(
                 f"dataset {repo_id}@{revision} is not a needlebench dataset: it has no {MANIFEST_NAME}"
             )
-        return verify_folder(folder, wanted, rebuild=rebuild, num_proc=num_proc, label=f"dataset {repo_id}@{revision}")
+        return verify_folder(
+            folder, wanted, rebuild=rebuild, num_proc=num_proc, label=f"dataset {repo_id}@{revision}", inputs=inputs
+        )

@@ -7,6 +7,7 @@ temporary name and renamed when complete. The Hugging Face features travel in th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -121,8 +122,9 @@ def write_shard(
     batch: list[dict] = []
     try:
         with (
+            _sink(temporary) as sink,
             pq.ParquetWriter(
-                temporary,
+                sink,
                 schema,
                 compression=codec,
                 compression_level=level,
@@ -158,6 +160,16 @@ def write_shard(
         if temporary.exists():
             temporary.unlink()
     return stats
+
+
+def _sink(path: Path):
+    """Where pyarrow writes: the path, or an open file when the path is not UTF-8 (an ASCII locale holding a
+    non-ASCII folder name as surrogate escapes, which pyarrow cannot encode)."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return open(path, "wb")
+    return contextlib.nullcontext(path)
 
 
 def fingerprint_files(paths: Iterable[Path]) -> str:
