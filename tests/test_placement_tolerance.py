@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from needlebench.boundaries import KINDS, is_wrapped_break
 from needlebench.corpus import Corpus
 from needlebench.placement import NeedleRequest, build_context
@@ -31,12 +30,8 @@ def haystack_without_needles(text: str, needles: list[str]) -> tuple[str, list[i
         stop = match.end()
         if match.start() == 0:
             stop += 1  # opening needle + "\n"
-        elif match.end() == len(text):
-            piece = piece[:-1]  # "\n" + closing needle
-        elif piece and piece[-1] in " \n\t" and cursor != match.start():
-            piece = piece[:-1]  # the needle was joined with a copy of the following whitespace
-        elif cursor == match.start() and out and out[-1] == "" and text[match.start() - 1] in " \n\t":
-            pass
+        elif piece and piece[-1] in " \n\t":
+            piece = piece[:-1]  # joined with a copy of the whitespace after it (closing needle: "\n" + needle)
         out.append(piece)
         length += len(piece)
         offsets.append(length)

@@ -111,10 +111,13 @@ def build(
         compression=compression,
     )
     manifest = build_dataset(names_list, out, options, num_proc=num_proc, overwrite=overwrite)
-    table = Table("config", "rows", "haystack tokens", "fingerprint")
+    from .boundary_stats import boundary_counts, format_shares
+
+    table = Table("config", "rows", "haystack tokens", "needle boundaries", "fingerprint")
     for name in names_list:
         entry = manifest["configs"][name]
-        table.add_row(name, f"{entry['rows']:,}", f"{entry['haystack_tokens']:,}", entry["fingerprint"][:16])
+        shares = format_shares(boundary_counts(out, name))
+        table.add_row(name, f"{entry['rows']:,}", f"{entry['haystack_tokens']:,}", shares, entry["fingerprint"][:16])
     console.print(table)
     console.print(f"wrote {out}")
 

@@ -60,6 +60,14 @@ def within_tolerance(before: int, haystack_tokens: int, depth: float) -> bool:
     return abs(before - haystack_tokens * depth / 100.0) <= tolerance_tokens(haystack_tokens) + 1e-9
 
 
+class NoInsertionPoint(Exception):
+    """No insertion point within tolerance of a depth on this window (placement then tries another start)."""
+
+    def __init__(self, depth: float, tolerance: float):
+        super().__init__(f"no insertion point within {tolerance:g} tokens of depth {depth:g}%")
+        self.depth = depth
+
+
 @dataclass(frozen=True)
 class NeedleRequest:
     """A needle sentence and the depth (percent of haystack tokens) it was requested at."""
@@ -122,17 +130,22 @@ class _Offsets:
         self.corpus = corpus
         self.base = corpus.approx_token_index(start)
 
-    def __call__(self, positions: list[int]) -> np.ndarray:
+    def bounds(self, positions: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lowest offset, highest offset, hard boundary char) per position: a position inside a piece lies
+        between the piece's start and that plus the UTF-8 bytes (at most 4 per character) before it."""
         corpus = self.corpus
         chars = np.asarray(positions, dtype=np.int64)
         index = np.maximum(0, np.searchsorted(corpus.hard_chars, chars, side="right") - 1)
-        offsets = (corpus.hard_tokens[index] - self.base).astype(np.float64)
+        low = (corpus.hard_tokens[index] - self.base).astype(np.float64)
         hard = corpus.hard_chars[index]
-        for i in np.flatnonzero(hard != chars):
-            piece_start = int(hard[i])
-            if chars[i] - piece_start <= _REFINE_CHARS:
-                offsets[i] += corpus.encode_count(corpus.text[piece_start : int(chars[i])])
-        return offsets
+        inside = (hard != chars) & (chars - hard <= _REFINE_CHARS)
+        high = low + np.where(inside, 4 * (chars - hard), 0)
+        return low, high, hard
+
+    def exact(self, position: int, low: float, hard: int) -> float:
+        if hard == position or position - hard > _REFINE_CHARS:
+            return low
+        return low + self.corpus.encode_count(self.corpus.text[hard:position])
 
 
 def _char_window(corpus: TokenizedCorpus, base: int, low: float, high: float) -> tuple[int, int]:
@@ -159,16 +172,38 @@ def _best_point(
             near = (max(lo, centre - _WORD_NEAR_CHARS), min(hi, centre + _WORD_NEAR_CHARS))
             windows = [near, (lo, hi)] if near[0] <= near[1] else [(lo, hi)]
         for a, b in windows:
-            found = boundaries.points(kind, text, a, b)
+            found = boundaries.points(kind, text, a, b) if kind != boundaries.SENTENCE else _sentences(corpus, a, b)
             if not found:
                 continue
-            values = offsets(found)
-            distance = np.abs(values - target)
-            ok = np.flatnonzero(distance <= reach)
-            if len(ok):
-                best = ok[np.argmin(distance[ok])]
-                return int(found[best]), kind
+            best = _nearest(offsets, found, target, reach)
+            if best is not None:
+                return best, kind
     return None
+
+
+def _nearest(offsets: _Offsets, found: list[int], target: float, reach: float) -> int | None:
+    """The point of `found` nearest `target` within `reach` tokens (the earliest of equals). Candidates are
+    refined in order of their lowest possible distance, so only the few near the target are encoded."""
+    low, high, hard = offsets.bounds(found)
+    floor = np.maximum(0.0, np.maximum(low - target, target - high))
+    best, best_distance = None, math.inf
+    for i in np.argsort(floor, kind="stable"):
+        if floor[i] > reach or floor[i] > best_distance:
+            break
+        distance = abs(offsets.exact(found[i], float(low[i]), int(hard[i])) - target)
+        if distance <= reach and (distance < best_distance or (distance == best_distance and found[i] < best)):
+            best, best_distance = found[i], distance
+    return None if best is None else int(best)
+
+
+def _sentences(corpus: TokenizedCorpus, lo: int, hi: int) -> list[int]:
+    """Sentence points in [lo, hi], from a table of the whole stream computed once per corpus (the same points
+    :func:`needlebench.boundaries.points` finds in any chunk: its patterns look one character around)."""
+    table = corpus.__dict__.get("_sentence_points")
+    if table is None:
+        table = np.asarray(boundaries.points(boundaries.SENTENCE, corpus.text, 0, len(corpus.text)), dtype=np.int64)
+        corpus.__dict__["_sentence_points"] = table
+    return table[np.searchsorted(table, lo, side="left") : np.searchsorted(table, hi, side="right")].tolist()
 
 
 def choose_positions(
@@ -203,7 +238,10 @@ def choose_positions(
         target = haystack_tokens * depth / 100.0
         lo, hi = _char_window(corpus, offsets.base, target - tolerance, target + tolerance)
         hi = min(hi, end_estimate - 1)
-        found = _best_point(corpus, offsets, lo, hi, target, reach, previous if distinct else start)
+        after = previous if distinct else start
+        found = _best_point(corpus, offsets, lo, hi, target, reach, after)
+        if found is None and reach < tolerance:
+            found = _best_point(corpus, offsets, lo, hi, target, tolerance, after)
         if found is None:
             if target <= tolerance and not (distinct and positions):
                 positions.append(START)
@@ -213,10 +251,7 @@ def choose_positions(
                 positions.append(END)
                 kinds.append(None)
                 continue
-            raise NeedlebenchError(
-                f"haystack {corpus.corpus.name!r} has no insertion point within {tolerance:g} tokens of depth "
-                f"{depth:g}% (it needs whitespace, punctuation or Chinese characters between words)"
-            )
+            raise NoInsertionPoint(depth, tolerance)
         positions.append(found[0])
         kinds.append(found[1])
         previous = found[0]
@@ -295,14 +330,23 @@ def build_context(
             "use a longer length or a smaller buffer"
         )
     start = window_start_at_or_after(corpus, start_hint)
+    missing: NoInsertionPoint | None = None
     for _ in range(_MAX_START_ATTEMPTS):
-        context = _fill_from(corpus, start, target_tokens, haystack_estimate, needles, distinct)
+        try:
+            context = _fill_from(corpus, start, target_tokens, haystack_estimate, needles, distinct)
+        except NoInsertionPoint as error:
+            context, missing = None, error
         if context is not None:
             return context
         following = window_start_at_or_after(corpus, start + 1)
         if following <= start:
             break
         start = following
+    if missing is not None:
+        raise NeedlebenchError(
+            f"haystack {corpus.corpus.name!r} offers no insertion point within 1 point of depth {missing.depth:g}% "
+            f"at {target_tokens} tokens; it needs whitespace, punctuation or Chinese characters between words"
+        )
     raise NeedlebenchError(
         f"could not fit a haystack of exactly {target_tokens} tokens with every needle within 1 point of its depth "
         f"from corpus {corpus.corpus.name!r}; the corpus may be too small or lack boundaries between words"

@@ -33,12 +33,12 @@ from .reasoning import normalize_language
 
 __all__ = [
     "COUNT_KEYS",
+    "counting_stars_score",
     "normalize_task",
     "parse_answer_list",
     "parse_counts",
     "predicted_counts",
     "star_scores",
-    "counting_stars_score",
 ]
 
 #: Keys under which the counts are expected (English and Chinese prompts).
@@ -107,14 +107,28 @@ def _repair(text: str):
         return None
 
 
+#: Parse attempts per answer beyond the whole text: the first and last few ``{`` and key occurrences. Bounds the
+#: work on pathological outputs (a 1 MB run of ``{`` would otherwise be parsed a million times).
+_MAX_CANDIDATES = 8
+#: Longest text handed to json_repair in one attempt (a 1,024-star answer is ~6 kB; longer texts are parsed from
+#: their ``{`` and key occurrences, each attempt cut to this length).
+_MAX_PARSE_CHARS = 1 << 18
+
+
+def _ends(items: list, count: int) -> list:
+    return items if len(items) <= 2 * count else items[:count] + items[-count:]
+
+
 def _candidates(text: str):
-    """Texts to try, best first: the whole text, then each ``{...`` suffix, then each key occurrence wrapped in braces."""
-    yield text
-    for m in re.finditer(r"\{", text):
-        if m.start() > 0:
-            yield text[m.start():]
-    for m in _KEY_RE.finditer(text):
-        yield '{"' + m.group(1) + '":' + text[m.end():]
+    """Texts to try, best first: the whole text, then ``{...`` suffixes, then key occurrences wrapped in braces
+    (at most :data:`_MAX_CANDIDATES` of each from either end of the text)."""
+    if len(text) <= _MAX_PARSE_CHARS:
+        yield text
+    braces = [m.start() for m in re.finditer(r"\{", text) if m.start() > 0]
+    for start in _ends(braces, _MAX_CANDIDATES):
+        yield text[start : start + _MAX_PARSE_CHARS]
+    for m in _ends(list(_KEY_RE.finditer(text)), _MAX_CANDIDATES):
+        yield '{"' + m.group(1) + '":' + text[m.end() : m.end() + _MAX_PARSE_CHARS]
 
 
 def parse_answer_list(prediction: str, language: str) -> list[Any]:
