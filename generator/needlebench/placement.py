@@ -46,6 +46,8 @@ _MAX_END_STEPS = 96
 _MAX_REPLANS = 3
 #: Characters around the target looked at first for word boundaries (dense: almost always found there).
 _WORD_NEAR_CHARS = 256
+#: How far after a hint a window start is looked for (characters).
+_START_SPAN = 20_000
 #: Longest in-piece prefix re-encoded to refine a point's token offset.
 _REFINE_CHARS = 4096
 
@@ -115,7 +117,14 @@ def _insertion_literal(corpus: TokenizedCorpus, position: int, needle: str) -> s
 def window_start_at_or_after(corpus: TokenizedCorpus, char: int) -> int:
     """The window start for a hint: the first sentence start at or after `char` (else the first clause,
     paragraph, line or word start; see :func:`needlebench.boundaries.start_at_or_after`)."""
-    return boundaries.start_at_or_after(corpus.text, char)[0]
+    text = corpus.text
+    for point in _sentences(corpus, char, min(len(text), char + _START_SPAN)):  # the common case, from the table
+        position = point
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position < len(text):
+            return position
+    return boundaries.start_at_or_after(text, char, _START_SPAN)[0]
 
 
 #: Former name of :func:`window_start_at_or_after`.
