@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from needlebench.scoring import (
     atc_category_score,
     atc_overall,
@@ -198,3 +197,32 @@ def test_open_answer_score_zh():
     assert open_answer_score("最年长的亲人是王刚。", "王刚") == 100.0
     assert open_answer_score("答案是：“王刚”", "王刚") == 100.0
     assert open_answer_score("答案是：王刚的父亲", "王刚") == 0.0
+
+
+# ---- classes where the reference extraction (OpenCompass first_option_postprocess) differs ---------------------
+# Each case: (answer, the letter the reference picks, the letter picked here). The reference's picks were read off
+# its code: its last resort is the first capital A-D anywhere in the text, and it does not normalise fullwidth
+# letters. The differences are deliberate and documented in needlebench.scoring.atc and the README.
+OPTION_NAMES = ["Carol Adams", "David House", "Bob Smith", "Alice Brown"]
+REFERENCE_CLASSES = {
+    "fullwidth letter": [("Ｂ", "", "B"), ("回答：Ｄ", "", "D"), ("Answer: Ｃ", "A", "C")],
+    "letter glued to text or junk": [("ABCD", "A", None), ("xyzD", "D", None), ("Answer: b", "A", None)],
+    "name without a letter": [("David House", "D", "B"), ("Bob Smith", "B", "C"), ("The eldest is Carol Adams.", "C", "A")],
+    "letter followed by text (agrees)": [("A David House is the eldest", "A", "A"), ("A is correct", "A", "A"),
+                                         ("B David House", "B", "B"), ("A careful reading shows C", "C", "C")],
+    "unicode around a letter (agrees)": [("\u200bC\u200b", "C", "C"), ("🙂 C 🙂", "C", "C")],
+}
+
+
+@pytest.mark.parametrize("name", list(REFERENCE_CLASSES))
+def test_reference_difference_classes(name):
+    for answer, reference, expected in REFERENCE_CLASSES[name]:
+        assert extract_option(answer, "ABCD", names=OPTION_NAMES) == expected, answer
+        if "agrees" in name:
+            assert expected == reference
+
+
+def test_name_needs_exactly_one_option():
+    assert extract_option("Carol Adams or Bob Smith", "ABCD", names=OPTION_NAMES) is None
+    assert extract_option("Someone else entirely", "ABCD", names=OPTION_NAMES) is None
+    assert extract_option("The eldest is Carol Adams.", "ABCD") is None  # without names: no answer

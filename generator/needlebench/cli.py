@@ -128,11 +128,16 @@ def build(
         compression=compression,
     )
     manifest = build_dataset(names_list, out, options, num_proc=num_proc, overwrite=overwrite)
+    from .boundary_stats import boundary_counts, format_shares
+
     table = Table("config", "rows", "haystack tokens", "fingerprint")
     for name in names_list:
         entry = manifest["configs"][name]
         table.add_row(name, f"{entry['rows']:,}", f"{entry['haystack_tokens']:,}", entry["fingerprint"][:16])
     console.print(table)
+    for name in names_list:  # share of each boundary kind the needles sit on (configs with needles)
+        if (shares := format_shares(boundary_counts(out, name))) != "-":
+            console.print(f"needle boundaries of {name}: {shares}", soft_wrap=True)
     console.print(f"wrote {out}")
 
 

@@ -301,7 +301,14 @@ def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> It
                     }
 
 
+#: The `needle_boundaries` value of compat rows (needles at the reference's raw offsets).
+COMPAT_BOUNDARY = "compat"
+
+
 def rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
     """Rows of a haystack config for `lengths`, in the reference's loop order (length, depth, repeat)."""
     generators = {"single": single_rows, "multi_retrieval": multi_retrieval_rows, "multi_reasoning": multi_reasoning_rows}
-    return generators[spec.family](spec, options, lengths)
+    for row in generators[spec.family](spec, options, lengths):
+        # raw token offsets, as the reference inserts them: no boundary is chosen
+        row["needle_boundaries"] = [COMPAT_BOUNDARY] * len(row["needles"])
+        yield row

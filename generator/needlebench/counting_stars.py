@@ -8,11 +8,10 @@ Default build (one row per context length L, seed ``derive_seed(release_seed, co
 
 * haystack + star sentences are exactly L cl100k tokens (:func:`needlebench.placement.build_context`); the
   question follows the reference separator, and ``prompt_tokens`` is exact;
-* star i (0-based) goes to a sentence boundary near depth (i+1)/M of the haystack, so the last one closes the
-  context. Every star has its own boundary: boundaries are assigned in order to the even depths
-  (:func:`assign_slots`) and requested at their exact depths, so placement never puts two stars together;
-  a config whose window offers fewer boundaries than stars at some length fails up front, naming M and the
-  smallest such length (:func:`check_capacity`);
+* star i (0-based) goes within 1 point of depth (i+1)/M of the haystack, on the best boundary there (sentence
+  end first, word boundary last; :mod:`needlebench.placement`), so the last one closes the context. Every star
+  has its own insertion point (placement with ``distinct=True``), so two stars are never put together;
+  ``needle_boundaries`` records each star's boundary kind;
 * the counts are distinct random integers in random order (:func:`draw_counts`), never a sorted or
   arithmetic run; reasoning wrong counts are the correct count +-1 and never equal any correct count.
 
@@ -53,7 +52,7 @@ from .grid import (
 from .haystack_tasks import corpus_label
 from .haystacks import corpus_for, tokenized_corpus, window_start_hint
 from .options import BuildOptions
-from .placement import Context, NeedleRequest, build_context, sentence_start_at_or_after
+from .placement import Context, NeedleRequest, build_context
 from .schema import check_row
 from .seeding import derive_seed, rng
 from .tokenized import TokenizedCorpus, tokenize_corpus
@@ -63,9 +62,6 @@ from .yamlload import safe_load
 __all__ = [
     "StarCell",
     "answer_json",
-    "assign_slots",
-    "boundary_slots",
-    "check_capacity",
     "compat_counts",
     "compat_haystack_text",
     "counting_stars_rows",
@@ -73,15 +69,14 @@ __all__ = [
     "place_stars",
     "question_separator",
     "question_text",
-    "star_capacity",
     "star_sentence",
     "star_tokens",
 ]
 
 FAMILY = "counting_stars"
 COMPAT_MODE = "counting-stars"
-#: How often a window is re-planned when placement had to move it to a later sentence start.
-_MAX_REPLANS = 4
+#: The `needle_boundaries` value of compat rows (stars at the reference's word/character offsets).
+COMPAT_BOUNDARY = "compat"
 
 
 # ---- texts ---------------------------------------------------------------------------------------------------
@@ -277,135 +272,13 @@ def star_tokens(corpus: TokenizedCorpus, sentences: Iterable[str]) -> int:
     return sum(corpus.encode_count("\n" + sentence) for sentence in sentences)
 
 
-def _first_cut_point(corpus: TokenizedCorpus, char: int) -> int | None:
-    for position in range(max(char, 1), len(corpus.text) + 1):
-        if corpus.is_cut_point(position):
-            return position
-    return None
-
-
-def boundary_slots(corpus: TokenizedCorpus, start: int, haystack_tokens: int) -> np.ndarray:
-    """Token offsets (strictly increasing) of the distinct insertion points a window of `haystack_tokens`
-    starting at `start` offers: its opening, each sentence boundary inside it and its end, measured as
-    :func:`needlebench.placement.choose_positions` measures them; a point is kept only where requesting its
-    exact depth selects it (at most the window length, first of equal offsets)."""
-    empty = np.zeros(0, dtype=np.int64)
-    if haystack_tokens < 1:
-        return empty
-    start_token = corpus.approx_token_index(start)
-    if start_token + haystack_tokens >= corpus.num_tokens:
-        return empty
-    end = _first_cut_point(corpus, corpus.char_at_token(start_token + haystack_tokens))
-    if end is None:
-        return empty
-    lo = int(np.searchsorted(corpus.sentence_chars, start, side="right"))
-    hi = int(np.searchsorted(corpus.sentence_chars, end, side="left"))
-    inner = corpus.sentence_chars[lo:hi]
-    inner_tokens = corpus.hard_tokens[np.maximum(0, np.searchsorted(corpus.hard_chars, inner, side="right") - 1)]
-    offsets = np.concatenate([[0], inner_tokens - start_token, [haystack_tokens]]).astype(np.int64)
-    values = np.unique(offsets)
-    return values[values <= haystack_tokens]
-
-
-def assign_slots(offsets: np.ndarray, haystack_tokens: int, count: int) -> np.ndarray:
-    """Indices (strictly increasing) into `offsets` of `count` distinct slots, star i at the slot nearest depth
-    (i+1)/count of the haystack, pushed to the next free slot when an earlier star took it."""
-    size = len(offsets)
-    if size < count:
-        raise ValueError(f"{count} stars need {count} slots, only {size} given")
-    targets = haystack_tokens * np.arange(1, count + 1, dtype=np.float64) / count
-    right = np.clip(np.searchsorted(offsets, targets), 0, size - 1)
-    left = np.clip(right - 1, 0, size - 1)
-    nearest = np.where(np.abs(offsets[left] - targets) <= np.abs(offsets[right] - targets), left, right)
-    chosen = np.empty(count, dtype=np.int64)
-    previous = -1
-    for i in range(count):
-        previous = min(max(int(nearest[i]), previous + 1), size - count + i)
-        chosen[i] = previous
-    return chosen
-
-
-@dataclass(frozen=True)
-class _Window:
-    hint: int
-    start: int
-    haystack_tokens: int
-    offsets: np.ndarray
-
-
-def _window(corpus: TokenizedCorpus, cell: StarCell, hint: int) -> _Window:
-    haystack_tokens = cell.length - star_tokens(corpus, cell.sentences)
-    start = sentence_start_at_or_after(corpus, hint)
-    return _Window(hint, start, haystack_tokens, boundary_slots(corpus, start, haystack_tokens))
-
-
-def _first_window(corpus: TokenizedCorpus, cell: StarCell) -> _Window:
-    return _window(corpus, cell, window_start_hint(corpus, cell.length, cell.seed))
-
-
-def _capacity_error(spec: ConfigSpec, failing: list[tuple[int, int]], star_share: int) -> NeedlebenchError:
-    length, slots = failing[0]
-    return NeedlebenchError(
-        f"{spec.name}: M={spec.stars} stars need {spec.stars} distinct sentence boundaries, but the {length}-token "
-        f"context offers only {slots} (its star sentences take {star_share} tokens); {len(failing)} of "
-        f"{len(spec.lengths)} lengths fail, the smallest {length} and the largest {failing[-1][0]}; "
-        f"use a config with fewer stars (allowed M: {', '.join(map(str, STAR_COUNTS))})"
-    )
-
-
-def star_capacity(spec: ConfigSpec, options: BuildOptions) -> dict[int, int]:
-    """Distinct sentence boundaries each length's haystack window offers (the stars need `spec.stars`)."""
-    _check_spec(spec)
-    corpus = tokenized_corpus(spec, options)
-    return {length: len(_first_window(corpus, _random_cell(spec, options, length)).offsets) for length in spec.lengths}
-
-
-def check_capacity(spec: ConfigSpec, corpus: TokenizedCorpus, cells: Sequence[StarCell]) -> None:
-    """Raise when some length cannot give every star its own sentence boundary (naming the smallest)."""
-    failing = []
-    share = 0
-    for cell in cells:
-        slots = len(_first_window(corpus, cell).offsets)
-        if slots < spec.stars:
-            share = share or star_tokens(corpus, cell.sentences)
-            failing.append((cell.length, slots))
-    if failing:
-        raise _capacity_error(spec, failing, share)
-
-
-def _hint_for_start(corpus: TokenizedCorpus, start: int) -> int:
-    """A start hint that makes placement start its window exactly at the sentence start `start`."""
-    index = int(np.searchsorted(corpus.sentence_chars, start, side="right")) - 1
-    return int(corpus.sentence_chars[index]) if index >= 0 else start
-
-
-def _stars_apart(context: Context, count: int) -> bool:
-    """True when every star got its own insertion point (placement merges stars sharing one)."""
-    return sum(isinstance(segment, str) for segment in context.segments) == count
-
-
 def place_stars(spec: ConfigSpec, corpus: TokenizedCorpus, cell: StarCell) -> Context:
-    """The context of a cell: exactly `cell.length` tokens, star i on its own sentence boundary near depth
-    (i+1)/M, the last at the very end."""
-    window = _first_window(corpus, cell)
-    for _ in range(_MAX_REPLANS):
-        if len(window.offsets) < spec.stars:
-            raise _capacity_error(spec, [(cell.length, len(window.offsets))], star_tokens(corpus, cell.sentences))
-        chosen = window.offsets[assign_slots(window.offsets, window.haystack_tokens, spec.stars)]
-        requests = [
-            NeedleRequest(sentence, float(offset) * 100.0 / window.haystack_tokens)
-            for sentence, offset in zip(cell.sentences, chosen)
-        ]
-        context = build_context(corpus, cell.length, requests, window.hint)
-        if context.start == window.start and _stars_apart(context, spec.stars):
-            return context
-        if context.start == window.start:
-            break
-        window = _window(corpus, cell, _hint_for_start(corpus, context.start))
-    raise NeedlebenchError(
-        f"{spec.name}: could not place M={spec.stars} stars on distinct sentence boundaries at length {cell.length}; "
-        "the haystack lacks sentence boundaries there (use a config with fewer stars)"
-    )
+    """The context of a cell: exactly `cell.length` tokens, star i within 1 point of depth (i+1)/M on the best
+    boundary there (:mod:`needlebench.placement`), every star on its own insertion point, the last closing
+    the context."""
+    count = len(cell.sentences)
+    requests = [NeedleRequest(sentence, 100.0 * (i + 1) / count) for i, sentence in enumerate(cell.sentences)]
+    return build_context(corpus, cell.length, requests, window_start_hint(corpus, cell.length, cell.seed), distinct=True)
 
 
 # ---- rows ----------------------------------------------------------------------------------------------------
@@ -420,6 +293,7 @@ class _Layout:
     cycles: int
     corpus: str
     compat: str
+    boundaries: list[str]
 
 
 def _row(spec: ConfigSpec, options: BuildOptions, cell: StarCell, layout: _Layout) -> dict:
@@ -432,6 +306,7 @@ def _row(spec: ConfigSpec, options: BuildOptions, cell: StarCell, layout: _Layou
         "context_length": cell.length,
         "depth_percent": None,
         "needle_depths": [float(depth) for depth in layout.depths],
+        "needle_boundaries": list(layout.boundaries),
         "prompt": layout.prompt,
         "question": question_text(spec.variant, spec.language),
         "answer": answer_json(cell.correct, spec.language),
@@ -477,6 +352,7 @@ def _default_rows(
             cycles=context.cycles,
             corpus=label,
             compat="",
+            boundaries=context.boundaries,
         )
         yield _row(spec, options, cell, layout)
 
@@ -497,9 +373,7 @@ def counting_stars_rows(
         )
         return _compat_rows(spec, options, haystack, [_compat_cell(spec, options, length) for length in chosen])
     corpus = tokenized_corpus(spec, options)
-    cells = {length: _random_cell(spec, options, length) for length in spec.lengths}
-    check_capacity(spec, corpus, list(cells.values()))
-    return _default_rows(spec, options, corpus, [cells[length] for length in chosen])
+    return _default_rows(spec, options, corpus, [_random_cell(spec, options, length) for length in chosen])
 
 
 # ---- compat: the reference construction ----------------------------------------------------------------------
@@ -727,5 +601,6 @@ def _compat_rows(
             cycles=(last - 1) // haystack.copy_chars if last > 0 else 0,
             corpus=haystack.label,
             compat=COMPAT_MODE,
+            boundaries=[COMPAT_BOUNDARY] * len(cell.sentences),  # the reference's word/character offsets
         )
         yield _row(spec, options, cell, layout)

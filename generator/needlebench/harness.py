@@ -332,7 +332,7 @@ def process_multi_reasoning(doc: Mapping[str, Any], results: Sequence[Any]) -> d
 def atc_choice_correct(doc: Mapping[str, Any], prediction: str) -> bool:
     """Is the option letter extracted from the prediction the row's ``answer_letter``?"""
     letters = "".join(chr(ord("A") + index) for index in range(len(doc["options"]) or 4))
-    return scoring.extract_option(prediction, letters) == doc["answer_letter"]
+    return scoring.extract_option(prediction, letters, names=list(doc["options"])) == doc["answer_letter"]
 
 
 def process_atc(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:

@@ -92,6 +92,7 @@ def _base_row(
         "size": cell.spec.size,
         "context_length": cell.length,
         "needle_depths": context.actual_depths,
+        "needle_boundaries": list(context.boundaries),
         "prompt": prompt,
         "repeat": cell.repeat,
         "corpus": corpus_label(corpus),

@@ -36,12 +36,14 @@ FAMILY_COLUMNS: dict[str, dict[str, pa.DataType]] = {
     "single": {
         "buffer": pa.int64(),
         "requested_depths": pa.list_(pa.float64()),
+        "needle_boundaries": pa.list_(pa.string()),  # per needle: sentence, clause, paragraph, line, word; compat
         "corpus_cycles": pa.int64(),  # > 0 when the haystack wrapped around the corpus
         "compat": pa.string(),
     },
     "multi_retrieval": {
         "buffer": pa.int64(),
         "requested_depths": pa.list_(pa.float64()),
+        "needle_boundaries": pa.list_(pa.string()),  # per needle: sentence, clause, paragraph, line, word; compat
         "corpus_cycles": pa.int64(),
         "compat": pa.string(),
         "num_needles": pa.int64(),
@@ -49,6 +51,7 @@ FAMILY_COLUMNS: dict[str, dict[str, pa.DataType]] = {
     "multi_reasoning": {
         "buffer": pa.int64(),
         "requested_depths": pa.list_(pa.float64()),
+        "needle_boundaries": pa.list_(pa.string()),  # per needle: sentence, clause, paragraph, line, word; compat
         "corpus_cycles": pa.int64(),
         "compat": pa.string(),
         "num_needles": pa.int64(),
@@ -68,6 +71,7 @@ FAMILY_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "num_stars": pa.int64(),
         "star_counts": pa.list_(pa.int64()),  # correct counts in star order
         "wrong_counts": pa.list_(pa.int64()),  # reasoning: the first, wrong count of each star
+        "needle_boundaries": pa.list_(pa.string()),  # per star, as in the haystack families
         "corpus_cycles": pa.int64(),
         "compat": pa.string(),
     },

@@ -12,6 +12,7 @@ from needlebench.schema import columns_for
 _DEFAULTS: dict[str, Any] = {
     "depth_percent": None,
     "needle_depths": [],
+    "needle_boundaries": [],
     "question": "",
     "answer": "",
     "keywords": [],

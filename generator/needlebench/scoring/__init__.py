@@ -27,7 +27,12 @@ from .reasoning import (
     reasoning_reference_score,
     reasoning_strict_score,
 )
-from .retrieval import keyword_hits, levenshtein_similarity, multi_retrieval_recall, single_retrieval_score
+from .retrieval import (
+    keyword_hits,
+    levenshtein_similarity,
+    multi_retrieval_recall,
+    single_retrieval_score,
+)
 
 __all__ = [
     # retrieval (S-RT / M-RT)

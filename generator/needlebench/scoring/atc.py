@@ -12,6 +12,24 @@
   plain mean of the categories.
 * :func:`open_answer_score` scores the open-ended variant by exact match of the
   normalised name.
+
+Differences from the reference extraction (OpenCompass ``first_option_postprocess``, a cascade
+of regexes tried in order whose last resort takes the first capital A-D anywhere in the text),
+all deliberate; on every other answer the two pick the same letter:
+
+* **fullwidth letters** (``Ｂ``, ``回答：Ｄ``): read as ``B``/``D`` here (NFKC); the reference does
+  not see them and falls through to any capital A-D elsewhere (``Answer: Ｃ`` gives it the ``A``
+  of "Answer"). A model that wrote ``Ｃ`` chose C.
+* **a letter glued to text or junk** (``ABCD``, ``xyzD``, lowercase ``Answer: b``, emoji or symbol
+  noise around letters inside words): no answer here; the reference takes the first capital A-D
+  even inside a word, so its credit depends on the spelling of unrelated words.
+* **a name without a letter** (``The eldest is Carol Adams.``): the reference takes the first
+  capital A-D of the name's initials (C here, whatever option Carol Adams is); with the options'
+  names (``names=``, as the lm-eval hook passes them) the name is mapped to its own option, else
+  there is no answer.
+* **a letter followed by text** agrees: ``A David House`` / ``A is correct`` give ``A`` in both;
+  only an ``A`` followed by a lowercase word that is not a verb (``A careful reading shows C``) is
+  read as the English article here (the reference also ends on C there via its later patterns).
 """
 
 from __future__ import annotations
@@ -19,21 +37,23 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+
+import regex
 
 __all__ = [
-    "extract_option",
-    "option_letter_for",
-    "circular_scores",
-    "circular_item_correct",
-    "complete_items",
-    "atc_category_score",
-    "atc_overall",
-    "normalize_name",
-    "extract_open_answer",
-    "open_answer_score",
     "BASE_ROTATION",
     "ROTATIONS",
+    "atc_category_score",
+    "atc_overall",
+    "circular_item_correct",
+    "circular_scores",
+    "complete_items",
+    "extract_open_answer",
+    "extract_option",
+    "normalize_name",
+    "open_answer_score",
+    "option_letter_for",
 ]
 
 #: The un-rotated option order; ``acc_1`` is computed on rows with this rotation.
@@ -84,9 +104,11 @@ def _compile_patterns(letters: str):
         r"^[ \t]*" + _OPEN + r"?[ \t]*(" + cls + r")[ \t]*" + _CLOSE + r"?[ \t]*[.．。:：、]?[ \t]*$",
         re.MULTILINE,
     )
-    # First line starting with an option label followed by its text: "C. David House", "(C) David House".
+    # First line starting with an option label followed by its text: "C. David House", "(C) David House", and a
+    # bare letter followed by a name or a verb: "A David House", "A is correct" (not "A careful reading").
     labelled_start = re.compile(
-        r"^[ \t]*(?:" + _OPEN + r"[ \t]*(" + cls + r")[ \t]*" + _CLOSE + r"|(" + cls + r")[ \t]*[.．。:：、\)）])"
+        r"^[ \t]*(?:" + _OPEN + r"[ \t]*(" + cls + r")[ \t]*" + _CLOSE + r"|(" + cls + r")[ \t]*[.．。:：、\)）]"
+        r"|(" + cls + r")[ \t]+(?=[A-Z]|(?:is|was|would|should|seems|looks|appears)\b))"
     )
     # Weaker mentions: "Option C", "选项C", "choice C", "**C**".
     mentions = [
@@ -119,7 +141,7 @@ def _last_match(patterns, text: str) -> str | None:
     return best
 
 
-def extract_option(prediction: str, options: str = "ABCD") -> str | None:
+def extract_option(prediction: str, options: str = "ABCD", names: Sequence[str] | None = None) -> str | None:
     """Return the option letter chosen in ``prediction`` or ``None``.
 
     Priority (first tier that yields a letter wins):
@@ -134,7 +156,9 @@ def extract_option(prediction: str, options: str = "ABCD") -> str | None:
     4. mentions such as "Option C", "选项C" or a bold "**C**"; the last one;
     5. a single stand-alone capital option letter, if exactly one distinct letter
        occurs. An "A" followed by a word ("A person is ...") is an English
-       article and never counts.
+       article and never counts;
+    6. with ``names`` (the option texts, in letter order): the one option whose
+       name the answer contains ("The eldest is Carol Adams." -> its letter).
 
     Letters are matched case-sensitively (capitals only), after NFKC
     normalisation (so full-width "Ｃ" works).  Markdown bold markers are ignored
@@ -158,7 +182,7 @@ def extract_option(prediction: str, options: str = "ABCD") -> str | None:
     stripped = plain.strip()
     m = labelled_start.match(stripped)
     if m:
-        return m.group(1) or m.group(2)
+        return m.group(1) or m.group(2) or m.group(3)
 
     found = _last_match(mentions, text)
     if found:
@@ -173,7 +197,20 @@ def extract_option(prediction: str, options: str = "ABCD") -> str | None:
         seen.add(letter)
     if len(seen) == 1:
         return seen.pop()
+    if names:
+        return _named_option(text, letters, names)
     return None
+
+
+def _named_option(text: str, letters: str, names: Sequence[str]) -> str | None:
+    """The letter of the one option whose name (NFKC, casefolded) the answer contains, if exactly one does."""
+    answer = unicodedata.normalize("NFKC", text).casefold()
+    found = {
+        letter
+        for letter, name in zip(letters, names)
+        if (key := unicodedata.normalize("NFKC", str(name)).casefold().strip()) and key in answer
+    }
+    return found.pop() if len(found) == 1 else None
 
 
 def option_letter_for(answer_name: str, options: list[str]) -> str:
@@ -266,10 +303,8 @@ def atc_overall(categories: Mapping[str, float]) -> float:
 # --------------------------------------------------------------------------- open-ended ATC
 
 _SPACES = re.compile(r"\s+")
-
-
-def _is_edge_junk(char: str) -> bool:
-    return char.isspace() or unicodedata.category(char)[0] in ("P", "Z", "C")
+#: A run of whitespace, punctuation, separators or control/format characters (what trims a name's edges).
+_EDGE_JUNK = regex.compile(r"[\s\p{P}\p{Z}\p{C}]*")
 
 
 def normalize_name(text: str) -> str:
@@ -277,12 +312,9 @@ def normalize_name(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).casefold()
     text = text.replace("~", " ")
     text = _SPACES.sub(" ", text)
-    start, end = 0, len(text)
-    while start < end and _is_edge_junk(text[start]):
-        start += 1
-    while end > start and _is_edge_junk(text[end - 1]):
-        end -= 1
-    return text[start:end]
+    start = _EDGE_JUNK.match(text).end()
+    end = len(text) - _EDGE_JUNK.match(text[::-1]).end()
+    return text[start:end] if end > start else ""
 
 
 def _last_boxed(text: str) -> str | None:

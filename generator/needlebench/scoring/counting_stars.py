@@ -28,17 +28,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import json_repair
+import numpy as np
 
 from .reasoning import normalize_language
 
 __all__ = [
     "COUNT_KEYS",
+    "counting_stars_score",
     "normalize_task",
     "parse_answer_list",
     "parse_counts",
     "predicted_counts",
     "star_scores",
-    "counting_stars_score",
 ]
 
 #: Keys under which the counts are expected (English and Chinese prompts).
@@ -76,6 +77,10 @@ _FENCE = re.compile(r"```[ \t]*(?:json5?|JSON5?|Json)?")
 _KEY_RE = re.compile(r"""["'“”‘’]?[ \t]*(little_penguin|小企鹅)[ \t]*["'“”‘’]?[ \t]*:""", re.IGNORECASE)
 
 
+#: Any spelling of a count key a parse could produce (plain, markdown-escaped, JSON-escaped Chinese).
+_ANY_KEY = re.compile(r"little\\?_penguin|小企鹅|\\u5c0f\\u4f01\\u9e45", re.IGNORECASE)
+
+
 def _is_count_key(key) -> bool:
     return isinstance(key, str) and key.strip().strip("\"'").strip().lower() in COUNT_KEYS
 
@@ -100,21 +105,53 @@ def _find_counts(obj, depth: int = 0):
     return None
 
 
+#: Deepest bracket nesting handed to json_repair (an answer needs 2; json_repair slows down steeply with depth).
+_MAX_DEPTH = 16
+_DEPTH_STEP = np.zeros(128, dtype=np.int64)
+_DEPTH_STEP[[ord("{"), ord("[")]] = 1
+_DEPTH_STEP[[ord("}"), ord("]")]] = -1
+
+
+def _cut_deep_nesting(text: str) -> str:
+    """`text` up to where its brackets nest deeper than :data:`_MAX_DEPTH` (json_repair closes what is open)."""
+    if text.count("{") + text.count("[") <= _MAX_DEPTH:
+        return text
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    steps = _DEPTH_STEP[np.minimum(codes, 127)] * (codes < 128)
+    depth = np.cumsum(steps, dtype=np.int64)
+    deep = np.flatnonzero(depth > _MAX_DEPTH)
+    return text[: int(deep[0])] if len(deep) else text
+
+
 def _repair(text: str):
     try:
-        return json_repair.loads(text)
+        return json_repair.loads(_cut_deep_nesting(text))
     except Exception:  # json_repair is lenient, but never let parsing crash scoring
         return None
 
 
+#: Parse attempts per answer beyond the whole text: the first and last few ``{`` and key occurrences. Bounds the
+#: work on pathological outputs (a 1 MB run of ``{`` would otherwise be parsed a million times).
+_MAX_CANDIDATES = 4
+#: Longest text handed to json_repair in one attempt (a 1,024-star answer is ~6 kB; longer texts are parsed from
+#: their ``{`` and key occurrences, each attempt cut to this length).
+_MAX_PARSE_CHARS = 1 << 18
+
+
+def _ends(items: list, count: int) -> list:
+    return items if len(items) <= 2 * count else items[:count] + items[-count:]
+
+
 def _candidates(text: str):
-    """Texts to try, best first: the whole text, then each ``{...`` suffix, then each key occurrence wrapped in braces."""
-    yield text
-    for m in re.finditer(r"\{", text):
-        if m.start() > 0:
-            yield text[m.start():]
-    for m in _KEY_RE.finditer(text):
-        yield '{"' + m.group(1) + '":' + text[m.end():]
+    """Texts to try, best first: the whole text, then ``{...`` suffixes, then key occurrences wrapped in braces
+    (at most :data:`_MAX_CANDIDATES` of each from either end of the text)."""
+    if len(text) <= _MAX_PARSE_CHARS:
+        yield text
+    braces = [m.start() for m in re.finditer(r"\{", text) if m.start() > 0]
+    for start in _ends(braces, _MAX_CANDIDATES):
+        yield text[start : start + _MAX_PARSE_CHARS]
+    for m in _ends(list(_KEY_RE.finditer(text)), _MAX_CANDIDATES):
+        yield '{"' + m.group(1) + '":' + text[m.end() : m.end() + _MAX_PARSE_CHARS]
 
 
 def parse_answer_list(prediction: str, language: str) -> list[Any]:
@@ -131,6 +168,8 @@ def parse_answer_list(prediction: str, language: str) -> list[Any]:
     text = _FENCE.sub("", text).strip()
     if not text:
         return []
+    if not _ANY_KEY.search(text):
+        return []  # the answer is read from the key: without it nothing can parse (and junk is not parsed at all)
     for candidate in _candidates(text):
         values = _find_counts(_repair(candidate))
         if values is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-__all__ = ["NEEDLEBENCH_WEIGHTS", "needlebench_overall", "mean"]
+__all__ = ["NEEDLEBENCH_WEIGHTS", "mean", "needlebench_overall"]
 
 #: Weights of the v1 per-size overall score (fact sheet section 7); they sum to 1.
 NEEDLEBENCH_WEIGHTS = {"S-RT": 0.4, "M-RT": 0.3, "M-RS": 0.3}

@@ -2,30 +2,32 @@
 
 Two scores are offered:
 
-* :func:`reasoning_reference_score` reproduces the reference evaluator
-  (fact sheet section 5): the lowercased gold answer is split into keywords and
-  the score is the share of keywords that are substrings of the lowercased
-  prediction.  English splits on whitespace exactly like the reference (so
-  stop-words such as "of" or "the" give free credit - a known quirk).  For
-  Chinese the reference would treat a space-less answer as one keyword
-  (all-or-nothing); here the answer is segmented into words with jieba so
-  Chinese answers get partial credit as well.
-* :func:`reasoning_strict_score` is an all-or-nothing containment check on
-  normalised text (NFKC, lowercase, punctuation and whitespace removed).
+* :func:`reasoning_reference_score` is the reference evaluator (fact sheet section 5,
+  ``NeedleBenchMultiEvaluator``) in both languages: the lowercased gold answer is split on
+  whitespace into keywords and the score is the share of keywords that are substrings of the
+  lowercased raw prediction. Nothing is normalised, so it equals the reference on every
+  prediction, including its quirks: English stop-words ("of", "the") give free credit; a Chinese
+  answer has no spaces, so it is one keyword and scores all or nothing (a partial substring,
+  reordered words or an answer interrupted by zero-width or fullwidth characters score 0; a long
+  ramble containing the answer scores 100).
+* :func:`reasoning_strict_score` is an all-or-nothing containment check on normalised text (NFKC,
+  lowercase, punctuation, whitespace and format characters such as zero-width spaces removed), the
+  deliberate, robust alternative: fullwidth letters and zero-width characters no longer hide an
+  answer, and stop-words earn nothing.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import unicodedata
 
+import regex
+
 __all__ = [
-    "normalize_language",
     "answer_keywords",
+    "normalize_for_match",
+    "normalize_language",
     "reasoning_reference_score",
     "reasoning_strict_score",
-    "normalize_for_match",
 ]
 
 _LANGUAGE_ALIASES = {
@@ -49,75 +51,32 @@ def normalize_language(language: str) -> str:
         raise ValueError(f"unknown language {language!r}; expected 'en' or 'zh'") from None
 
 
-# --------------------------------------------------------------------------- jieba
-
-_JIEBA_LOCK = threading.Lock()
-_JIEBA_TOKENIZER = None
-
-
-def _jieba_tokenizer():
-    """A private jieba tokenizer with the default dictionary.
-
-    A dedicated ``jieba.Tokenizer`` (rather than the global one) keeps the
-    segmentation independent of words other code may add with
-    ``jieba.add_word``; with a fixed dictionary the segmentation (including the
-    HMM step, a Viterbi decode) is deterministic.
-    """
-    global _JIEBA_TOKENIZER
-    if _JIEBA_TOKENIZER is None:
-        with _JIEBA_LOCK:
-            if _JIEBA_TOKENIZER is None:
-                import jieba
-
-                jieba.setLogLevel(logging.WARNING)
-                tokenizer = jieba.Tokenizer()
-                tokenizer.initialize()
-                _JIEBA_TOKENIZER = tokenizer
-    return _JIEBA_TOKENIZER
-
-
-def _is_punct_or_space(char: str) -> bool:
-    return char.isspace() or unicodedata.category(char)[0] in ("P", "Z", "C")
-
-
-def _is_noise_token(token: str) -> bool:
-    """True for tokens made only of whitespace / punctuation / control characters."""
-    return all(_is_punct_or_space(c) for c in token)
-
-
 def answer_keywords(answer: str, language: str) -> list[str]:
-    """The keywords the reference M-RS score looks for (lowercased).
-
-    ``en``: ``answer.lower().split()`` exactly as the reference.
-    ``zh``: jieba word segmentation of the lowercased answer, dropping tokens
-    that consist only of whitespace or punctuation.
-    """
-    lang = normalize_language(language)
-    lowered = answer.lower()
-    if lang == "en":
-        return lowered.split()
-    tokens = _jieba_tokenizer().lcut(lowered, HMM=True)
-    return [tok for tok in tokens if tok and not _is_noise_token(tok)]
+    """The keywords the reference M-RS score looks for: ``answer.lower().split()`` in both languages."""
+    normalize_language(language)  # validate
+    return answer.lower().split()
 
 
 def reasoning_reference_score(prediction: str, answer: str, language: str) -> float:
     """Reference M-RS score: ``100 * share of answer keywords found in prediction.lower()``.
 
-    Returns 0.0 when the answer yields no keyword at all (the reference would
-    divide by zero).
+    Returns 0.0 when the answer yields no keyword at all (as the reference: 0 per keyword).
     """
     keywords = answer_keywords(answer, language)
     if not keywords:
         return 0.0
     haystack = prediction.lower()
     found = sum(1 for kw in keywords if kw in haystack)
-    return 100.0 * found / len(keywords)
+    return found * (100 / len(keywords))  # the reference's arithmetic, so the floats are equal too
+
+
+#: Whitespace, punctuation, separators and control/format characters (zero-width spaces included).
+_NOISE = regex.compile(r"[\s\p{P}\p{Z}\p{C}]+")
 
 
 def normalize_for_match(text: str) -> str:
-    """NFKC, lowercase, and drop every punctuation / whitespace character."""
-    text = unicodedata.normalize("NFKC", text).lower()
-    return "".join(c for c in text if not _is_punct_or_space(c))
+    """NFKC, lowercase, and drop every punctuation / whitespace / control or format character."""
+    return _NOISE.sub("", unicodedata.normalize("NFKC", text).lower())
 
 
 def reasoning_strict_score(prediction: str, answer: str, language: str) -> float:

@@ -21,10 +21,10 @@ from rapidfuzz.distance import Levenshtein
 
 __all__ = [
     "KEYWORD_MISS_PENALTY",
-    "levenshtein_similarity",
-    "single_retrieval_score",
-    "multi_retrieval_recall",
     "keyword_hits",
+    "levenshtein_similarity",
+    "multi_retrieval_recall",
+    "single_retrieval_score",
 ]
 
 #: Penalty factor alpha applied to the similarity score when the keyword is missing.
