@@ -327,6 +327,17 @@ def build_tables(run: Run) -> list[Table]:
                 digits=3,
             )
         )
+    health = health_rows(run.results)
+    if health:
+        tables.append(
+            Table(
+                "run_health",
+                "Run health (rows skipped as too long, outputs that used all of max_gen_toks, share without a final answer)",
+                ["Task", "Rows", "Skipped (too long)", "Output truncated", "No final answer"],
+                health,
+                digits=3,
+            )
+        )
     harness_rows = lm_eval_rows(run.results)
     if harness_rows:
         tables.append(
@@ -341,13 +352,36 @@ def build_tables(run: Run) -> list[Table]:
     return tables
 
 
+#: Run-health keys ``needlebench eval`` adds to each task of the results JSON (shown in their own table).
+HEALTH = ("skipped_too_long", "output_truncated", "no_final_answer")
+
+
+def health_rows(results: Mapping[str, Any]) -> list[list[Any]]:
+    """Per task: rows run, ``skipped_too_long``, ``output_truncated``, ``no_final_answer`` (``needlebench eval``)."""
+    rows = []
+    counts = results.get("n-samples", {})
+    for name, metrics in sorted(results.get("results", {}).items()):
+        if "skipped_too_long,none" not in metrics:
+            continue
+        rows.append(
+            [
+                name,
+                counts.get(name, {}).get("effective", metrics.get("sample_len")),
+                metrics.get("skipped_too_long,none"),
+                metrics.get("output_truncated,none"),
+                metrics.get("no_final_answer,none"),
+            ]
+        )
+    return rows
+
+
 def lm_eval_rows(results: Mapping[str, Any]) -> list[list[Any]]:
     """Task and group metrics of an lm-eval results JSON (filter suffixes dropped, stderr skipped)."""
     rows = []
     samples = results.get("n-samples", {})
     for name, metrics in sorted({**results.get("results", {})}.items()):
         for key, value in metrics.items():
-            if "," not in key or "_stderr" in key or not isinstance(value, (int, float)):
+            if "," not in key or "_stderr" in key or not isinstance(value, (int, float)) or key.split(",")[0] in HEALTH:
                 continue
             count = samples.get(name, {}).get("effective")
             rows.append([name, key.split(",")[0], float(value), count])
