@@ -317,9 +317,18 @@ class Preflight:
 
 
 def _load_rows(config: str, metadata: Mapping[str, Any]) -> Any:
+    """The rows lm-eval will get (the tasks' own loader), without progress bars: the check prints one line."""
+    from datasets.utils import logging as ds_logging
+
     from .harness import load_dataset
 
-    return load_dataset(**{**metadata, "needlebench_config": config})["test"]
+    enabled = ds_logging.is_progress_bar_enabled()
+    ds_logging.disable_progress_bar()
+    try:
+        return load_dataset(**{**metadata, "needlebench_config": config})["test"]
+    finally:
+        if enabled:
+            ds_logging.enable_progress_bar()
 
 
 def preflight(args: EvalArgs) -> Preflight | None:

@@ -209,12 +209,12 @@ def _oracle_class() -> type:
             for request, answer in zip(requests, answers, strict=True):
                 if self.delay:
                     time.sleep(self.delay)
-                # lm-eval's --use_cache stores each answer as it is produced, so a killed run keeps them
-                self.cache_hook.add_partial("generate_until", request.args, answer)
                 if self.request_log is not None:
                     doc = getattr(request, "doc", None) or {}
                     with self.request_log.open("a", encoding="utf-8") as handle:
                         handle.write(f"{doc.get('id', '')}\n")
+                # lm-eval's --use_cache stores each answer as it is produced, so a killed run keeps them
+                self.cache_hook.add_partial("generate_until", request.args, answer)
             return answers
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
