@@ -12,7 +12,7 @@ One S-RT, one M-RT, one ATC and one Counting-Stars task, the shortest rows of ea
 2. the same rows through ``vllm serve`` on loopback (started once for the module) with lm-eval's
    ``local-completions`` (prompt rendered and tokenized client-side) and ``local-chat-completions`` (the server
    renders the chat template), run through ``needlebench eval`` with ``--skip-too-long``: the Counting-Stars
-   selection also holds an 8k row that does not fit the server's 8192 window, which is skipped and counted;
+   selection also holds a 12k row that does not fit the server's 8192 window, which is skipped and counted;
 3. greedy outputs are compared row by row: every row's text and scores are identical in the three runs.
 """
 
@@ -176,7 +176,7 @@ def _server_run(server: str, model: str, data_dir: Path, model_dir: Path, output
         f"model={SERVED_NAME},base_url={server}/v1/{endpoint},tokenizer={model_dir},"
         f"tokenizer_backend=huggingface,max_length={WINDOW},num_concurrent=2,seed=0"
     )
-    samples = {**SAMPLES, "needlebench_counting_stars_acquisition_en_128k": [0, 1]}  # row 1 (8k) does not fit
+    samples = {**SAMPLES, "needlebench_counting_stars_acquisition_en_128k": [0, 2]}  # row 2 (12k) does not fit
     command = [
         str(BIN / "needlebench"), "eval", "run", "--model", model, "--model_args", model_args,
         "--include_path", str(REPO / "harness_tasks"), "--samples", json.dumps(samples), "--skip-too-long",
@@ -248,12 +248,13 @@ def test_server_runs_equal_the_offline_run(run_name: str, request: pytest.Fixtur
         assert results[task]["skipped_too_long,none"] == (1 if config.startswith("counting_stars") else 0)
     skipped = json.loads((served / "needlebench_skipped.json").read_text(encoding="utf-8"))
     assert skipped == {
-        "needlebench_counting_stars_acquisition_en_128k": {"skipped": 1, "ids": ["counting_stars_acquisition_en_128k-L8000"]}
+        "needlebench_counting_stars_acquisition_en_128k": {"skipped": 1, "ids": ["counting_stars_acquisition_en_128k-L12000"]}
     }
 
 
 def test_server_window_refuses_too_long_rows_in_one_line(server: str, data_dir: Path, model_dir: Path, tmp_path: Path):
-    """Without --skip-too-long the 8k Counting-Stars row stops the run before any request (the server's window)."""
+    """Without --skip-too-long the 8k Counting-Stars row (8,122 SmolLM2 tokens with the chat template, plus the
+    task's 320 max_gen_toks) stops the run before any request (the server's window)."""
     command = [
         str(BIN / "needlebench"), "eval", "run", "--model", "local-chat-completions",
         "--model_args", f"model={SERVED_NAME},base_url={server}/v1/chat/completions,tokenizer={model_dir}",
