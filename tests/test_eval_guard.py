@@ -259,3 +259,18 @@ def test_eval_without_lm_eval_says_how_to_install(tmp_path: Path):
     assert done.stderr.strip().splitlines() == [
         "needlebench: error: eval needs lm-evaluation-harness; install it with `pip install 'needlebench[eval]'`"
     ]
+
+
+def test_library_never_imports_vllm():
+    """vLLM stays optional: importing every needlebench module (incl. the eval and server code) loads no vllm."""
+    code = (
+        "import importlib, pkgutil, sys, needlebench\n"
+        "for m in pkgutil.walk_packages(needlebench.__path__, 'needlebench.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "from needlebench.evaluate import register_models\n"
+        "register_models()\n"
+        "print(sorted(name for name in sys.modules if name == 'vllm' or name.startswith('vllm.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
