@@ -482,6 +482,18 @@ def _newest(folder: Path, pattern: str) -> Path | None:
     return paths[-1] if paths else None
 
 
+def _samples_file(folder: Path, task: str) -> Path | None:
+    """The newest ``samples_<task>_<date>.jsonl`` of exactly ``task`` (``..._128k`` must not match ``..._128k_m64``)."""
+    from .report import SAMPLES_FILE_RE
+
+    paths = [
+        path
+        for path in folder.glob(f"samples_{task}_*.jsonl")
+        if (match := SAMPLES_FILE_RE.match(path.name)) and match.group("task") == task
+    ]
+    return max(paths, key=lambda path: path.name) if paths else None
+
+
 def _raw_response(record: Mapping[str, Any]) -> str:
     value: Any = record.get("resps") or ""
     while isinstance(value, list) and value:
@@ -517,7 +529,7 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
             continue
         budget = task_budget(config, args)
         entry: dict[str, Any] = {"skipped_too_long": len(skipped.get(task, []))}
-        samples_path = _newest(results_path.parent, f"samples_{task}_*.jsonl")
+        samples_path = _samples_file(results_path.parent, task)
         if samples_path is not None:
             responses = [
                 _raw_response(json.loads(line))
