@@ -20,7 +20,7 @@ from needlebench import harness, scoring
 from needlebench.evaluate import ORACLE_MODEL, run_eval
 from needlebench.grid import get_config
 from needlebench.report import SAMPLES_FILE_RE as SAMPLES_NAME
-from needlebench.report import write_report
+from needlebench.report import HEALTH, write_report
 from PIL import Image
 from support import build_data
 from support.smollm import smollm_dir
@@ -115,8 +115,10 @@ def test_oracle_scores_full_marks_through_the_cli(oracle_output: Path, tmp_path:
         metrics = {
             key.split(",")[0]: value
             for key, value in results[harness.task_name(config)].items()
-            if key.endswith(",none") and "_stderr" not in key
+            if key.endswith(",none") and "_stderr" not in key and key.split(",")[0] not in HEALTH
         }
+        assert results[harness.task_name(config)]["skipped_too_long,none"] == 0  # run health beside the scores
+        assert results[harness.task_name(config)]["no_final_answer,none"] == 0.0
         assert metrics, config
         for metric, value in metrics.items():
             assert value == pytest.approx(FULL_MARKS[metric]), (config, metric, value)

