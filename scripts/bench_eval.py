@@ -38,7 +38,7 @@ ORDERS = ("shipped", "shuffled", "deep-first")
 
 def load_rows(lengths: list[int], repeats: int, data_dir: str | None) -> list[dict[str, Any]]:
     """The chosen rows of ``single_en_8k``, in shipped order."""
-    from needlebench.dataset import load_split
+    from needlebench.dataset.load import load_split
 
     split = load_split(CONFIG, data_dir=data_dir)
     return [

@@ -76,7 +76,7 @@ def run_cli(args: list[str]) -> tuple[float, float, float]:
 def write_custom_haystack(path: Path) -> Path:
     """A user's haystack file, reproducibly: the first books of the default English corpus, one JSON document a
     line, until about CUSTOM_HAYSTACK_BYTES of text."""
-    from needlebench.corpus import default_english
+    from needlebench.sources.corpus import default_english
 
     size = 0
     with open(path, "w", encoding="utf-8") as handle:
@@ -90,9 +90,9 @@ def write_custom_haystack(path: Path) -> Path:
 
 def reference_sample_seconds(spec, options, length: int, depth: int, repeat: int, encoding) -> tuple[float, float]:
     """Wall and CPU seconds of one sample built the reference way (documents re-encoded for the sample)."""
-    from needlebench.haystack_tasks import effective_buffer
-    from needlebench.haystacks import corpus_for
-    from needlebench.needles import needle_bank
+    from needlebench.sources.haystacks import corpus_for
+    from needlebench.tasks.haystack import effective_buffer
+    from needlebench.tasks.needle_bank import needle_bank
 
     documents = corpus_for(options.haystack(spec.language), spec.language).documents
     needle = "\n" + needle_bank(spec.language)[repeat].text + "\n"
@@ -100,7 +100,7 @@ def reference_sample_seconds(spec, options, length: int, depth: int, repeat: int
     order = list(range(len(documents)))
     np.random.default_rng(repeat).shuffle(order)
     needle_tokens = encoding.encode_ordinary(needle)
-    target = max(0, length - effective_buffer(spec, length, options) - len(needle_tokens))
+    target = max(0, length - effective_buffer(spec, length, options.settings_for(spec)) - len(needle_tokens))
     tokens: list[int] = []
     position = 0
     while len(tokens) < target:  # cycle the corpus like the default mode when it is too short
@@ -115,7 +115,7 @@ def reference_sample_seconds(spec, options, length: int, depth: int, repeat: int
 
 def reference_seconds(specs, options, samples: int) -> tuple[float, float, int, float]:
     """Extrapolated reference wall and CPU time for all rows of `specs`, the samples timed and their seconds."""
-    from needlebench.tokenizer import get_tokenizer
+    from needlebench.sources.tokenizer import get_tokenizer
 
     encoding = get_tokenizer().encoding
     estimate = cpu_estimate = timed_seconds = 0.0
@@ -136,7 +136,7 @@ def reference_seconds(specs, options, samples: int) -> tuple[float, float, int, 
 
 def warm_cache(specs, options) -> None:
     """Tokenise the haystacks of `specs` into the token cache (the targets are measured with a warm cache)."""
-    from needlebench.haystacks import tokenized_corpus
+    from needlebench.sources.haystacks import tokenized_corpus
 
     for spec in specs:
         tokenized_corpus(spec, options)
@@ -145,8 +145,8 @@ def warm_cache(specs, options) -> None:
 def bench_build(
     name: str, configs: list[str], extra: list[str], options, samples: int, num_proc: int, cold: bool
 ) -> dict:
-    from needlebench.build import read_manifest
-    from needlebench.grid import match_configs
+    from needlebench.dataset.build import read_manifest
+    from needlebench.tasks.grid import match_configs
 
     specs = match_configs(configs)
     if cold:  # the build starts from an empty token cache (its first tokenisation is timed too)
@@ -210,7 +210,7 @@ def main(
     compression: Annotated[str, typer.Option(help="Parquet codec of the builds: zstd, snappy or none.")] = "zstd",
     cold: Annotated[bool, typer.Option(help="Build with an empty token cache (time the first tokenisation too).")] = False,
 ) -> None:
-    from needlebench.options import BuildOptions
+    from needlebench.dataset.options import BuildOptions
 
     chosen = target or list(TARGETS)
     unknown = sorted(set(chosen) - set(TARGETS))

@@ -43,8 +43,8 @@ def strip_needles(context: str, needles: list[str]) -> tuple[str, list[int]]:
 
 
 def context_of(row: dict) -> str:
-    from needlebench.counting_stars import question_separator
-    from needlebench.prompts import frame_parts
+    from needlebench.tasks.counting_stars import question_separator
+    from needlebench.tasks.prompts import frame_parts
 
     if row["task"] == "Counting-Stars":
         tail = question_separator() + row["question"]
@@ -56,7 +56,7 @@ def context_of(row: dict) -> str:
 
 
 def check(folder: Path, patterns: list[str], verbose: bool = False) -> int:
-    from needlebench.tokenizer import get_tokenizer
+    from needlebench.sources.tokenizer import get_tokenizer
 
     encoding = get_tokenizer().encoding  # tiktoken's cl100k_base, from the package's offline copy of the BPE file
     manifest = json.loads((folder / "needlebench.json").read_text())

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 from hub_server import make_dataset_folder
-
-from needlebench import build
-from needlebench.build import BuildOptions, build_dataset
+from needlebench.dataset import build
+from needlebench.dataset.build import BuildOptions, build_dataset
+from needlebench.dataset.verify import verify_folder
 from needlebench.errors import NeedlebenchError
-from needlebench.verify import verify_folder
 
 ENGLISH = [
     {"needle": "Hidden on Red Island is the Blue Gem.", "arg1": "Red Island", "arg2": "Blue Gem", "language": "English",
@@ -197,8 +196,8 @@ def test_haystack_script_and_cycling_warnings(tmp_path: Path) -> None:
 
 
 def test_matching_scripts_give_no_warning() -> None:
-    from needlebench.corpus import Corpus
-    from needlebench.haystacks import script_mismatch
+    from needlebench.sources.corpus import Corpus
+    from needlebench.sources.haystacks import script_mismatch
 
     english = Corpus("e.txt", "en", ("The quick brown fox jumps over the lazy dog, 三国.",), "local", "x")
     chinese = Corpus("z.txt", "zh", ("话说天下大势，分久必合 (Three Kingdoms)。",), "local", "x")

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 from hub_server import client_env, make_dataset_folder, run_client
-
-from needlebench import card
+from needlebench.dataset import card
 from needlebench.errors import NeedlebenchError
-from needlebench.schema import features_for
+from needlebench.tasks.schema import features_for
 
 CONFIGS = {"single_en_4k": 5, "atc_en": 3}
 
@@ -81,7 +80,7 @@ def test_loaded_files_follow_the_data_files_glob() -> None:
 
 
 def test_atc_description_counts_names_and_relations_like_the_grid() -> None:
-    from needlebench.grid import registry
+    from needlebench.tasks.grid import registry
 
     counts = {name: spec.needle_counts for name, spec in registry().items() if spec.family == "atc"}
     assert (min(counts["atc_en"]), max(counts["atc_en"]), max(counts["atc_en_512"])) == (2, 19, 512)
@@ -169,7 +168,12 @@ def test_card_text_equals_huggingface_hub_rendering(folder: Path) -> None:
 
 def test_features_are_written_without_datasets_and_equal_its_own(folder: Path) -> None:
     from datasets import DatasetInfo, Features, SplitDict, SplitInfo
-    from needlebench.schema import FAMILY_COLUMNS, arrow_schema, features_dict, features_yaml
+    from needlebench.tasks.schema import (
+        FAMILY_COLUMNS,
+        arrow_schema,
+        features_dict,
+        features_yaml,
+    )
 
     for family in FAMILY_COLUMNS:
         features = Features.from_arrow_schema(arrow_schema(family))

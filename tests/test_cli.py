@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -24,7 +22,7 @@ def test_list_shows_rows_and_tokens():
 
 
 def test_list_piped_is_plain_one_config_a_line():
-    from needlebench.grid import registry
+    from needlebench.tasks.grid import registry
 
     result = run("list")
     lines = result.stdout.splitlines()

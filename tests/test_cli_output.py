@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from needlebench import cli
+from needlebench.dataset import build
+from needlebench.dataset.build import BuildOptions, build_dataset
+from needlebench.tasks.grid import registry
 from rich.console import Console
-
-from needlebench import build, cli
-from needlebench.build import BuildOptions, build_dataset
-from needlebench.grid import registry
 
 
 def run(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from needlebench import replace
-from needlebench.build import MANIFEST, build_dataset
+from needlebench.dataset import replace
+from needlebench.dataset.build import MANIFEST, build_dataset
+from needlebench.dataset.options import BuildOptions
+from needlebench.dataset.writer import fingerprint_files
 from needlebench.errors import NeedlebenchError
-from needlebench.options import BuildOptions
-from needlebench.writer import fingerprint_files
 
 OLD = ["atc_en", "atc_zh"]
 NEW = ["atc_en"]
@@ -115,7 +114,7 @@ def _card_state(folder: Path, manifests: dict[str, dict]) -> str:
 def _copy_shards(new: Path):
     """A stand-in for the shard building of a child build: the reference's files (the test is about the replace;
     the real builds made the references)."""
-    from needlebench.writer import ShardStats
+    from needlebench.dataset.writer import ShardStats
 
     manifest = json.loads((new / MANIFEST).read_text())
 
@@ -133,7 +132,7 @@ def _copy_shards(new: Path):
 
 
 def _killed_child(folder: str, step: int, scenario: str, new: Path) -> None:
-    import needlebench.build as build_module
+    import needlebench.dataset.build as build_module
 
     _, _, configs, options, overwrite = SCENARIOS[scenario]
     build_module._build_all = _copy_shards(new)
@@ -158,7 +157,7 @@ def test_a_kill_at_any_step_leaves_one_whole_dataset(scenarios, tmp_path, scenar
     old, new = scenarios(scenario)
     _, _, configs, options, overwrite = SCENARIOS[scenario]
     manifests = {side: json.loads((path / MANIFEST).read_text()) for side, path in (("old", old), ("new", new))}
-    from needlebench.card import render_card
+    from needlebench.dataset.card import render_card
 
     render_card(manifests["new"], new)  # imports and caches shared with the forked children
     context = multiprocessing.get_context("fork")
@@ -198,8 +197,8 @@ def test_a_kill_at_any_step_leaves_one_whole_dataset(scenarios, tmp_path, scenar
 
 @pytest.mark.parametrize("where", ["write_shard", "render_card", "staging_card"])
 def test_an_error_during_the_build_keeps_the_old_dataset(references, tmp_path, monkeypatch, where):
-    import needlebench.build as build_module
-    import needlebench.card as card_module
+    import needlebench.dataset.build as build_module
+    import needlebench.dataset.card as card_module
 
     old, _ = references
     folder = tmp_path / "ds"
@@ -258,7 +257,7 @@ def test_an_empty_folder_with_only_our_leftovers_is_built_into(tmp_path):
 
 
 def test_the_token_cache_leftovers_are_removed(tmp_path, monkeypatch, cl100k):
-    from needlebench import tokenized
+    from needlebench.sources import tokenized
 
     monkeypatch.setenv("NEEDLEBENCH_CACHE", str(tmp_path))
     folder = tokenized.cache_dir()

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from needlebench import harness
-from needlebench.eval_guard import needlebench_configs, split_own_options
-from needlebench.evaluate import run_eval
-from needlebench.report import write_report
-from needlebench.thinking import has_final_answer, strip_reasoning
+from needlebench.evaluation import harness
+from needlebench.evaluation.eval_guard import needlebench_configs, split_own_options
+from needlebench.evaluation.evaluate import run_eval
+from needlebench.evaluation.report import write_report
+from needlebench.evaluation.thinking import has_final_answer, strip_reasoning
 from support import build_data, single_row
 from support.smollm import smollm_dir
 
@@ -267,7 +267,7 @@ def test_library_never_imports_vllm():
         "import importlib, pkgutil, sys, needlebench\n"
         "for m in pkgutil.walk_packages(needlebench.__path__, 'needlebench.'):\n"
         "    importlib.import_module(m.name)\n"
-        "from needlebench.evaluate import register_models\n"
+        "from needlebench.evaluation.evaluate import register_models\n"
         "register_models()\n"
         "print(sorted(name for name in sys.modules if name == 'vllm' or name.startswith('vllm.')))\n"
     )

@@ -20,11 +20,10 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
-
 from needlebench import resources
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluate import with_default_include_path
-from needlebench.harness import task_files
+from needlebench.evaluation.evaluate import with_default_include_path
+from needlebench.evaluation.harness import task_files
 
 try:
     import tomllib

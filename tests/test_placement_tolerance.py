@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from needlebench.boundaries import KINDS, is_wrapped_break
-from needlebench.corpus import Corpus
-from needlebench.placement import NeedleRequest, build_context
-from needlebench.tokenized import tokenize_corpus
+from needlebench.sources.corpus import Corpus
+from needlebench.sources.tokenized import tokenize_corpus
+from needlebench.tasks.boundaries import KINDS, is_wrapped_break
+from needlebench.tasks.placement import NeedleRequest, build_context
 
 NEEDLE = {
     "en": "Hidden on Emerald Island is the legendary Stardust Shard.",

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from needlebench.corpus import default_english
+from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
-from needlebench.options import BuildOptions
+from needlebench.sources.corpus import default_english
 
 NEEDLES = [
     {"needle": "Hidden on Red Island is the Blue Gem.", "arg1": "Red Island", "arg2": "Blue Gem", "language": "English",

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from needlebench.scoring import (
+from needlebench.evaluation.scoring import (
     atc_category_score,
     atc_overall,
     circular_item_correct,
@@ -202,7 +202,7 @@ def test_open_answer_score_zh():
 # ---- classes where the reference extraction (OpenCompass first_option_postprocess) differs ---------------------
 # Each case: (answer, the letter the reference picks, the letter picked here). The reference's picks were read off
 # its code: its last resort is the first capital A-D anywhere in the text, and it does not normalise fullwidth
-# letters. The differences are deliberate and documented in needlebench.scoring.atc and the README.
+# letters. The differences are deliberate and documented in needlebench.evaluation.scoring.atc and the README.
 OPTION_NAMES = ["Carol Adams", "David House", "Bob Smith", "Alice Brown"]
 REFERENCE_CLASSES = {
     "fullwidth letter": [("Ｂ", "", "B"), ("回答：Ｄ", "", "D"), ("Answer: Ｃ", "A", "C")],

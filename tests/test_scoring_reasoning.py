@@ -1,7 +1,7 @@
 """M-RS scoring: the reference keyword score and the strict containment score."""
 
 import pytest
-from needlebench.scoring import (
+from needlebench.evaluation.scoring import (
     answer_keywords,
     reasoning_reference_score,
     reasoning_strict_score,

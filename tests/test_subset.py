@@ -6,13 +6,13 @@ import json
 
 import pytest
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluate import (
+from needlebench.evaluation.evaluate import (
     project_tasks_kept,
     with_default_include_path,
     with_subset_metadata,
 )
-from needlebench.grid import get_config
-from needlebench.subset import coverage, parse_subset, stratified_indices
+from needlebench.evaluation.subset import coverage, parse_subset, stratified_indices
+from needlebench.tasks.grid import get_config
 
 
 def _grid_rows(config: str) -> list[dict]:

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from needlebench import tokenized
+from needlebench.sources import tokenized
 
 
 @pytest.fixture()
@@ -27,7 +26,7 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture(scope="module")
 def texts():
-    from needlebench.haystacks import corpus_for
+    from needlebench.sources.haystacks import corpus_for
 
     english = corpus_for(None, "en").text
     return english[:60_000], english[200_000:260_000]
@@ -165,8 +164,8 @@ def test_a_read_only_cache(cache, texts, truth, cl100k, capsys, monkeypatch):
 
 def test_the_cli_warns_in_one_line_and_builds_right(tmp_path):
     """A damaged entry of the real corpus, through the command line: one warning line, right rows, exit 0."""
-    from needlebench.haystacks import corpus_for
-    from needlebench.tokenizer import get_tokenizer
+    from needlebench.sources.haystacks import corpus_for
+    from needlebench.sources.tokenizer import get_tokenizer
 
     text = corpus_for(None, "zh").text
     source = Path(os.environ["NEEDLEBENCH_CACHE"]) / "tokens"
@@ -188,8 +187,8 @@ def test_the_cli_warns_in_one_line_and_builds_right(tmp_path):
     _, repaired = _read(cache / name)
     assert repaired["digest"] != meta["digest"]
     manifest = json.loads((tmp_path / "ds" / "needlebench.json").read_text())
-    from needlebench.build import build_dataset
-    from needlebench.options import BuildOptions
+    from needlebench.dataset.build import build_dataset
+    from needlebench.dataset.options import BuildOptions
 
     reference = build_dataset(["single_zh_4k"], tmp_path / "ref", BuildOptions(), progress=False)
     assert manifest["configs"]["single_zh_4k"] == reference["configs"]["single_zh_4k"]

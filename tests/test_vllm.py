@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from needlebench import harness
+from needlebench.evaluation import harness
 from support import build_data
 from support.smollm import smollm_dir
 

@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__
-from .errors import NeedlebenchError
+from needlebench import __version__
+from needlebench.errors import NeedlebenchError
 
 app = typer.Typer(
     add_completion=False,
@@ -46,9 +46,8 @@ def list_configs(
     patterns: Annotated[Optional[list[str]], typer.Argument(help="Config names or globs (default: all).")] = None,
 ) -> None:
     """List configs with their rows and approximate context tokens."""
-    from .grid import match_configs, registry
-
-    from .terminal import plain_rows
+    from needlebench.tasks.grid import match_configs, registry
+    from needlebench.terminal import plain_rows
 
     specs = match_configs(patterns) if patterns else list(registry().values())
     rows = [
@@ -97,10 +96,10 @@ def build(
     overwrite: Annotated[bool, typer.Option(help="Replace a needlebench dataset of another recipe (only the files it lists).")] = False,
 ) -> None:
     """Build configs into a dataset folder (Parquet + card), byte-identical for the same version and seed."""
-    from .build import build_dataset
-    from .grid import match_configs, registry
-    from .options import BuildOptions
-    from .seeding import RELEASE_SEED
+    from needlebench.dataset.build import build_dataset
+    from needlebench.dataset.options import BuildOptions
+    from needlebench.seeding import RELEASE_SEED
+    from needlebench.tasks.grid import match_configs, registry
 
     if all_configs:
         names_list = list(registry())
@@ -128,7 +127,7 @@ def build(
         compression=compression,
     )
     manifest = build_dataset(names_list, out, options, num_proc=num_proc, overwrite=overwrite)
-    from .boundary_stats import boundary_counts, format_shares
+    from needlebench.dataset.boundary_stats import boundary_counts, format_shares
 
     table = Table("config", "rows", "haystack tokens", "fingerprint")
     for name in names_list:
@@ -153,7 +152,7 @@ def _parse_depths(text: str | None) -> tuple[float, ...] | None:
 def _opencompass_inputs(corpus, haystack_en, haystack_zh, needles, reasoning_en, reasoning_zh, names):
     """Fill unset inputs with the paper's files from the Hub dataset opencompass/NeedleBench, as the pinned spec
     ``opencompass@REV`` (downloaded and cached when read; the recipe records the spec, not a local path)."""
-    from .hub import parse_corpus_option
+    from needlebench.sources.hub import parse_corpus_option
 
     _, revision = parse_corpus_option(corpus)
     spec = f"opencompass@{revision}"
@@ -169,8 +168,8 @@ def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
     """Run lm-eval with needlebench's models (incl. the oracle) registered; arguments pass through."""
     import contextlib
 
-    from .evaluate import run_eval
-    from .terminal import working
+    from needlebench.evaluation.evaluate import run_eval
+    from needlebench.terminal import working
 
     listing = list(ctx.args)[:1] == ["ls"]  # `eval ls tasks` indexes every lm-eval task for a minute or more
     with working("lm-eval is indexing its tasks (a minute or more)") if listing else contextlib.nullcontext():
@@ -181,7 +180,7 @@ def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
 @app.command("tasks-path")
 def tasks_path() -> None:
     """Print the lm-eval task folder (for `lm_eval --include_path "$(needlebench tasks-path)"`)."""
-    from .resources import tasks_path as find_tasks
+    from needlebench.resources import tasks_path as find_tasks
 
     print(find_tasks())
 
@@ -198,8 +197,8 @@ def budget(
 ) -> None:
     """Which prompts would not fit a model's context (lm-eval would silently left-truncate): a table per config
     and length; exit status 1 when some row does not fit."""
-    from .budget import budget_report, format_budget
-    from .grid import match_configs
+    from needlebench.evaluation.budget import budget_report, format_budget
+    from needlebench.tasks.grid import match_configs
 
     names_list = [spec.name for spec in match_configs(configs)]
     report = budget_report(tokenizer, max_length, names_list, chat_template=chat_template, max_gen_toks=max_gen_toks, data_dir=data_dir)
@@ -218,7 +217,7 @@ def report(
     no_figures: Annotated[bool, typer.Option("--no-figures", help="Write the tables only.")] = False,
 ) -> None:
     """The papers' tables (models as rows; Markdown, CSV, HTML) and figures from lm-eval results."""
-    from .report import parse_names, write_report
+    from needlebench.evaluation.report import parse_names, write_report
 
     for path in write_report(results, out, names=parse_names(name or []), annotate=annotate, pdf=pdf, figures=not no_figures):
         console.print(str(path))
@@ -234,7 +233,7 @@ def publish(
     token: Annotated[Optional[str], typer.Option(help="Hub token (default: the logged-in one).")] = None,
 ) -> None:
     """Publish a dataset folder as a tagged, versioned Hub dataset (or into a local git repo)."""
-    from .publish import publish_folder, publish_to_git
+    from needlebench.dataset.publish import publish_folder, publish_to_git
 
     if (repo is None) == (to_git is None):
         raise NeedlebenchError("give exactly one of --repo ORG/NAME or --to-git PATH")
@@ -261,7 +260,7 @@ def verify(
     """Rebuild configs from the recorded recipe and compare fingerprints; exit 1 naming each that differs.
 
     Local inputs are recorded by file name, size and sha256; pass --haystack-en PATH (etc.) when one has moved."""
-    from .verify import verify_folder, verify_repo
+    from needlebench.dataset.verify import verify_folder, verify_repo
 
     inputs = {
         "haystack_en": haystack_en, "haystack_zh": haystack_zh, "needles": needles,
@@ -285,8 +284,8 @@ def verify(
 
 def main() -> None:
     """Console-script entry point: one-line errors and exit status 2 for bad input."""
-    from . import interrupts
-    from .terminal import make_streams_safe
+    from needlebench import interrupts
+    from needlebench.terminal import make_streams_safe
 
     make_streams_safe()  # any locale: characters it cannot encode are escaped, never a UnicodeEncodeError
     interrupts.install()

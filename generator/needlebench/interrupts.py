@@ -189,3 +189,16 @@ def terminate_pool(pool) -> None:
                 process.join(0.5)
         except (OSError, ValueError, AssertionError, AttributeError):
             pass
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` still runs (ours counts as running); used to tell a live build's files from leftovers."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

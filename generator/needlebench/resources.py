@@ -14,7 +14,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from .errors import NeedlebenchError
+from needlebench.errors import NeedlebenchError
 
 #: Package-data folder of a built wheel holding copies of the repository folders below.
 BUNDLED_DIR = "bundled"

@@ -69,7 +69,7 @@ def outputs(count: int, seed: int = 0, big_every: int = 2500) -> list[str]:
 def scorers():
     """(name, function of one output, (low, high)) for every scorer of the library; None is allowed where the
     scorer returns no answer (option extraction)."""
-    from needlebench.scoring import (
+    from needlebench.evaluation.scoring import (
         counting_stars_score,
         extract_option,
         multi_retrieval_recall,

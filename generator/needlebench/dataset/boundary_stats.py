@@ -1,0 +1,30 @@
+"""Share of each boundary kind (``needle_boundaries``) per config of a built dataset folder."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from needlebench.tasks.boundaries import KINDS
+
+
+def boundary_counts(folder: Path, config: str) -> Counter:
+    """How many needles of a built config sit on each boundary kind (empty for configs without needles)."""
+    counts: Counter = Counter()
+    for path in sorted((Path(folder) / "data" / config).glob("*.parquet")):
+        if "needle_boundaries" not in pq.read_schema(path).names:
+            return Counter()
+        column = pq.read_table(path, columns=["needle_boundaries"]).column("needle_boundaries")
+        counts.update(kind for kinds in column.to_pylist() for kind in kinds or ())
+    return counts
+
+
+def format_shares(counts: Counter) -> str:
+    """``sentence 91.2% · word 8.8%`` (kinds in preference order, then any other value), or ``-``."""
+    total = sum(counts.values())
+    if not total:
+        return "-"
+    order = [kind for kind in KINDS if counts.get(kind)] + sorted(k for k in counts if k not in KINDS)
+    return " · ".join(f"{kind} {100 * counts[kind] / total:.1f}%" for kind in order)

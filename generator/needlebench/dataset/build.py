@@ -1,0 +1,379 @@
+"""Materialise configs as a Hugging Face dataset folder (Hub no-code layout) and its manifest.
+
+Folder: ``README.md`` (the card, with YAML ``configs:``), ``data/<config>/test-NNNNN-of-NNNNN.parquet`` and
+``needlebench.json`` (recipe, per-config rows, tokens and fingerprints). Long configs are sharded one file per
+context length, so shards can be built in parallel and the bytes never depend on `num_proc`. Each config is
+written in a staging folder, then swapped in so that the folder is always one whole dataset (:mod:`.replace`).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from needlebench import __version__
+from needlebench.dataset.options import BuildOptions
+from needlebench.dataset.writer import (
+    ShardStats,
+    fingerprint_files,
+    rows_per_group,
+    write_shard,
+)
+from needlebench.errors import NeedlebenchError
+from needlebench.tasks.grid import ConfigSpec, get_config
+
+MANIFEST = "needlebench.json"
+FORMAT = "needlebench-dataset"
+FORMAT_VERSION = 1
+#: Sizes whose haystack configs get one Parquet shard per context length.
+_SHARD_PER_LENGTH_SIZES = ("128k", "200k", "256k", "1000k")
+_CHARS_PER_TOKEN = {"en": 4, "zh": 2}
+
+__all__ = ["BuildOptions", "build_dataset", "fingerprint_files", "read_manifest", "shard_plan"]
+
+
+@dataclass(frozen=True)
+class Shard:
+    config: str
+    index: int
+    count: int
+    lengths: tuple[int, ...] | None
+
+    @property
+    def filename(self) -> str:
+        return f"test-{self.index:05d}-of-{self.count:05d}.parquet"
+
+
+def shard_plan(spec: ConfigSpec) -> list[Shard]:
+    """The shards of a config: one per context length for long haystack configs, else one."""
+    if spec.family in ("single", "multi_retrieval", "multi_reasoning") and spec.size in _SHARD_PER_LENGTH_SIZES:
+        groups = [(length,) for length in spec.lengths]
+    elif spec.family == "counting_stars" and spec.size == "1000k":
+        groups = [tuple(spec.lengths[i : i + 8]) for i in range(0, len(spec.lengths), 8)]
+    else:
+        groups = [None]
+    return [Shard(spec.name, i, len(groups), lengths) for i, lengths in enumerate(groups)]
+
+
+def _group_rows(spec: ConfigSpec) -> int:
+    longest = max(spec.lengths) if spec.lengths else 64_000
+    return rows_per_group(longest * _CHARS_PER_TOKEN[spec.language])
+
+
+#: Counts the rows written, for the progress bar: a callable in the parent, a shared integer in workers.
+_row_counter = None
+
+
+def _set_row_counter(counter) -> None:
+    global _row_counter
+    _row_counter = counter
+
+
+def _worker_init(counter) -> None:
+    """Initializer of build workers: interrupts are the parent's to handle; rows are counted for progress."""
+    from needlebench import interrupts
+
+    interrupts.worker_init()
+    _set_row_counter(counter)
+
+
+def _counted(rows):
+    """The rows, counted as they are written (progress inside large shards)."""
+    counter = _row_counter
+    if counter is None:
+        yield from rows
+    elif callable(counter):
+        for row in rows:
+            yield row
+            counter(1)
+    else:
+        for row in rows:
+            yield row
+            with counter.get_lock():
+                counter.value += 1
+
+
+def _build_shard(shard: Shard, options: BuildOptions, folder: str) -> ShardStats:
+    from needlebench.dataset.rows import iter_rows
+
+    spec = get_config(shard.config)
+    rows = _counted(iter_rows(spec, options, shard.lengths, utf8_prompts=True))
+    return write_shard(rows, spec.family, Path(folder) / shard.filename, _group_rows(spec), options.compression)
+
+
+def read_manifest(folder: Path) -> dict | None:
+    """The folder's manifest, or None when it has none; a manifest that is not needlebench's is an error."""
+    path = Path(folder) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise NeedlebenchError(f"{path} is not a readable needlebench manifest: {error}") from error
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise NeedlebenchError(f"{path} is not a needlebench manifest (format {FORMAT!r} expected)")
+    return manifest
+
+
+def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dict | None:
+    """The existing manifest (to extend, or to replace with `overwrite`), or None for a new or empty folder.
+
+    A folder that is not a needlebench dataset (no manifest of ours) is never modified, with or without
+    `overwrite`; our own leftovers (a killed build's staging folder) are finished or removed first."""
+    from needlebench.dataset.replace import CARD, leftovers, recover
+
+    if not out_dir.exists():
+        return None
+    if not out_dir.is_dir():
+        raise NeedlebenchError(f"output {out_dir} exists and is not a folder; choose another --out")
+    ours = set(leftovers(out_dir))
+    if (out_dir / CARD).is_file() and not (out_dir / MANIFEST).exists() and ours:
+        recover(out_dir)  # a first build into the folder was killed after its commit: finish it
+        ours = set(leftovers(out_dir))
+    manifest = read_manifest(out_dir)
+    if manifest is None:
+        others = sorted(p.name for p in out_dir.iterdir() if p not in ours)
+        if others:
+            raise NeedlebenchError(
+                f"output folder {out_dir} is not a needlebench dataset (no {MANIFEST}; it holds {others[0]!r}), "
+                "so needlebench never writes into it, even with --overwrite; choose another --out"
+            )
+        recover(out_dir)
+        return None
+    recover(out_dir)
+    manifest = read_manifest(out_dir)
+    if overwrite:
+        return manifest
+    recorded = {key: value for key, value in manifest.get("recipe", {}).items() if key != "corpora"}
+    if recorded != options.to_recipe():
+        raise NeedlebenchError(
+            f"output folder {out_dir} was built with another recipe (seed, inputs or version); "
+            "choose another --out or pass --overwrite"
+        )
+    return manifest
+
+
+def _corpora(options: BuildOptions, specs: list[ConfigSpec]) -> dict:
+    from needlebench.sources.haystacks import corpus_for
+
+    languages = sorted({spec.language for spec in specs if spec.family != "atc"})
+    return {language: corpus_for(options.haystack(language), language).describe() for language in languages}
+
+
+def build_dataset(
+    configs: list[str],
+    out_dir: Path,
+    options: BuildOptions,
+    *,
+    num_proc: int = 1,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict:
+    """Build `configs` into `out_dir`; returns the manifest. Existing configs of the same recipe are kept."""
+    if num_proc < 1:
+        raise NeedlebenchError(f"--num-proc {num_proc} is not allowed; use 1 or more processes")
+    specs = [get_config(name) for name in dict.fromkeys(configs)]
+    out_dir = Path(out_dir)
+    _check_writable(out_dir)
+    _validate(specs, options)
+    corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
+    options = options.pinned(corpora)
+    from needlebench.dataset import replace
+
+    try:
+        lock = replace.lock_folder(out_dir) if out_dir.is_dir() else None
+    except OSError as error:
+        raise NeedlebenchError(f"cannot write output folder {out_dir}: {error.strerror}; choose another --out") from None
+    try:
+        previous = _check_out_dir(out_dir, options, overwrite)
+        created = not out_dir.exists()
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            if lock is None:
+                lock = replace.lock_folder(out_dir)
+        except OSError as error:
+            if created:
+                shutil.rmtree(out_dir, ignore_errors=True)
+            raise NeedlebenchError(
+                f"cannot write output folder {out_dir}: {error.strerror}; choose another --out"
+            ) from None
+        return _build_into(specs, out_dir, options, corpora, previous, created, num_proc, overwrite, progress)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _build_into(
+    specs: list[ConfigSpec], out_dir: Path, options: BuildOptions, corpora: dict, previous: dict | None,
+    created: bool, num_proc: int, overwrite: bool, progress: bool,
+) -> dict:
+    """Build into a staging folder inside `out_dir` (locked), then swap it in (:func:`.replace.commit`)."""
+    from needlebench import interrupts
+    from needlebench.dataset import replace
+
+    staging = Path(tempfile.mkdtemp(prefix=f"{replace.STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
+
+    def discard() -> None:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+
+    key = interrupts.register(discard)  # also run if a Ctrl-C must end the process before the main thread can
+    try:
+        stats = _build_all(specs, options, staging / "data", num_proc, progress)
+        replace.step()
+        manifest = _merge_manifest(None if overwrite else previous, options, corpora, stats, staging / "data")
+        replace.prepare(out_dir, staging, manifest, previous)
+    except BaseException:
+        discard()
+        raise
+    finally:
+        interrupts.unregister(key)
+    # From the commit on the folder is the new dataset; an error after it is finished by the next build.
+    with interrupts.deferred():
+        replace.commit(out_dir, staging)
+    return manifest
+
+
+def _check_writable(out_dir: Path) -> None:
+    """`--out` must be a folder we can create and write in: a one-line error before any work, nothing written."""
+    existing = out_dir.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "exists" if existing == out_dir.absolute() else f"is below {existing}, which"
+        raise NeedlebenchError(f"output {out_dir} {where} is not a folder; choose another --out")
+    try:
+        with tempfile.TemporaryFile(dir=existing):  # unnamed on Linux; removed on close either way
+            pass
+    except OSError as error:
+        raise NeedlebenchError(
+            f"cannot write output folder {out_dir}: {error.strerror} in {existing}; choose another --out"
+        ) from None
+
+
+def _validate(specs: list[ConfigSpec], options: BuildOptions) -> None:
+    """Checks that need no data: buffers against lengths."""
+    from needlebench.tasks.haystack import effective_buffer
+
+    for spec in specs:
+        if spec.family in ("single", "multi_retrieval", "multi_reasoning"):
+            for length in spec.lengths:
+                effective_buffer(spec, length, options.settings_for(spec))
+
+
+def _preload(specs: list[ConfigSpec], options: BuildOptions) -> None:
+    """Load and tokenise the corpora (and the schemas, which import `datasets`) in the parent, so forked
+    workers share them instead of reloading."""
+    from needlebench.dataset.writer import schema_with_features
+    from needlebench.tasks.haystack import tokenized_corpus
+
+    for family in {spec.family for spec in specs}:
+        schema_with_features(family)
+    for spec in specs:
+        if spec.family in ("single", "multi_retrieval", "multi_reasoning", "counting_stars") and options.compat is None:
+            tokenized_corpus(spec, options.settings_for(spec))
+
+
+def _build_all(
+    specs: list[ConfigSpec], options: BuildOptions, staging: Path, num_proc: int, progress: bool
+) -> dict[str, ShardStats]:
+    shards = [shard for spec in specs for shard in shard_plan(spec)]
+    folders = {spec.name: staging / spec.name for spec in specs}
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+    totals = {spec.name: ShardStats() for spec in specs}
+    rows_total = sum(spec.num_rows for spec in specs)
+    if num_proc > len(shards):
+        from needlebench.terminal import notice
+
+        plural = "s" if len(shards) > 1 else ""
+        notice(f"--num-proc {num_proc} capped at {len(shards)}: the build has {len(shards)} shard{plural}")
+        num_proc = len(shards)
+    _preload(specs, options)
+    with tqdm(total=rows_total, unit="row", desc="building", disable=not progress) as bar:
+        if num_proc == 1:
+            _set_row_counter(bar.update if progress else None)
+            try:
+                for shard in shards:
+                    totals[shard.config].add(_build_shard(shard, options, str(folders[shard.config])))
+            finally:
+                _set_row_counter(None)
+        else:
+            from needlebench import interrupts
+
+            context = multiprocessing.get_context("fork")
+            counter = context.Value("q", 0)
+            pool = ProcessPoolExecutor(
+                max_workers=num_proc, mp_context=context, initializer=_worker_init, initargs=(counter,)
+            )
+            key = interrupts.register(lambda: interrupts.terminate_pool(pool))
+            try:
+                # largest shards first, so the workers finish together (the bytes do not depend on the order)
+                pending = {
+                    pool.submit(_build_shard, shard, options, str(folders[shard.config])): shard
+                    for shard in sorted(shards, key=_shard_cost, reverse=True)
+                }
+                while pending:
+                    done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        totals[pending.pop(future).config].add(future.result())
+                    bar.update(counter.value - bar.n)
+            except BaseException:
+                interrupts.terminate_pool(pool)  # an error or Ctrl-C: never wait for the running shards
+                raise
+            finally:
+                interrupts.unregister(key)
+            pool.shutdown(wait=True)
+    return totals
+
+
+def _shard_cost(shard: Shard) -> int:
+    """Approximate work of a shard: the context tokens it renders (its rows, for configs without lengths)."""
+    spec = get_config(shard.config)
+    if not spec.lengths:
+        return spec.num_rows
+    rows_per_length = spec.num_rows // len(spec.lengths)
+    return sum(shard.lengths or spec.lengths) * rows_per_length
+
+
+def _merge_manifest(
+    previous: dict | None, options: BuildOptions, corpora: dict, stats: dict[str, ShardStats], staging: Path
+) -> dict:
+    """The manifest after this build: the previous configs (same recipe) plus the ones just built."""
+    configs = dict(previous["configs"]) if previous else {}
+    for name, stat in stats.items():
+        files = sorted((staging / name).glob("*.parquet"))
+        configs[name] = {
+            "rows": stat.rows,
+            "haystack_tokens": stat.haystack_tokens,
+            "prompt_tokens": stat.prompt_tokens,
+            "fingerprint": fingerprint_files(files),
+            "files": [f"data/{name}/{file.name}" for file in files],
+        }
+    recipe = options.to_recipe()
+    recorded = dict(previous["recipe"].get("corpora", {})) if previous else {}
+    recorded.update(corpora)
+    recipe["corpora"] = recorded
+    order = {name: i for i, name in enumerate(_registry_names())}
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "generator_version": __version__,
+        "recipe": {key: recipe[key] for key in sorted(recipe)},
+        "configs": {name: configs[name] for name in sorted(configs, key=lambda n: order.get(n, len(order)))},
+    }
+
+
+def _registry_names() -> list[str]:
+    from needlebench.tasks.grid import registry
+
+    return list(registry())

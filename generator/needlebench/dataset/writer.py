@@ -1,0 +1,182 @@
+"""Streaming rows into Parquet shards with explicit features and small row groups; fingerprints.
+
+Rows are written in batches as they are produced (a split is never held in memory). Files are written under a
+temporary name and renamed when complete. The Hugging Face features travel in the Parquet schema metadata, so
+`load_dataset` uses the explicit types.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from needlebench.tasks.schema import arrow_schema, check_row, features_dict
+
+#: Row groups are sized to stay near this many bytes of prompt text (the Hub viewer rejects huge groups).
+ROW_GROUP_BYTES = 32 * 1024 * 1024
+MAX_ROW_GROUP_ROWS = 256
+#: Columns that may be dictionary-encoded (short, repeated values); long text columns are not.
+_DICTIONARY_COLUMNS = ["task", "config", "language", "size", "corpus", "tokenizer", "version", "compat"]
+
+
+@dataclass
+class ShardStats:
+    rows: int = 0
+    haystack_tokens: int = 0
+    prompt_tokens: int = 0
+
+    def add(self, other: "ShardStats") -> None:
+        self.rows += other.rows
+        self.haystack_tokens += other.haystack_tokens
+        self.prompt_tokens += other.prompt_tokens
+
+
+def rows_per_group(approx_prompt_chars: int) -> int:
+    """Rows per row group for prompts of about `approx_prompt_chars` characters."""
+    return max(1, min(MAX_ROW_GROUP_ROWS, ROW_GROUP_BYTES // max(1, approx_prompt_chars * 3)))
+
+
+@cache
+def schema_with_features(family: str) -> pa.Schema:
+    schema = arrow_schema(family)
+    metadata = {"huggingface": json.dumps({"info": {"features": features_dict(family)}}, sort_keys=True)}
+    return schema.with_metadata(metadata)
+
+
+def _validity(values: list) -> tuple[pa.Buffer | None, int]:
+    """The validity bitmap of `values` (None when no value is null) and the null count."""
+    valid = np.fromiter((value is not None for value in values), dtype=bool, count=len(values))
+    nulls = len(values) - int(valid.sum())
+    return (pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None), nulls
+
+
+def _offsets(lengths: list[int]) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def _string_array(values: list) -> pa.Array:
+    """A string column built from UTF-8 bytes: far faster than pyarrow's own conversion of long `str`s (the
+    encoded values are joined into one data buffer; `str.encode` output needs no second UTF-8 check). A value
+    may already be UTF-8 `bytes` (prompts rendered from byte spans of a corpus)."""
+    validity, nulls = _validity(values)
+    encoded = [b"" if value is None else value if isinstance(value, bytes) else value.encode("utf-8") for value in values]
+    offsets = _offsets([len(item) for item in encoded])
+    data = pa.py_buffer(b"".join(encoded))
+    if offsets[-1] < 2**31:
+        return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets.astype(np.int32)), data, validity, nulls)
+    large = pa.LargeStringArray.from_buffers(len(encoded), pa.py_buffer(offsets), data, validity, nulls)
+    return large.cast(pa.string())
+
+
+def _column(values: list, dtype: pa.DataType) -> pa.Array:
+    """An Arrow column of `dtype` (string, int64, float64 or lists of them; None is null), built from buffers:
+    `pa.array` on Python lists imports pandas (a second of a small build's time) and converts slowly."""
+    if dtype == pa.string():
+        return _string_array(values)
+    if pa.types.is_list(dtype):
+        validity, nulls = _validity(values)
+        offsets = _offsets([0 if value is None else len(value) for value in values])
+        flat = [item for value in values if value is not None for item in value]
+        child = _column(flat, dtype.value_type)
+        buffers = [validity, pa.py_buffer(offsets.astype(np.int32))]
+        return pa.ListArray.from_buffers(dtype, len(values), buffers, nulls, children=[child])
+    numpy_type = {pa.int64(): np.int64, pa.float64(): np.float64}[dtype]
+    validity, nulls = _validity(values)
+    data = np.array([0 if value is None else value for value in values], dtype=numpy_type)
+    return pa.Array.from_buffers(dtype, len(values), [validity, pa.py_buffer(data)], nulls)
+
+
+def rows_to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """Column-wise conversion of rows (dicts with exactly the schema's keys) to a table."""
+    columns = [_column([row[field.name] for row in rows], field.type) for field in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+#: Parquet codecs a build may choose: zstd (level 1: most of zstd's ratio at a fraction of its time), snappy,
+#: or none (fastest to write, largest files; for local evaluation runs).
+COMPRESSIONS = {"zstd": ("zstd", 1), "snappy": ("snappy", None), "none": ("none", None)}
+
+
+def write_shard(
+    rows: Iterable[dict], family: str, path: Path, group_rows: int, compression: str = "zstd"
+) -> ShardStats:
+    """Write `rows` to `path` (via a temporary file renamed at the end) in row groups of `group_rows`."""
+    codec, level = COMPRESSIONS[compression]
+    schema = schema_with_features(family)
+    stats = ShardStats()
+    temporary = path.with_name(f".{path.name}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    batch: list[dict] = []
+    try:
+        with (
+            _sink(temporary) as sink,
+            pq.ParquetWriter(
+                sink,
+                schema,
+                compression=codec,
+                compression_level=level,
+                use_dictionary=[name for name in _DICTIONARY_COLUMNS if name in schema.names],
+                write_statistics=False,
+                store_schema=True,
+            ) as writer,
+            ThreadPoolExecutor(max_workers=1) as compressor,
+        ):
+            # pyarrow encodes and compresses a row group without the GIL: the next group is generated meanwhile
+            pending: Future | None = None
+
+            def flush(table: pa.Table) -> Future:
+                if pending is not None:
+                    pending.result()
+                return compressor.submit(writer.write_table, table, row_group_size=group_rows)
+
+            for row in rows:
+                check_row(family, row)
+                batch.append(row)
+                stats.rows += 1
+                stats.haystack_tokens += int(row["haystack_tokens"] or 0)
+                stats.prompt_tokens += int(row["prompt_tokens"] or 0)
+                if len(batch) >= group_rows:
+                    pending = flush(rows_to_table(batch, schema))
+                    batch = []
+            if batch or stats.rows == 0:
+                pending = flush(rows_to_table(batch, schema))
+            if pending is not None:
+                pending.result()
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return stats
+
+
+def _sink(path: Path):
+    """Where pyarrow writes: the path, or an open file when the path is not UTF-8 (an ASCII locale holding a
+    non-ASCII folder name as surrogate escapes, which pyarrow cannot encode)."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return open(path, "wb")
+    return contextlib.nullcontext(path)
+
+
+def fingerprint_files(paths: Iterable[Path]) -> str:
+    """sha256 over the bytes of the files, in sorted path order."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(p) for p in paths):
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()

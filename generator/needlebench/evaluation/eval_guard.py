@@ -1,0 +1,558 @@
+"""What ``needlebench eval`` adds around lm-eval's CLI: no silent truncation, reasoning budgets, resume, health.
+
+* **Length check.** lm-eval left-truncates a prompt that does not fit ``window - max_gen_toks`` and only logs a
+  warning, cutting the haystack and the needle positions. Before starting, :func:`preflight` counts every
+  selected row (``--limit`` / ``--samples`` respected) in the model's own tokenizer, with the chat template when
+  ``--apply_chat_template`` is given, plus the task's ``max_gen_toks``, against the model's window
+  (``max_model_len`` / ``max_length`` model args, the server's ``max_model_len`` for API models, else the
+  model config). If a row does not fit, it refuses with one line giving the count per task (exit 2);
+  ``--skip-too-long`` runs the rest (the run gets an explicit ``--samples`` selection) and records the skipped
+  counts.
+* **Reasoning budgets.** ``--reasoning`` doubles every task's ``max_gen_toks``; ``--reasoning=N`` sets it to N.
+  The run then reads a generated task folder whose YAMLs include ours and override only
+  ``generation_kwargs``. ``--think-end MARK`` sets the end-of-reasoning marker stripped before scoring
+  (default ``</think>``; see :mod:`needlebench.evaluation.thinking`).
+* **Resume.** ``--resume`` adds lm-eval's ``--use_cache`` with a database under the output folder keyed by the
+  model and its arguments (lm-eval keys each entry by the request: prompt and generation settings), so a killed
+  run, started again with the same command, only computes the rows it had not finished.
+* **Health.** After the run, every needlebench task of the newest ``results_*.json`` gets ``output_truncated``
+  (rows whose output used all of ``max_gen_toks``), ``no_final_answer`` (share of rows whose reasoning block was
+  never closed) and ``skipped_too_long`` beside its scores; ``needlebench report`` shows them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.harness import (
+    FAMILY_GROUPS,
+    TASK_PREFIX,
+    max_gen_toks_for,
+    size_groups,
+    task_name,
+)
+from needlebench.evaluation.thinking import THINK_END_ENV, has_final_answer
+from needlebench.tasks.grid import get_config, registry
+
+#: Options ``needlebench eval`` consumes itself (everything else goes to lm-eval unchanged).
+OWN_FLAGS = ("--skip-too-long", "--no-length-check", "--resume")
+OWN_VALUED = ("--think-end", "--reasoning")
+
+#: Models with no context window (answers do not depend on the prompt length).
+WINDOWLESS_MODELS = ("needlebench-oracle", "dummy")
+#: lm-eval models that talk to an OpenAI-compatible server (window: the server's, and ``max_length`` when the
+#: client tokenizes and truncates).
+API_MODELS = (
+    "local-completions",
+    "local-chat-completions",
+    "needlebench-local-completions",
+    "needlebench-local-chat-completions",
+)
+#: API models that tokenize the prompt client-side (lm-eval truncates to ``max_length - 1`` there).
+CLIENT_TOKENIZED = ("local-completions", "needlebench-local-completions")
+#: lm-eval's default ``max_length`` of the API models.
+API_DEFAULT_MAX_LENGTH = 2048
+
+#: File written into the output folder with the skipped rows.
+SKIPPED_FILE = "needlebench_skipped.json"
+#: Keys added to each needlebench task of lm-eval's results JSON.
+HEALTH_KEYS = ("output_truncated", "no_final_answer", "skipped_too_long")
+
+
+# --------------------------------------------------------------------------------------------- argv
+
+
+@dataclass
+class EvalArgs:
+    """The lm-eval arguments needlebench reads, and its own options (already removed from ``argv``)."""
+
+    argv: list[str]
+    skip_too_long: bool = False
+    length_check: bool = True
+    resume: bool = False
+    think_end: str | None = None
+    reasoning: str | None = None  # "double" or an integer string
+    options: dict[str, str | None] = field(default_factory=dict)
+
+    def get(self, name: str) -> str | None:
+        return self.options.get(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.options
+
+
+def split_own_options(argv: Sequence[str]) -> EvalArgs:
+    """Take needlebench's options out of ``argv``; index lm-eval's ``--name value`` options."""
+    rest: list[str] = []
+    parsed = EvalArgs(argv=rest)
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if name in OWN_FLAGS and not eq:
+            parsed.skip_too_long |= name == "--skip-too-long"
+            parsed.length_check &= name != "--no-length-check"
+            parsed.resume |= name == "--resume"
+        elif name == "--reasoning":
+            parsed.reasoning = value if eq else "double"
+            if eq and not (value.isdigit() and int(value) > 0):
+                raise NeedlebenchError(f"--reasoning={value} is not a positive number of tokens; use --reasoning (doubles) or --reasoning=N")
+        elif name == "--think-end":
+            if not eq:
+                if i + 1 >= len(args):
+                    raise NeedlebenchError("--think-end needs a marker, e.g. --think-end '</think>' (or '' to keep reasoning)")
+                i += 1
+                value = args[i]
+            parsed.think_end = value
+        else:
+            rest.append(arg)
+        i += 1
+    # index lm-eval's options: --name value, --name=value, or a bare flag
+    j = 0
+    while j < len(rest):
+        arg = rest[j]
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            if eq:
+                parsed.options[name] = value
+            elif j + 1 < len(rest) and not rest[j + 1].startswith("--"):
+                values = [rest[j + 1]]
+                # --gen_kwargs takes several values
+                while name == "--gen_kwargs" and j + 2 < len(rest) and not rest[j + 2].startswith("--"):
+                    j += 1
+                    values.append(rest[j + 1])
+                parsed.options[name] = " ".join(values)
+                j += 1
+            else:
+                parsed.options[name] = None
+        j += 1
+    return parsed
+
+
+def parse_model_args(text: str | None) -> dict[str, Any]:
+    """``--model_args`` as lm-eval reads it: a JSON object, or ``key=value,key=value``."""
+    if not text:
+        return {}
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise NeedlebenchError(f"--model_args {text[:60]!r} is not a valid JSON object") from None
+        return dict(value)
+    args = {}
+    for part in text.split(","):
+        if part:
+            key, _, value = part.partition("=")
+            args[key.strip()] = value
+    return args
+
+
+def _json_option(args: EvalArgs, name: str) -> dict[str, Any]:
+    text = args.get(name)
+    if not text:
+        return {}
+    path = Path(text)
+    if not text.lstrip().startswith("{") and path.is_file():
+        text = path.read_text(encoding="utf-8")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        if name == "--metadata":
+            raise NeedlebenchError(f"{name} {text[:60]!r} is not a JSON object") from None
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def gen_max_tokens(args: EvalArgs) -> int | None:
+    """``max_gen_toks`` from ``--gen_kwargs`` (overrides every task's), or None."""
+    match = re.search(r"max_gen_toks\s*[=:]\s*\"?(\d+)", args.get("--gen_kwargs") or "")
+    return int(match.group(1)) if match else None
+
+
+# --------------------------------------------------------------------------------------------- tasks
+
+
+def needlebench_configs(tasks_option: str | None) -> list[str]:
+    """Configs of the needlebench tasks and groups named in ``--tasks`` (other tasks are ignored)."""
+    if not tasks_option:
+        return []
+    groups = {group: None for group, _m in FAMILY_GROUPS.values()}
+    family_of_group = {group: family for family, (group, _m) in FAMILY_GROUPS.items()}
+    sizes = size_groups()
+    configs: list[str] = []
+    known = registry()
+    for name in (part.strip() for part in tasks_option.split(",")):
+        if not name.startswith(TASK_PREFIX):
+            continue
+        stem = name.removeprefix(TASK_PREFIX)
+        if stem in known:
+            members = [stem]
+        elif name in groups:
+            members = [spec.name for spec in known.values() if spec.family == family_of_group[name]]
+        elif name in sizes:
+            members = sizes[name]
+        else:
+            continue
+        configs += [member for member in members if member not in configs]
+    return configs
+
+
+def task_budget(config: str, args: EvalArgs) -> int:
+    """The ``max_gen_toks`` a task runs with: ``--gen_kwargs``, else the task's own, changed by ``--reasoning``."""
+    override = gen_max_tokens(args)
+    if override is not None:
+        return override
+    return reasoning_budget(max_gen_toks_for(get_config(config)), args.reasoning)
+
+
+def reasoning_budget(budget: int, reasoning: str | None) -> int:
+    """A task budget under ``--reasoning`` (None: unchanged; "double"; or a number of tokens)."""
+    if reasoning is None:
+        return budget
+    return budget * 2 if reasoning == "double" else int(reasoning)
+
+
+def selected_indices(count: int, task: str, args: EvalArgs) -> list[int]:
+    """Row indices lm-eval will run of a task with ``count`` rows (``--samples`` or ``--limit``)."""
+    samples = _json_option(args, "--samples")
+    if samples:
+        return [int(index) for index in samples.get(task, range(count))]
+    limit = args.get("--limit")
+    if limit in (None, ""):
+        return list(range(count))
+    value = float(limit)
+    n = int(math.ceil(count * value)) if value < 1.0 else int(value)
+    return list(range(min(n, count)))
+
+
+# --------------------------------------------------------------------------------------------- model window
+
+
+def model_kind(args: EvalArgs) -> str:
+    return (args.get("--model") or "hf").strip()
+
+
+def _base_url(model_args: Mapping[str, Any]) -> str | None:
+    urls = str(model_args.get("base_urls") or model_args.get("base_url") or "")
+    first = urls.split("|")[0].split(" ")[0].strip()
+    return first or None
+
+
+def server_max_model_len(base_url: str, timeout: float = 10.0) -> int | None:
+    """``max_model_len`` that an OpenAI-compatible server (vLLM) reports under ``GET /v1/models``, or None."""
+    root = base_url.split("/v1/")[0].rstrip("/") if "/v1/" in base_url else base_url.rstrip("/").removesuffix("/v1")
+    try:
+        with urllib.request.urlopen(f"{root}/v1/models", timeout=timeout) as response:  # noqa: S310 (user URL)
+            payload = json.loads(response.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    lengths = [item.get("max_model_len") for item in payload.get("data", []) if isinstance(item, dict)]
+    lengths = [int(value) for value in lengths if isinstance(value, int) and value > 0]
+    return min(lengths) if lengths else None
+
+
+def _config_window(path: str | None) -> int | None:
+    if not path:
+        return None
+    config = Path(path).expanduser() / "config.json"
+    if not config.is_file():
+        return None
+    data = json.loads(config.read_text(encoding="utf-8"))
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        if isinstance(data.get(key), int):
+            return int(data[key])
+    return None
+
+
+def model_window(args: EvalArgs, model_args: Mapping[str, Any]) -> tuple[int | None, str]:
+    """The number of tokens (prompt + generation) the run may use, and where it comes from."""
+    kind = model_kind(args)
+    explicit = model_args.get("max_model_len") or model_args.get("max_length")
+    if kind in API_MODELS:
+        url = _base_url(model_args)
+        server = server_max_model_len(url) if url else None
+        limits: list[tuple[int, str]] = []
+        if server:
+            limits.append((server, f"the server's max_model_len {server}"))
+        if kind in CLIENT_TOKENIZED:
+            length = int(explicit) if explicit else API_DEFAULT_MAX_LENGTH
+            limits.append((length - 1, f"max_length {length} (lm-eval keeps max_length - 1)"))
+        elif explicit:
+            limits.append((int(explicit), f"max_length {explicit}"))
+        return min(limits) if limits else (None, "")
+    if explicit:
+        return int(explicit), f"{'max_model_len' if model_args.get('max_model_len') else 'max_length'} {explicit}"
+    source = model_args.get("pretrained")
+    window = _config_window(str(source) if source else None)
+    return (window, f"the model config's {window}") if window else (None, "")
+
+
+def tokenizer_source(args: EvalArgs, model_args: Mapping[str, Any]) -> str | None:
+    kind = model_kind(args)
+    if model_args.get("tokenizer"):
+        return str(model_args["tokenizer"])
+    return str(model_args.get("model" if kind in API_MODELS else "pretrained") or "") or None
+
+
+# --------------------------------------------------------------------------------------------- preflight
+
+
+@dataclass
+class Preflight:
+    """Result of the length check: over-long rows per task, and the indices that will run."""
+
+    window: int | None
+    too_long: dict[str, list[str]] = field(default_factory=dict)  # task -> row ids
+    checked: dict[str, int] = field(default_factory=dict)  # task -> selected rows
+    keep: dict[str, list[int]] = field(default_factory=dict)  # task -> indices that fit
+
+
+def _load_rows(config: str, metadata: Mapping[str, Any]) -> Any:
+    """The rows lm-eval will get (the tasks' own loader), without progress bars: the check prints one line."""
+    from datasets.utils import logging as ds_logging
+
+    from needlebench.evaluation.harness import load_dataset
+
+    enabled = ds_logging.is_progress_bar_enabled()
+    ds_logging.disable_progress_bar()
+    try:
+        return load_dataset(**{**metadata, "needlebench_config": config})["test"]
+    finally:
+        if enabled:
+            ds_logging.enable_progress_bar()
+
+
+def preflight(args: EvalArgs) -> Preflight | None:
+    """Count the selected rows of every needlebench task against the model's window (see module doc)."""
+    kind = model_kind(args)
+    configs = needlebench_configs(args.get("--tasks"))
+    if not args.length_check or not configs or kind in WINDOWLESS_MODELS:
+        return None
+    model_args = parse_model_args(args.get("--model_args"))
+    window, source = model_window(args, model_args)
+    if window is None:
+        raise NeedlebenchError(
+            f"cannot tell the context window of --model {kind}; pass max_model_len=N (vllm) or max_length=N in "
+            "--model_args, or --no-length-check to let lm-eval truncate silently"
+        )
+    tok_path = tokenizer_source(args, model_args)
+    if not tok_path:
+        raise NeedlebenchError(f"--model {kind} names no tokenizer; pass tokenizer=PATH in --model_args")
+    from needlebench.evaluation.budget import (
+        count_tokens,
+        load_tokenizer,
+        render_prompt,
+    )
+
+    tokenizer = load_tokenizer(tok_path)
+    chat = args.has("--apply_chat_template")
+    metadata = _json_option(args, "--metadata")
+    result = Preflight(window=window)
+    for config in configs:
+        task = task_name(config)
+        rows = _load_rows(config, metadata)
+        indices = selected_indices(len(rows), task, args)
+        budget = task_budget(config, args)
+        prompts = [str(rows[index]["prompt"]) for index in indices]
+        counts = count_tokens(tokenizer, [render_prompt(tokenizer, prompt, chat) for prompt in prompts])
+        result.checked[task] = len(indices)
+        result.keep[task] = []
+        for index, tokens in zip(indices, counts, strict=True):
+            if tokens + budget > window:
+                result.too_long.setdefault(task, []).append(str(rows[index]["id"]))
+            else:
+                result.keep[task].append(index)
+    if result.too_long and not args.skip_too_long:
+        per_task = ", ".join(f"{task} {len(ids)}/{result.checked[task]}" for task, ids in result.too_long.items())
+        total = sum(len(ids) for ids in result.too_long.values())
+        raise NeedlebenchError(
+            f"{total} row(s) do not fit the window of {window} tokens ({source}) with max_gen_toks: {per_task}; "
+            "raise max_model_len / max_length, choose shorter configs, or pass --skip-too-long to run the rest"
+        )
+    return result
+
+
+# --------------------------------------------------------------------------------------------- argv rewriting
+
+
+def _replace_option(argv: list[str], name: str, value: str | None) -> list[str]:
+    """``argv`` without ``name`` (and its value), then ``name value`` appended when value is not None."""
+    out: list[str] = []
+    skip = False
+    for index, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == name:
+            skip = index + 1 < len(argv) and not argv[index + 1].startswith("--")
+            continue
+        if arg.startswith(name + "="):
+            continue
+        out.append(arg)
+    if value is not None:
+        out += [name, value]
+    return out
+
+
+def cache_path(output: Path, args: EvalArgs) -> Path:
+    """lm-eval ``--use_cache`` database of a run: one per model and model args, under the output folder."""
+    key = json.dumps([model_kind(args), parse_model_args(args.get("--model_args"))], sort_keys=True, default=str)
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
+    return output / ".needlebench-cache" / f"{model_kind(args).replace('/', '_')}-{digest}"
+
+
+def reasoning_task_dir(source: Path, reasoning: str, target: Path) -> Path:
+    """A task folder whose YAMLs include those of ``source`` with ``max_gen_toks`` changed by ``--reasoning``."""
+    from needlebench.evaluation.harness import all_task_names
+
+    folder = target / "needlebench"
+    folder.mkdir(parents=True, exist_ok=True)
+    names = set(all_task_names())
+    for path in sorted(source.glob("*.yaml")):
+        stem = path.stem
+        if path.name.startswith("_"):
+            shutil.copyfile(path, folder / path.name)  # groups name tasks only
+            continue
+        if TASK_PREFIX + stem not in names:
+            continue
+        budget = reasoning_budget(max_gen_toks_for(get_config(stem)), reasoning)
+        lines = [
+            f"include: {json.dumps(str(path.resolve()))}",
+            "generation_kwargs:",
+            "  until: []",
+            "  do_sample: false",
+            "  temperature: 0.0",
+            f"  max_gen_toks: {budget}",
+        ]
+        (folder / path.name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return target
+
+
+@dataclass
+class PreparedRun:
+    argv: list[str]
+    output: Path | None
+    preflight: Preflight | None
+    args: EvalArgs
+    cleanup: list[Path] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def prepare(argv: Sequence[str], include_path: Path | None) -> PreparedRun:
+    """Parse ``argv``, run the length check and rewrite the arguments lm-eval receives."""
+    args = split_own_options(argv)
+    out = list(args.argv)
+    output = Path(args.get("--output_path")) if args.get("--output_path") else None
+    check = preflight(args)
+    prepared = PreparedRun(out, output, check, args)
+    if args.think_end is not None:
+        prepared.env[THINK_END_ENV] = args.think_end
+    if check is not None and check.too_long:
+        samples = {task: indices for task, indices in check.keep.items()}
+        out = _replace_option(_replace_option(out, "--limit", None), "--samples", json.dumps(samples))
+        if output is not None:
+            output.mkdir(parents=True, exist_ok=True)
+            skipped = {task: {"skipped": len(ids), "ids": ids} for task, ids in check.too_long.items()}
+            (output / SKIPPED_FILE).write_text(json.dumps(skipped, indent=1) + "\n", encoding="utf-8")
+    if args.resume:
+        if output is None:
+            raise NeedlebenchError("--resume needs --output_path (the response cache is kept under it)")
+        if args.has("--use_cache"):
+            raise NeedlebenchError("give --resume or --use_cache, not both")
+        out += ["--use_cache", str(cache_path(output, args))]
+    if args.reasoning is not None and include_path is not None:
+        temp = Path(tempfile.mkdtemp(prefix="needlebench-reasoning-"))
+        prepared.cleanup.append(temp)
+        reasoning_task_dir(include_path / "needlebench", args.reasoning, temp)
+        out = _replace_option(out, "--include_path", str(temp))
+    prepared.argv = out
+    return prepared
+
+
+# --------------------------------------------------------------------------------------------- health
+
+
+def _newest(folder: Path, pattern: str) -> Path | None:
+    paths = sorted(folder.rglob(pattern), key=lambda path: path.stat().st_mtime)
+    return paths[-1] if paths else None
+
+
+def _samples_file(folder: Path, task: str) -> Path | None:
+    """The newest ``samples_<task>_<date>.jsonl`` of exactly ``task`` (``..._128k`` must not match ``..._128k_m64``)."""
+    from needlebench.evaluation.report import SAMPLES_FILE_RE
+
+    paths = [
+        path
+        for path in folder.glob(f"samples_{task}_*.jsonl")
+        if (match := SAMPLES_FILE_RE.match(path.name)) and match.group("task") == task
+    ]
+    return max(paths, key=lambda path: path.name) if paths else None
+
+
+def _raw_response(record: Mapping[str, Any]) -> str:
+    value: Any = record.get("resps") or ""
+    while isinstance(value, list) and value:
+        value = value[0]
+    return value if isinstance(value, str) else ""
+
+
+def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, Any]]:
+    """Add ``output_truncated``, ``no_final_answer`` and ``skipped_too_long`` to the newest results JSON."""
+    if prepared.output is None or not prepared.output.exists():
+        return {}
+    results_path = _newest(prepared.output, "results_*.json")
+    if results_path is None or results_path.stat().st_mtime < started:
+        return {}
+    args = prepared.args
+    model_args = parse_model_args(args.get("--model_args"))
+    tokenizer = None
+    tok_path = tokenizer_source(args, model_args)
+    if model_kind(args) not in WINDOWLESS_MODELS and tok_path:
+        from needlebench.evaluation.budget import load_tokenizer
+
+        try:
+            tokenizer = load_tokenizer(tok_path)
+        except NeedlebenchError:
+            tokenizer = None
+    end = args.think_end if args.think_end is not None else os.environ.get(THINK_END_ENV, "</think>")
+    skipped = prepared.preflight.too_long if prepared.preflight else {}
+    data = json.loads(results_path.read_text(encoding="utf-8"))
+    health: dict[str, dict[str, Any]] = {}
+    for config in needlebench_configs(args.get("--tasks")):
+        task = task_name(config)
+        if task not in data.get("results", {}):
+            continue
+        budget = task_budget(config, args)
+        entry: dict[str, Any] = {"skipped_too_long": len(skipped.get(task, []))}
+        samples_path = _samples_file(results_path.parent, task)
+        if samples_path is not None:
+            responses = [
+                _raw_response(json.loads(line))
+                for line in samples_path.read_text(encoding="utf-8").splitlines()
+                if line.strip()
+            ]
+            if responses:
+                entry["no_final_answer"] = sum(not has_final_answer(text, end) for text in responses) / len(responses)
+                if tokenizer is not None:
+                    lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in responses]
+                    entry["output_truncated"] = sum(length >= budget for length in lengths)
+        health[task] = entry
+        for key, value in entry.items():
+            data["results"][task][f"{key},none"] = value
+    results_path.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    return health

@@ -1,0 +1,340 @@
+"""``needlebench eval``: lm-eval's own CLI with the needlebench models registered and the task folder included.
+
+lm-eval has no plugin discovery for models, so a model registered in another package is unknown to the plain
+``lm_eval`` command. :func:`run_eval` imports this module (which registers ``needlebench-oracle``) and then runs
+``lm_eval.__main__.cli_evaluate()`` with every argument passed through; when no ``--include_path`` is given it
+adds the task folder (:func:`needlebench.resources.tasks_path`).
+
+The oracle model answers every prompt perfectly from the dataset row it was built from: it proves that data
+loading, prompts, generation plumbing, ``process_results`` and aggregations agree (every task scores 100, or
+1.0 on Counting-Stars). lm-eval is imported lazily, so importing this module without lm-eval installed works
+until a model is actually needed.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.harness import loaded_rows, oracle_answer
+from needlebench.resources import tasks_path
+
+#: Registered name of the oracle model (``--model needlebench-oracle``).
+ORACLE_MODEL = "needlebench-oracle"
+
+#: lm-eval sub-commands that accept ``--include_path``.
+_INCLUDE_SUBCOMMANDS = ("run", "validate", "ls")
+
+
+def default_include_path() -> Path:
+    """The needlebench task folder (``needlebench tasks-path``): the repository's, or the one installed with the package."""
+    return tasks_path()
+
+
+def _has_option(argv: Sequence[str], option: str) -> bool:
+    return any(arg == option or arg.startswith(option + "=") for arg in argv)
+
+
+def with_default_include_path(argv: Sequence[str], include_path: Path | None = None) -> list[str]:
+    """``argv`` with ``--include_path`` added after the sub-command (or at the end, legacy form) if missing."""
+    args = list(argv)
+    if not args or _has_option(args, "--include_path") or _has_option(args, "--help") or "-h" in args:
+        return args
+    if not (args[0] in _INCLUDE_SUBCOMMANDS or args[0].startswith("-")):
+        return args
+    path = include_path if include_path is not None else default_include_path()
+    if args[0] in _INCLUDE_SUBCOMMANDS:
+        return [args[0], "--include_path", str(path), *args[1:]]
+    return [*args, "--include_path", str(path)]
+
+
+def _exit_status(code: object) -> int:
+    """The integer status of a ``SystemExit`` code (None is 0, a message is 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _lm_eval_missing() -> bool:
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        return True
+    return False
+
+
+def _include_path(argv: Sequence[str]) -> Path | None:
+    """The task folder root of a run: the user's ``--include_path`` or the repository's ``harness_tasks``."""
+    for index, arg in enumerate(argv):
+        if arg == "--include_path" and index + 1 < len(argv):
+            return Path(argv[index + 1])
+        if arg.startswith("--include_path="):
+            return Path(arg.split("=", 1)[1])
+    return default_include_path()
+
+
+def _is_run(argv: Sequence[str]) -> bool:
+    """Does ``argv`` start an evaluation (``run ...`` or the legacy ``--model ...`` form), not help or ``ls``?"""
+    if not argv or _has_option(argv, "--help") or "-h" in argv:
+        return False
+    return argv[0] == "run" or argv[0].startswith("-")
+
+
+def run_eval(argv: list[str]) -> int:
+    """Run lm-eval's CLI on ``argv`` (e.g. ``["run", "--model", "hf", ...]``) with our models registered.
+
+    needlebench's own options (``--skip-too-long``, ``--no-length-check``, ``--resume``, ``--reasoning``,
+    ``--think-end``; see :mod:`needlebench.evaluation.eval_guard`) are taken out first; rows that do not fit the model's
+    window stop the run before it starts (one line, exit 2).
+    """
+    import os
+    import shutil
+    import time
+
+    from needlebench.evaluation.eval_guard import prepare, write_health
+
+    if _lm_eval_missing():
+        raise NeedlebenchError("eval needs lm-evaluation-harness; install it with `pip install 'needlebench[eval]'`")
+    register_models()
+    from lm_eval.__main__ import cli_evaluate
+
+    argv = with_subset_metadata(argv)
+    full = with_default_include_path(argv)
+    prepared = prepare(full, _include_path(argv)) if _is_run(argv) else None
+    env = prepared.env if prepared is not None else {}
+    saved_argv, saved_env = sys.argv, {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    sys.argv = ["lm-eval", *(prepared.argv if prepared is not None else full)]
+    started = time.time()
+    status = 0
+    try:
+        with project_tasks_kept(argv):
+            cli_evaluate()
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    finally:
+        sys.argv = saved_argv
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for path in prepared.cleanup if prepared is not None else []:
+            shutil.rmtree(path, ignore_errors=True)
+    if prepared is not None and status == 0:
+        write_health(prepared, started)
+    return status
+
+
+# --------------------------------------------------------------------------------------------- --subset
+
+
+def _option_value(argv: Sequence[str], option: str) -> tuple[list[str], str | None]:
+    """``argv`` without ``option VALUE`` / ``option=VALUE``, and that value (None when absent)."""
+    rest: list[str] = []
+    value: str | None = None
+    args = list(argv)
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == option:
+            if index + 1 >= len(args):
+                raise NeedlebenchError(f"{option} needs a value: rows per task, e.g. {option} 40")
+            value = args[index + 1]
+            index += 2
+            continue
+        if arg.startswith(option + "="):
+            value = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        index += 1
+    return rest, value
+
+
+def with_subset_metadata(argv: Sequence[str]) -> list[str]:
+    """Turn ``--subset N`` into ``--metadata subset=N`` (the tasks' stratified doc filter, see ``subset``).
+
+    lm-eval's ``--metadata`` merges repeated occurrences, so a user's own ``--metadata`` stays as given.
+    ``--subset`` and ``--limit``/``--samples`` both choose rows: giving both is a one-line error.
+    """
+    from needlebench.evaluation.subset import SUBSET_KEY, parse_subset
+
+    rest, value = _option_value(argv, "--subset")
+    if value is None:
+        return rest
+    number = parse_subset(value)
+    for other in ("--limit", "-L", "--samples", "-E"):
+        if _has_option(rest, other):
+            raise NeedlebenchError(f"--subset and {other} both choose rows; pass only one of them")
+    if rest and not rest[0].startswith("-") and rest[0] != "run":
+        raise NeedlebenchError(f"--subset applies to `needlebench eval run`, not `{rest[0]}`")
+    return [*rest, "--metadata", f"{SUBSET_KEY}={number}"] if number else rest
+
+
+# --------------------------------------------------------------------------------------------- include_path
+
+
+@contextmanager
+def project_tasks_kept(argv: Sequence[str], include_path: Path | None = None) -> Iterator[None]:
+    """While lm-eval runs, keep the project's task folder indexed beside a user's ``--include_path``.
+
+    lm-eval's CLI takes one ``--include_path``, while its ``TaskManager`` takes a list; when the user names a
+    folder of their own, ``lm_eval.tasks.TaskManager`` is wrapped for the duration so that it indexes the
+    project's folder first and the user's after it (a user's task of the same name wins). Nothing changes
+    when no ``--include_path`` is given (:func:`with_default_include_path` adds ours then).
+    """
+    ours = include_path if include_path is not None else default_include_path()
+    if ours is None or not _has_option(argv, "--include_path"):
+        yield
+        return
+    import lm_eval.tasks
+
+    original = lm_eval.tasks.TaskManager
+
+    class _WithProjectTasks(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, include_path: Any = None, **kwargs: Any) -> None:
+            paths = list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
+            paths = [str(ours)] + [str(path) for path in paths if path and Path(path) != ours]
+            super().__init__(*args, include_path=paths, **kwargs)
+
+    lm_eval.tasks.TaskManager = _WithProjectTasks
+    try:
+        yield
+    finally:
+        lm_eval.tasks.TaskManager = original
+
+
+# --------------------------------------------------------------------------------------------- oracle model
+
+
+class PromptIndex:
+    """Dataset rows by prompt text: the rows of the requests, then every split lm-eval loaded in this process."""
+
+    def __init__(self, docs: Iterable[Mapping[str, Any]]) -> None:
+        self._rows: dict[str, Mapping[str, Any]] = {}
+        self._loaded = False
+        for doc in docs:
+            self._add(doc)
+
+    def _add(self, row: Mapping[str, Any]) -> None:
+        prompt = row.get("prompt")
+        if prompt:
+            self._rows.setdefault(str(prompt), row)
+
+    def _load_all(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            for row in loaded_rows():
+                self._add(row)
+
+    def find(self, context: str) -> Mapping[str, Any]:
+        """The row whose prompt is ``context``, or is contained in it (a chat template wraps the prompt)."""
+        for attempt in range(2):
+            row = self._rows.get(context)
+            if row is not None:
+                return row
+            matches = [candidate for prompt, candidate in self._rows.items() if prompt in context]
+            if matches:
+                return max(matches, key=lambda candidate: len(str(candidate["prompt"])))
+            if attempt == 0:
+                self._load_all()
+        raise NeedlebenchError(
+            f"the oracle found no dataset row whose prompt matches a request ({len(context)} characters); "
+            "the oracle answers only needlebench_* tasks"
+        )
+
+
+def oracle_answers(requests: Sequence[Any]) -> list[str]:
+    """Answers for lm-eval ``generate_until`` requests, each looked up by its prompt text."""
+    docs = [doc for doc in (getattr(request, "doc", None) for request in requests) if isinstance(doc, Mapping)]
+    index = PromptIndex(docs)
+    answers = []
+    for request in requests:
+        context = str(request.args[0])
+        doc = getattr(request, "doc", None)
+        if isinstance(doc, Mapping) and doc.get("prompt") and str(doc["prompt"]) in context:
+            row: Mapping[str, Any] = doc  # fast path: the request's own row, verified by its prompt text
+        else:
+            row = index.find(context)
+        answers.append(oracle_answer(row))
+    return answers
+
+
+@cache
+def _oracle_class() -> type:
+    """Define (once) and return the oracle ``LM`` subclass; importing lm-eval happens here."""
+    from lm_eval.api.model import LM
+
+    class NeedlebenchOracleLM(LM):
+        """A model that answers each NeedleBench / Counting-Stars prompt with the row's correct answer."""
+
+        def __init__(self, delay: float | str = 0.0, request_log: str | None = None, **_ignored: Any) -> None:
+            """``delay`` (seconds per request) and ``request_log`` (a file that gets one line per answered
+            request: the row id) make a run observable: resume and progress checks use them."""
+            super().__init__()
+            self.delay = float(delay or 0.0)
+            self.request_log = Path(request_log) if request_log else None
+
+        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+            import time
+
+            answers = oracle_answers(requests)
+            for request, answer in zip(requests, answers, strict=True):
+                if self.delay:
+                    time.sleep(self.delay)
+                if self.request_log is not None:
+                    doc = getattr(request, "doc", None) or {}
+                    with self.request_log.open("a", encoding="utf-8") as handle:
+                        handle.write(f"{doc.get('id', '')}\n")
+                # lm-eval's --use_cache stores each answer as it is produced, so a killed run keeps them
+                self.cache_hook.add_partial("generate_until", request.args, answer)
+            return answers
+
+        def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+            raise NotImplementedError("the needlebench oracle only answers generate_until tasks")
+
+        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+            raise NotImplementedError("the needlebench oracle only answers generate_until tasks")
+
+        @property
+        def tokenizer_name(self) -> str:
+            return ORACLE_MODEL
+
+        def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+            """A plain template: the messages' contents, one per line (the prompt stays a substring)."""
+            return "\n".join(str(message.get("content", "")) for message in chat_history)
+
+    return NeedlebenchOracleLM
+
+
+def register_models() -> None:
+    """Register ``needlebench-oracle`` and the multi-server API models (:mod:`needlebench.evaluation.servers`) with lm-eval
+    (idempotent); the built-in models stay available."""
+    import lm_eval.models  # noqa: F401  (the built-in lazy entries; get_model skips them once ours exists)
+    from lm_eval.api.registry import model_registry, register_model
+
+    if ORACLE_MODEL not in model_registry:
+        register_model(ORACLE_MODEL)(_oracle_class())
+    from needlebench.evaluation.servers import model_classes
+
+    try:
+        server_models = model_classes()
+    except NeedlebenchError:  # lm-eval without its api extra: the server models stay unavailable
+        return
+    for name, cls in server_models.items():
+        if name not in model_registry:
+            register_model(name)(cls)
+
+
+def oracle_model() -> Any:
+    """A ready oracle instance (for ``lm_eval.simple_evaluate(model=...)``)."""
+    register_models()
+    return _oracle_class()()

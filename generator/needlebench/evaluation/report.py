@@ -1,0 +1,1199 @@
+"""``needlebench report``: the papers' tables and figures, models side by side, from lm-eval output.
+
+Input is any number of lm-eval ``--output_path`` folders (or single files) run with ``--log_samples``:
+``results_<date>.json`` and ``samples_<task>_<date>.jsonl``. Every file is read; per model and task the newest
+file wins; tasks are kept apart by task name (a custom task over ``single_en_4k`` is its own table row and
+heatmap, never merged with ``needlebench_single_en_4k``). A model is named after ``--model_args pretrained``
+(the last path part of a local folder, or the Hub repo id), else the lm-eval model name (``dummy``), unless
+``--name PATH=NAME`` says otherwise.
+
+Two means, each under its own name:
+
+* the **paper mean** (the tables' headline numbers): NeedleBench's summariser averages per grid cell, each cell
+  the mean over its repeats: S-RT per (length, depth), M-RT per length, M-RS per (length, depth, needle
+  count); the per-size overall is ``0.4 S-RT + 0.3 M-RT + 0.3 M-RS``. ATC is CircularEval ``perf_4`` per needle
+  count (whole items only), weighted by needle count per category, ATC-CE-Overall the plain mean of the four
+  categories. Counting-Stars is the mean over the star x length grid (``viz.ipynb``), Avg. the mean of the
+  four tasks.
+* the **lm-eval row mean**: what ``lm_eval`` prints (every row weighted alike), shown beside it in the
+  ``scores`` table.
+
+Every table cell states its sample count; a row built from part of a config is marked ``partial`` with what it
+covers. Figures are drawn by :mod:`needlebench.evaluation.report_figures`.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from needlebench.errors import NeedlebenchError
+from needlebench.evaluation import scoring
+from needlebench.tasks.grid import SIZES, ConfigSpec, registry
+
+SAMPLES_FILE_RE = re.compile(
+    r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$"
+)
+RESULTS_FILE_RE = re.compile(r"^results_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.json$")
+_RESULTS_RE = RESULTS_FILE_RE
+
+LANGUAGE_COLUMNS = (("zh", "ZH"), ("en", "EN"))
+#: Metric of each NeedleBench task used by the tables and heatmaps.
+HEADLINE_METRIC = {
+    "single": "score",
+    "multi_retrieval": "recall",
+    "multi_reasoning": "reference",
+}
+FAMILY_LABEL = {"single": "S-RT", "multi_retrieval": "M-RT", "multi_reasoning": "M-RS"}
+#: The four categories whose plain mean is the paper's ATC-CE-Overall.
+ATC_OVERALL_CATEGORIES = (
+    "EN-Direct-CE",
+    "EN-Reasoning-CE",
+    "ZH-Direct-CE",
+    "ZH-Reasoning-CE",
+)
+ATC_OTHER_CATEGORIES = ("EN-Direct-512-CE", "ZH-Direct-512-CE")
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+@dataclass
+class Sample:
+    """One logged lm-eval sample: its dataset row and its metrics."""
+
+    spec: ConfigSpec
+    doc: dict[str, Any]
+    metrics: dict[str, Any]
+    response: str = ""
+
+
+@dataclass
+class TaskRun:
+    """The samples of one task for one model (the newest samples file), with lm-eval's own numbers."""
+
+    model: str
+    task: str
+    spec: ConfigSpec
+    path: Path
+    date: str
+    samples: list[Sample] = field(default_factory=list)
+    reported: dict[str, float] = field(
+        default_factory=dict
+    )  # lm-eval's results JSON: metric -> value
+
+    @property
+    def standard(self) -> bool:
+        """Is this the project's task of its config (``needlebench_<config>``)?"""
+        return self.task == f"needlebench_{self.spec.name}"
+
+    @property
+    def entity(self) -> str:
+        """Table row label: the model, plus the task name for a custom task."""
+        return self.model if self.standard else f"{self.model} ({self.task})"
+
+
+@dataclass
+class Results:
+    """Everything read: task runs by (model, task) and lm-eval's reported metrics."""
+
+    runs: list[TaskRun]
+    reported: list[list[Any]]  # [model, task or group, metric, value, samples]
+    sources: list[Path]
+
+    def entities(self) -> list[str]:
+        return sorted({run.entity for run in self.runs}, key=_entity_order(self.runs))
+
+
+def _entity_order(runs: Sequence[TaskRun]) -> Callable[[str], tuple[Any, ...]]:
+    standard = {run.entity: run.standard for run in runs}
+    return lambda entity: (not standard.get(entity, True), entity.lower())
+
+
+@dataclass
+class Cell:
+    """A table value with the number of samples behind it (and a note such as ``partial``)."""
+
+    value: float | None
+    n: int
+    note: str = ""
+
+
+@dataclass
+class Table:
+    """A table to write as ``<name>.md``, ``<name>.csv`` and in the HTML page."""
+
+    name: str
+    title: str
+    header: list[str]
+    rows: list[list[Any]]
+    digits: int = 2
+    note: str = ""
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def _bad(path: Path, line: int, what: str) -> NeedlebenchError:
+    return NeedlebenchError(
+        f"{path}:{line}: {what}; pass lm-eval --output_path folders written with --log_samples"
+    )
+
+
+def _response_text(record: Mapping[str, Any]) -> str:
+    """The filtered model output of a logged sample (lm-eval nests it in lists)."""
+    value: Any = record.get("filtered_resps") or record.get("resps") or ""
+    while isinstance(value, list) and value:
+        value = value[0]
+    return value if isinstance(value, str) else ""
+
+
+def _check_metrics(path: Path, line: int, metrics: Mapping[str, Any]) -> None:
+    for name, value in metrics.items():
+        if name == "perf_4":
+            if not (isinstance(value, list) and len(value) == 3):
+                raise _bad(
+                    path,
+                    line,
+                    f"metric perf_4 is {value!r}, not [item_id, rotation, correct]",
+                )
+        elif isinstance(value, list):
+            if not all(isinstance(item, (int, float)) for item in value):
+                raise _bad(path, line, f"metric {name} holds a non-number")
+        elif not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise _bad(path, line, f"metric {name} is {value!r}, not a number")
+
+
+def read_samples(path: Path) -> list[Sample]:
+    """The samples of one ``samples_*.jsonl`` file (rows of unknown configs are skipped).
+
+    A malformed line is a one-line error naming the file and the line.
+    """
+    configs = registry()
+    samples = []
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read {path}: {error.strerror}") from None
+    with handle:
+        try:
+            lines = list(handle)
+        except UnicodeDecodeError:
+            raise _bad(path, 1, "not UTF-8 text") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise _bad(path, number, f"not a JSON line ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise _bad(path, number, "not a JSON object")
+        doc = record.get("doc")
+        if not isinstance(doc, dict):
+            raise _bad(path, number, "no 'doc' object (the dataset row)")
+        spec = configs.get(str(doc.get("config")))
+        if spec is None:
+            continue
+        names = record.get("metrics", [])
+        if not isinstance(names, list):
+            raise _bad(path, number, "'metrics' is not a list of metric names")
+        metrics = {name: record[name] for name in names if name in record}
+        _check_metrics(path, number, metrics)
+        for key in ("context_length",):
+            if key in doc and not isinstance(doc[key], int):
+                raise _bad(path, number, f"doc {key} is {doc[key]!r}, not an integer")
+        samples.append(Sample(spec, doc, metrics, _response_text(record)))
+    return samples
+
+
+def read_results_json(path: Path) -> dict[str, Any]:
+    """An lm-eval ``results_*.json``; malformed JSON is a one-line error naming the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise _bad(path, 1, "not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise _bad(path, error.lineno, f"not valid JSON ({error.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("results", {}), dict):
+        raise _bad(path, 1, "not an lm-eval results object (no 'results' mapping)")
+    return data
+
+
+def _model_args(config: Mapping[str, Any]) -> dict[str, Any]:
+    args = config.get("model_args") or {}
+    if isinstance(args, dict):
+        return args
+    parsed: dict[str, Any] = {}
+    for part in str(args).split(","):
+        key, sep, value = part.partition("=")
+        if sep:
+            parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def model_display_name(results: Mapping[str, Any]) -> str | None:
+    """The model of an lm-eval results JSON: ``pretrained`` (last path part of a folder, or the repo id)."""
+    config = results.get("config") if isinstance(results.get("config"), dict) else {}
+    args = _model_args(config)
+    for key in ("pretrained", "model", "path"):
+        value = args.get(key)
+        if value:
+            return short_model_name(str(value))
+    model = config.get("model")
+    return str(model) if model else None
+
+
+def short_model_name(value: str) -> str:
+    """``/models/SmolLM2-135M/`` -> ``SmolLM2-135M``; a Hub repo id ``ORG/NAME`` stays as it is."""
+    text = value.rstrip("/\\")
+    looks_local = (
+        text.startswith(("/", ".", "~"))
+        or "\\" in text
+        or text.count("/") > 1
+        or Path(text).exists()
+    )
+    return Path(text).name if looks_local else text
+
+
+def _apply_names(
+    name: str, pretrained: str | None, folder: Path, names: Mapping[str, str]
+) -> str:
+    for key, value in names.items():
+        if key in (name, pretrained):
+            return value
+        try:
+            target = Path(key).expanduser().resolve()
+        except OSError:
+            continue
+        if folder == target or target in folder.parents:
+            return value
+    return name
+
+
+def _pretrained(results: Mapping[str, Any]) -> str | None:
+    config = results.get("config") if isinstance(results.get("config"), dict) else {}
+    value = _model_args(config).get("pretrained")
+    return str(value) if value else None
+
+
+def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    samples: list[Path] = []
+    results: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise NeedlebenchError(
+                f"results path {str(path)!r} does not exist; pass lm-eval --output_path folders"
+            )
+        candidates = (
+            [path]
+            if path.is_file()
+            else sorted(p for p in path.rglob("*") if p.is_file())
+        )
+        for candidate in candidates:
+            if SAMPLES_FILE_RE.match(candidate.name):
+                samples.append(candidate.resolve())
+            elif RESULTS_FILE_RE.match(candidate.name):
+                results.append(candidate.resolve())
+            elif path.is_file():
+                raise NeedlebenchError(
+                    f"{str(path)!r} is neither samples_<task>_<date>.jsonl nor results_<date>.json"
+                )
+    return sorted(set(samples)), sorted(set(results))
+
+
+def load_results(
+    paths: Sequence[Path | str], names: Mapping[str, str] | None = None
+) -> Results:
+    """Read every samples and results file under ``paths``; the newest per (model, task) wins."""
+    paths = [Path(path) for path in paths]
+    if not paths:
+        raise NeedlebenchError(
+            "no results given; pass lm-eval --output_path folders or files"
+        )
+    names = dict(names or {})
+    sample_files, result_files = _collect(paths)
+    if not sample_files:
+        raise NeedlebenchError(
+            f"no samples_*.jsonl under {', '.join(map(str, paths))}; run lm-eval with --log_samples and --output_path"
+        )
+    parsed = {path: read_results_json(path) for path in result_files}
+
+    def model_of(results: Mapping[str, Any] | None, folder: Path) -> str:
+        raw = (model_display_name(results) if results else None) or folder.name
+        return _apply_names(
+            raw, _pretrained(results) if results else None, folder, names
+        )
+
+    reported: dict[tuple[str, str], tuple[str, dict[str, float], Any]] = {}
+    results_by_folder: dict[Path, list[tuple[str, Path]]] = defaultdict(list)
+    for path, data in parsed.items():
+        date = RESULTS_FILE_RE.match(path.name).group("date")  # type: ignore[union-attr]
+        results_by_folder[path.parent].append((date, path))
+        model = model_of(data, path.parent)
+        counts = (
+            data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
+        )
+        for task, metrics in data.get("results", {}).items():
+            if not isinstance(metrics, dict):
+                continue
+            values = {
+                key.split(",")[0]: float(value)
+                for key, value in metrics.items()
+                if "," in key
+                and "_stderr" not in key
+                and isinstance(value, (int, float))
+            }
+            key = (model, task)
+            if key not in reported or date > reported[key][0]:
+                reported[key] = (
+                    date,
+                    values,
+                    (counts.get(task) or {}).get("effective"),
+                )
+
+    newest: dict[tuple[str, str], TaskRun] = {}
+    for path in sample_files:
+        match = SAMPLES_FILE_RE.match(path.name)
+        task, date = match.group("task"), match.group("date")  # type: ignore[union-attr]
+        candidates = sorted(results_by_folder.get(path.parent, []))
+        same = [p for d, p in candidates if d == date]
+        source = same[0] if same else (candidates[-1][1] if candidates else None)
+        model = model_of(parsed[source] if source else None, path.parent)
+        key = (model, task)
+        if key in newest and newest[key].date >= date:
+            continue
+        samples = read_samples(path)
+        if not samples:
+            continue
+        run = TaskRun(model, task, samples[0].spec, path, date, samples)
+        newest[key] = run
+    if not newest:
+        raise NeedlebenchError(
+            f"the samples under {', '.join(map(str, paths))} hold no needlebench task rows (rows with a known config)"
+        )
+    for (model, task), run in newest.items():
+        if (model, task) in reported:
+            run.reported = reported[(model, task)][1]
+    rows = [
+        [model, task, metric, value, count]
+        for (model, task), (_date, values, count) in sorted(reported.items())
+        for metric, value in values.items()
+    ]
+    runs = sorted(newest.values(), key=lambda run: (run.model.lower(), run.task))
+    return Results(runs, rows, paths)
+
+
+# --------------------------------------------------------------------------------------------- aggregation
+
+
+def _mean(values: Iterable[float]) -> float | None:
+    items = [float(value) for value in values]
+    return math.fsum(items) / len(items) if items else None
+
+
+def grid_cell(sample: Sample) -> tuple[Any, ...]:
+    """The summariser's cell of a sample: (language, length, depth, needle count)."""
+    doc = sample.doc
+    return (
+        doc.get("language"),
+        doc.get("context_length"),
+        doc.get("depth_percent"),
+        doc.get("num_needles"),
+    )
+
+
+def cell_mean(
+    samples: Iterable[Sample], metric: str, cell: Callable[[Sample], Any] = grid_cell
+) -> Cell:
+    """Mean over grid cells of the per-cell mean of ``metric`` (the reference summariser's naive mean)."""
+    cells: dict[Any, list[float]] = defaultdict(list)
+    for sample in samples:
+        if metric in sample.metrics:
+            cells[cell(sample)].append(float(sample.metrics[metric]))
+    n = sum(len(values) for values in cells.values())
+    return Cell(_mean(_mean(values) for values in cells.values()), n)  # type: ignore[misc]
+
+
+def row_mean(samples: Iterable[Sample], metric: str) -> Cell:
+    """lm-eval's aggregation: the plain mean over rows."""
+    values = [
+        float(s.metrics[metric])
+        for s in samples
+        if metric in s.metrics and not isinstance(s.metrics[metric], list)
+    ]
+    return Cell(_mean(values), len(values))
+
+
+def expected_cells(spec: ConfigSpec) -> set[tuple[Any, ...]]:
+    """The grid cells of a config as (length, depth, needle count)."""
+    if spec.family == "single":
+        return {
+            (length, float(depth), 1)
+            for length in spec.lengths
+            for depth in spec.depths
+        }
+    if spec.family == "multi_reasoning":
+        return {
+            (length, float(depth), n)
+            for length in spec.lengths
+            for depth in spec.depths
+            for n in spec.needle_counts
+        }
+    if spec.family == "multi_retrieval":
+        return {(length, None, None) for length in spec.lengths}
+    if spec.family == "atc":
+        return {(None, None, n) for n in spec.needle_counts}
+    return {(length, None, None) for length in spec.lengths}
+
+
+def observed_cell(spec: ConfigSpec, sample: Sample) -> tuple[Any, ...]:
+    doc = sample.doc
+    if spec.family in ("single", "multi_reasoning"):
+        depth = doc.get("depth_percent")
+        return (
+            doc.get("context_length"),
+            None if depth is None else float(depth),
+            1 if spec.family == "single" else doc.get("num_needles"),
+        )
+    if spec.family == "atc":
+        return (None, None, doc.get("num_needles"))
+    return (doc.get("context_length"), None, None)
+
+
+def _lengths_text(lengths: Iterable[int]) -> str:
+    values = sorted(length for length in lengths if length)
+    if not values:
+        return "-"
+    shown = [_k(value) for value in values]
+    return (
+        ", ".join(shown)
+        if len(shown) <= 4
+        else f"{shown[0]}-{shown[-1]} ({len(shown)})"
+    )
+
+
+def _k(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and value >= 1000:
+        return f"{value / 1000:g}k"
+    return str(value)
+
+
+def run_coverage(run: TaskRun) -> tuple[bool, str]:
+    """(complete?, text) of what part of its config a task run covers."""
+    spec = run.spec
+    expected = expected_cells(spec)
+    seen = {observed_cell(spec, sample) for sample in run.samples}
+    cells = len(seen & expected)
+    rows = len(run.samples)
+    complete = cells >= len(expected) and rows >= spec.num_rows
+    if complete:
+        return True, f"full ({rows} rows)"
+    parts = [f"{rows}/{spec.num_rows} rows", f"{cells}/{len(expected)} cells"]
+    if spec.family == "atc":
+        counts = sorted({n for _l, _d, n in seen if n is not None})
+        parts.append(
+            f"needle counts {', '.join(map(str, counts))}"
+            if len(counts) <= 6
+            else f"{len(counts)} needle counts"
+        )
+    else:
+        lengths = {length for length, _d, _n in seen if length in spec.lengths}
+        if len(lengths) == len(spec.lengths):
+            parts.append(f"all {len(lengths)} lengths")
+        else:
+            parts.append(
+                f"lengths {_lengths_text(lengths)} of {_lengths_text(spec.lengths)}"
+            )
+        if spec.family in ("single", "multi_reasoning"):
+            depths = {depth for _l, depth, _n in seen if depth is not None}
+            parts.append(
+                f"{len(depths & {float(d) for d in spec.depths})}/{len(spec.depths)} depths"
+            )
+        if spec.family == "multi_reasoning":
+            needles = {n for _l, _d, n in seen} & set(spec.needle_counts)
+            parts.append(f"{len(needles)}/{len(spec.needle_counts)} needle counts")
+    return False, f"partial ({', '.join(parts)})"
+
+
+def coverage_text(runs: Sequence[TaskRun], expected_configs: Sequence[str] = ()) -> str:
+    """``full`` or ``partial: ...`` for a table row built from ``runs``."""
+    notes = [(run.task, *run_coverage(run)) for run in runs]
+    present = {run.spec.name for run in runs}
+    missing = [config for config in expected_configs if config not in present]
+    partial = [
+        f"{task} {text.removeprefix('partial ')}"
+        for task, complete, text in notes
+        if not complete
+    ]
+    if not partial and not missing:
+        return "full"
+    parts = partial + ([f"missing {', '.join(missing)}"] if missing else [])
+    return "partial: " + "; ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------- tables
+
+
+def needlebench_size_table(results: Results, size: str) -> Table | None:
+    """Models as rows: S-RT, M-RT, M-RS per language and both, and the weighted overall, for one size."""
+    runs = [
+        run
+        for run in results.runs
+        if run.spec.family in HEADLINE_METRIC and run.spec.size == size
+    ]
+    if not runs:
+        return None
+    header = ["Model"]
+    for label in ("S-RT", "M-RT", "M-RS", "Overall"):
+        header += [f"{label} ZH", f"{label} EN", label]
+    header.append("Coverage")
+    rows = []
+    for entity in sorted({run.entity for run in runs}, key=_entity_order(runs)):
+        mine = [run for run in runs if run.entity == entity]
+        parts: dict[str, dict[str, Cell]] = {}
+        for family, metric in HEADLINE_METRIC.items():
+            samples = [
+                s for run in mine if run.spec.family == family for s in run.samples
+            ]
+            parts[family] = {
+                "zh": cell_mean(
+                    [s for s in samples if s.spec.language == "zh"], metric
+                ),
+                "en": cell_mean(
+                    [s for s in samples if s.spec.language == "en"], metric
+                ),
+                "all": cell_mean(samples, metric),
+            }
+        row: list[Any] = [entity]
+        for family in HEADLINE_METRIC:
+            row += [parts[family]["zh"], parts[family]["en"], parts[family]["all"]]
+        for column in ("zh", "en", "all"):
+            cells = [parts[family][column] for family in HEADLINE_METRIC]
+            value = (
+                scoring.needlebench_overall(*(c.value for c in cells))  # type: ignore[arg-type]
+                if all(c.value is not None for c in cells)
+                else None
+            )
+            row.append(Cell(value, sum(c.n for c in cells)))
+        standard = all(run.standard for run in mine)
+        expected = (
+            [
+                spec.name
+                for spec in registry().values()
+                if spec.size == size and spec.family in HEADLINE_METRIC
+            ]
+            if standard
+            else []
+        )
+        row.append(coverage_text(mine, expected))
+        rows.append(row)
+    return Table(
+        f"needlebench_{size}",
+        f"NeedleBench {size} (paper mean per grid cell, 0-100; Overall = 0.4 S-RT + 0.3 M-RT + 0.3 M-RS)",
+        header,
+        rows,
+        note="Each cell: paper mean (n = samples). ZH/EN: one language; the third column: both languages.",
+    )
+
+
+def atc_category(spec: ConfigSpec) -> str:
+    """CircularEval category of an ATC config, e.g. ``EN-Direct-CE`` or ``ZH-Reasoning-CE``."""
+    style = {"direct": "Direct", "reasoning": "Reasoning", "extended": "Direct-512"}[
+        spec.variant
+    ]
+    return f"{spec.language.upper()}-{style}-CE"
+
+
+def perf_4_by_needles(
+    rows_by_needles: Mapping[int, list[tuple[str, str, bool]]],
+) -> dict[int, Cell]:
+    """CircularEval ``perf_4`` per needle count over complete items (n = items); counts with none are left out."""
+    perf: dict[int, Cell] = {}
+    for needles, rows in sorted(rows_by_needles.items()):
+        complete = scoring.complete_items(rows)
+        if complete:
+            items = len({item for item, _r, _c in complete})
+            perf[needles] = Cell(scoring.circular_scores(complete)["perf_4"], items)
+    return perf
+
+
+def atc_by_category(samples: Iterable[Sample]) -> dict[str, dict[int, Cell]]:
+    by_category: dict[str, dict[int, list[tuple[str, str, bool]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for sample in samples:
+        if sample.spec.variant == "open" or "perf_4" not in sample.metrics:
+            continue
+        item_id, rotation, correct = sample.metrics["perf_4"]
+        num = int(sample.doc["num_needles"])
+        by_category[atc_category(sample.spec)][num].append(
+            (str(item_id), str(rotation), bool(correct))
+        )
+    return {category: perf_4_by_needles(rows) for category, rows in by_category.items()}
+
+
+def atc_category_cell(perf: Mapping[int, Cell]) -> Cell:
+    if not perf:
+        return Cell(None, 0)
+    value = scoring.atc_category_score({n: cell.value for n, cell in perf.items()})  # type: ignore[misc]
+    return Cell(value, sum(cell.n for cell in perf.values()))
+
+
+def atc_overall_cell(categories: Mapping[str, Cell]) -> Cell:
+    """ATC-CE-Overall: plain mean of the 4 categories; marked partial when some are missing."""
+    present = [
+        c
+        for c in ATC_OVERALL_CATEGORIES
+        if categories.get(c) and categories[c].value is not None
+    ]
+    if not present:
+        return Cell(None, 0)
+    value = scoring.atc_overall({c: categories[c].value for c in present})  # type: ignore[misc]
+    n = sum(categories[c].n for c in present)
+    note = (
+        ""
+        if len(present) == len(ATC_OVERALL_CATEGORIES)
+        else f"partial: {len(present)} of 4 categories"
+    )
+    return Cell(value, n, note)
+
+
+def atc_tables(results: Results) -> list[Table]:
+    runs = [run for run in results.runs if run.spec.family == "atc"]
+    if not runs:
+        return []
+    entities = sorted({run.entity for run in runs}, key=_entity_order(runs))
+    main_rows, detail_rows = [], []
+    counts = sorted(
+        {
+            int(s.doc["num_needles"])
+            for run in runs
+            for s in run.samples
+            if s.spec.variant != "open"
+        }
+    )
+    extra = [
+        c
+        for c in ATC_OTHER_CATEGORIES
+        if any(atc_category(r.spec) == c for r in runs if r.spec.variant != "open")
+    ]
+    for entity in entities:
+        mine = [run for run in runs if run.entity == entity]
+        samples = [s for run in mine for s in run.samples]
+        perf = atc_by_category(samples)
+        categories = {
+            category: atc_category_cell(perf.get(category, {}))
+            for category in (*ATC_OVERALL_CATEGORIES, *extra)
+        }
+        row: list[Any] = [entity, *categories.values(), atc_overall_cell(categories)]
+        for language in ("en", "zh"):
+            opened = [
+                s
+                for s in samples
+                if s.spec.variant == "open" and s.spec.language == language
+            ]
+            row.append(row_mean(opened, "score"))
+        row.append(coverage_text(mine))
+        main_rows.append(row)
+        for category, by_needles in sorted(perf.items()):
+            detail_rows.append(
+                [entity, category, *[by_needles.get(n, Cell(None, 0)) for n in counts]]
+            )
+    tables = [
+        Table(
+            "atc",
+            "Ancestral Trace Challenge (CircularEval perf_4 per needle count, weighted by needle count; 0-100)",
+            [
+                "Model",
+                *ATC_OVERALL_CATEGORIES,
+                *extra,
+                "ATC-CE-Overall",
+                "EN-Open",
+                "ZH-Open",
+                "Coverage",
+            ],
+            main_rows,
+            note="n = whole items (4 rotations) for CircularEval, rows for open-ended. ATC-CE-Overall is the plain "
+            "mean of the four categories.",
+        )
+    ]
+    if detail_rows:
+        tables.append(
+            Table(
+                "atc_by_needles",
+                "ATC perf_4 by needle count (0-100)",
+                ["Model", "Category", *map(str, counts)],
+                detail_rows,
+                note="n = whole items.",
+            )
+        )
+    return tables
+
+
+def _star_cell(sample: Sample, index: int) -> tuple[Any, ...]:
+    return (sample.doc.get("context_length"), index)
+
+
+def counting_stars_cell(samples: Iterable[Sample]) -> Cell:
+    """The notebook's task score: mean over the star x length grid (each cell the mean of its rows)."""
+    cells: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+    rows = 0
+    for sample in samples:
+        values = sample.metrics.get("per_star")
+        if not isinstance(values, list):
+            continue
+        rows += 1
+        for index, value in enumerate(values):
+            cells[_star_cell(sample, index)].append(float(value))
+    return Cell(_mean(_mean(v) for v in cells.values()), rows)  # type: ignore[misc]
+
+
+def counting_stars_table(results: Results) -> Table | None:
+    runs = [run for run in results.runs if run.spec.family == "counting_stars"]
+    if not runs:
+        return None
+    order = (
+        ("acquisition", "zh"),
+        ("acquisition", "en"),
+        ("reasoning", "zh"),
+        ("reasoning", "en"),
+    )
+    rows = []
+    keys = sorted(
+        {(run.spec.size, int(run.spec.stars or 0)) for run in runs},
+        key=lambda k: (SIZES.index(k[0]), k[1]),
+    )
+    for entity in sorted({run.entity for run in runs}, key=_entity_order(runs)):
+        for size, stars in keys:
+            mine = [
+                r
+                for r in runs
+                if r.entity == entity
+                and r.spec.size == size
+                and int(r.spec.stars or 0) == stars
+            ]
+            if not mine:
+                continue
+            cells = [
+                counting_stars_cell(
+                    s
+                    for r in mine
+                    if (r.spec.variant, r.spec.language) == key
+                    for s in r.samples
+                )
+                for key in order
+            ]
+            present = [c for c in cells if c.value is not None]
+            average = Cell(
+                _mean(c.value for c in present) if len(present) == 4 else None,
+                sum(c.n for c in cells),
+            )  # type: ignore[misc]
+            rows.append([entity, size, stars, *cells, average, coverage_text(mine)])
+    return Table(
+        "counting_stars",
+        "Counting-Stars (mean over the star x length grid, 0-1)",
+        [
+            "Model",
+            "Size",
+            "Stars",
+            "Me-Acq ZH",
+            "Me-Acq EN",
+            "Me-Rea ZH",
+            "Me-Rea EN",
+            "Avg.",
+            "Coverage",
+        ],
+        rows,
+        digits=3,
+        note="n = rows (one prompt of a length). Avg. = mean of the four tasks, only when all four are present.",
+    )
+
+
+#: (metric, paper mean of a task run) per family; the lm-eval row mean of the same metric sits beside it.
+def _paper_mean(run: TaskRun, metric: str) -> Cell:
+    if run.spec.family in HEADLINE_METRIC or (
+        run.spec.family == "multi_reasoning" and metric == "strict"
+    ):
+        return cell_mean(run.samples, metric)
+    if run.spec.family == "atc" and run.spec.variant != "open":
+        return atc_category_cell(
+            atc_by_category(run.samples).get(atc_category(run.spec), {})
+        )
+    if run.spec.family == "counting_stars":
+        return counting_stars_cell(run.samples)
+    return row_mean(run.samples, metric)
+
+
+def _task_metrics(run: TaskRun) -> list[str]:
+    family = run.spec.family
+    if family == "multi_reasoning":
+        return ["reference", "strict"]
+    if family == "atc":
+        return ["score"] if run.spec.variant == "open" else ["perf_4", "acc"]
+    if family == "counting_stars":
+        return ["star_score"]
+    return [HEADLINE_METRIC[family]]
+
+
+def _lm_eval_row_mean(run: TaskRun, metric: str) -> Cell:
+    if metric in run.reported:
+        return Cell(run.reported[metric], len(run.samples))
+    if metric == "perf_4":
+        rows = scoring.complete_items(
+            (
+                str(s.metrics["perf_4"][0]),
+                str(s.metrics["perf_4"][1]),
+                bool(s.metrics["perf_4"][2]),
+            )
+            for s in run.samples
+            if "perf_4" in s.metrics
+        )
+        return Cell(
+            scoring.circular_scores(rows)["perf_4"] if rows else None, len(run.samples)
+        )
+    if metric == "star_score":
+        return row_mean(run.samples, "star_score")
+    return row_mean(run.samples, metric)
+
+
+PAPER_MEAN_NAME = {
+    "single": "mean over (length, depth) cells",
+    "multi_retrieval": "mean over lengths",
+    "multi_reasoning": "mean over (length, depth, needles) cells",
+    "atc": "perf_4 weighted by needle count",
+    "counting_stars": "mean over star x length grid",
+}
+
+
+def scores_table(results: Results) -> Table:
+    """Per task: the paper mean and lm-eval's row mean side by side, with coverage."""
+    rows = []
+    for run in sorted(
+        results.runs, key=lambda r: (_entity_order(results.runs)(r.entity), r.task)
+    ):
+        for metric in _task_metrics(run):
+            if run.spec.family == "atc" and metric == "acc":
+                paper = Cell(None, 0)
+                how = "(row accuracy, no paper mean)"
+            elif run.spec.family == "atc" and run.spec.variant == "open":
+                paper, how = row_mean(run.samples, metric), "mean over rows"
+            else:
+                paper, how = _paper_mean(run, metric), PAPER_MEAN_NAME[run.spec.family]
+            rows.append(
+                [
+                    run.entity,
+                    run.task,
+                    metric,
+                    paper,
+                    how,
+                    _lm_eval_row_mean(run, metric),
+                    run_coverage(run)[1],
+                ]
+            )
+    return Table(
+        "scores",
+        "Per task: the paper mean beside lm-eval's row mean",
+        [
+            "Model",
+            "Task",
+            "Metric",
+            "Paper mean",
+            "How",
+            "lm-eval row mean",
+            "Coverage",
+        ],
+        rows,
+        note="The paper mean is the reference summariser's (every grid cell weighted alike); lm-eval's row mean is "
+        "what lm_eval prints (every row weighted alike). They differ when cells hold different numbers of rows.",
+    )
+
+
+#: Run-health keys ``needlebench eval`` adds to each task of the results JSON (shown in their own table).
+HEALTH = ("skipped_too_long", "output_truncated", "no_final_answer")
+
+
+def lm_eval_table(results: Results) -> Table | None:
+    rows = [row for row in results.reported if row[2] not in HEALTH]
+    if not rows:
+        return None
+    return Table(
+        "lm_eval_results",
+        "lm-eval results as the harness reported them (newest per model and task)",
+        ["Model", "Task or group", "Metric", "Value", "Samples"],
+        rows,
+        digits=3,
+    )
+
+
+def health_table(results: Results) -> Table | None:
+    """Per model and task: rows run, rows skipped as too long, outputs that used all of max_gen_toks, and the
+    share without a final answer (``needlebench eval`` writes these beside lm-eval's metrics)."""
+    health: dict[tuple[str, str], dict[str, Any]] = defaultdict(dict)
+    samples: dict[tuple[str, str], Any] = {}
+    for model, task, metric, value, count in results.reported:
+        if metric in HEALTH:
+            health[(model, task)][metric] = value
+            samples[(model, task)] = count
+    if not health:
+        return None
+    rows = [
+        [model, task, samples[(model, task)], *(values.get(key) for key in HEALTH)]
+        for (model, task), values in sorted(health.items())
+    ]
+    return Table(
+        "run_health",
+        "Run health (rows skipped as too long, outputs that used all of max_gen_toks, share without a final answer)",
+        ["Model", "Task", "Rows", "Skipped (too long)", "Output truncated", "No final answer"],
+        rows,
+        digits=3,
+    )
+
+
+def build_tables(results: Results) -> list[Table]:
+    """All tables with data: per size, ATC, Counting-Stars, per-task means, lm-eval's own numbers."""
+    tables: list[Table] = []
+    for size in SIZES:
+        table = needlebench_size_table(results, size)
+        if table:
+            tables.append(table)
+    tables += atc_tables(results)
+    stars = counting_stars_table(results)
+    if stars:
+        tables.append(stars)
+    tables.append(scores_table(results))
+    health = health_table(results)
+    if health:
+        tables.append(health)
+    harness = lm_eval_table(results)
+    if harness:
+        tables.append(harness)
+    return tables
+
+
+# --------------------------------------------------------------------------------------------- writing
+
+
+def _format(value: Any, digits: int) -> str:
+    if isinstance(value, Cell):
+        text = "–" if value.value is None else f"{value.value:.{digits}f}"
+        text += f" (n={value.n})"
+        return text + (f" [{value.note}]" if value.note else "")
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def table_markdown(table: Table) -> str:
+    lines = [f"## {table.title}", ""]
+    if table.note:
+        lines += [table.note, ""]
+    lines += ["| " + " | ".join(table.header) + " |", "|" + "---|" * len(table.header)]
+    for row in table.rows:
+        lines.append(
+            "| "
+            + " | ".join(_md_escape(_format(cell, table.digits)) for cell in row)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def table_csv_rows(table: Table) -> list[list[Any]]:
+    """CSV rows: a :class:`Cell` column becomes two columns, the value and ``<column> n`` (and a note)."""
+    cell_columns = [
+        i
+        for i in range(len(table.header))
+        if any(isinstance(row[i], Cell) for row in table.rows)
+    ]
+    header: list[Any] = []
+    for index, name in enumerate(table.header):
+        header.append(name)
+        if index in cell_columns:
+            header.append(f"{name} n")
+            if any(
+                isinstance(row[index], Cell) and row[index].note for row in table.rows
+            ):
+                header.append(f"{name} note")
+    out = [header]
+    for row in table.rows:
+        line: list[Any] = []
+        for index, value in enumerate(row):
+            if index in cell_columns:
+                cell = value if isinstance(value, Cell) else Cell(None, 0)
+                line += ["" if cell.value is None else round(cell.value, 6), cell.n]
+                if f"{table.header[index]} note" in header:
+                    line.append(cell.note)
+            else:
+                line.append(
+                    ""
+                    if value is None
+                    else (round(value, 6) if isinstance(value, float) else value)
+                )
+        out.append(line)
+    return out
+
+
+def write_table(table: Table, out_dir: Path) -> list[Path]:
+    """Write a table as Markdown and CSV; return the two paths."""
+    md = out_dir / f"{table.name}.md"
+    md.write_text(table_markdown(table), encoding="utf-8")
+    path = out_dir / f"{table.name}.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(table_csv_rows(table))
+    return [md, path]
+
+
+def table_html(table: Table) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.header)
+    body = []
+    for row in table.rows:
+        cells = []
+        for value in row:
+            text = html.escape(_format(value, table.digits))
+            empty = isinstance(value, Cell) and value.value is None
+            cells.append(
+                f'<td class="empty">{text}</td>' if empty else f"<td>{text}</td>"
+            )
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    note = f"<p class='note'>{html.escape(table.note)}</p>" if table.note else ""
+    return (
+        f"<h2 id='{table.name}'>{html.escape(table.title)}</h2>{note}"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+_CSS = (
+    "body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0;"
+    "font-size:13px}th,td{border:1px solid #bbb;padding:3px 6px;text-align:left}th{background:#eee}"
+    "td.empty{background:repeating-linear-gradient(45deg,#eee,#eee 4px,#ddd 4px,#ddd 8px);color:#666}"
+    ".note{color:#444;font-size:13px}figure{margin:1em 0}img{max-width:100%;border:1px solid #ccc}"
+)
+
+EXPLANATION = (
+    "Headline numbers are the papers' means: NeedleBench averages per grid cell (S-RT per length and depth, "
+    "M-RT per length, M-RS per length, depth and needle count; each cell the mean of its repeats) and weights the "
+    "per-size overall 0.4 S-RT + 0.3 M-RT + 0.3 M-RS; ATC is CircularEval perf_4 per needle count weighted by "
+    "needle count; Counting-Stars is the mean over the star x length grid. lm-eval's own number (the mean over "
+    "rows) is in the 'scores' table under 'lm-eval row mean'. n = samples behind a value; 'partial' marks rows "
+    "built from part of a config."
+)
+
+
+def write_html(
+    path: Path,
+    tables: Sequence[Table],
+    figures: Sequence[tuple[str, Path]],
+    sources: Sequence[Path],
+) -> Path:
+    """A self-contained page: every table, every figure embedded as a base64 PNG."""
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>NeedleBench report</title>",
+        f"<style>{_CSS}</style></head><body><h1>NeedleBench report</h1>",
+        f"<p class='note'>{html.escape(EXPLANATION)}</p>",
+        "<p class='note'>Sources: "
+        + ", ".join(html.escape(str(s)) for s in sources)
+        + "</p>",
+    ]
+    parts += [table_html(table) for table in tables]
+    if figures:
+        parts.append("<h2>Figures</h2>")
+    for title, figure in figures:
+        data = base64.b64encode(figure.read_bytes()).decode("ascii")
+        parts.append(
+            f"<figure><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{html.escape(title)}</figcaption></figure>"
+        )
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return path
+
+
+def write_report(
+    results: Sequence[Path | str] | Path | str,
+    out_dir: Path | str,
+    *,
+    names: Mapping[str, str] | None = None,
+    annotate: str = "counts",
+    pdf: bool = False,
+    figures: bool = True,
+) -> list[Path]:
+    """Tables (Markdown, CSV), figures (PNG, PDF on request), ``README.md`` and ``report.html`` in ``out_dir``.
+
+    ``figures=False`` writes the tables only (``--no-figures``).
+
+    Everything is read and computed before the first file is written, so bad input writes nothing.
+    """
+    from needlebench.evaluation import report_figures
+
+    if isinstance(results, (str, Path)):
+        results = [results]
+    loaded = load_results(list(results), names)
+    tables = build_tables(loaded)
+    planned = report_figures.plan_figures(loaded, annotate=annotate) if figures else []
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise NeedlebenchError(
+            f"cannot create --out {str(out_dir)!r}: {error.strerror}"
+        ) from None
+    written: list[Path] = []
+    for table in tables:
+        written += write_table(table, out_dir)
+    drawn: list[tuple[str, Path]] = []
+    for figure in planned:
+        paths = report_figures.render(figure, out_dir, pdf=pdf)
+        written += paths
+        drawn.append((figure.title, paths[0]))
+    index = out_dir / "README.md"
+    lines = [
+        "# NeedleBench report",
+        "",
+        EXPLANATION,
+        "",
+        "Sources: " + ", ".join(f"`{s}`" for s in loaded.sources),
+        "",
+    ]
+    lines += [table_markdown(table) for table in tables]
+    if drawn:
+        lines += ["## Figures", ""] + [
+            f"![{title}]({path.name})" for title, path in drawn
+        ]
+    index.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    written.append(index)
+    written.append(write_html(out_dir / "report.html", tables, drawn, loaded.sources))
+    return written
+
+
+def parse_names(values: Iterable[str]) -> dict[str, str]:
+    """``--name PATH=NAME`` options as a mapping; a value without ``=`` is a one-line error."""
+    names: dict[str, str] = {}
+    for value in values:
+        key, sep, name = value.partition("=")
+        if not sep or not key or not name:
+            raise NeedlebenchError(
+                f"--name {value!r} is not PATH=NAME (a results path or pretrained value, a name)"
+            )
+        names[key] = name
+    return names

@@ -1,0 +1,472 @@
+"""Figures of ``needlebench report``: heatmaps, per-model panels and the model comparison (matplotlib, Agg).
+
+* one heatmap per model and task: depth x length (S-RT, M-RT per needle, M-RS) or star index x length
+  (Counting-Stars), over the config's whole grid, so a length or depth without samples is drawn as an empty,
+  hatched grey cell; every cell shows its sample count (``annotate="counts"``, the default), its value, both,
+  or nothing; the title names the model and the task, the colorbar the metric;
+* one figure per model with every task as a panel;
+* one figure comparing models: the paper score against context length, one line per model, a panel per config.
+
+200 dpi PNG (and PDF on request); the colour map is viridis (monotonic in lightness, so it reads in grayscale
+and for red-green colour blindness), the lines use the Okabe-Ito palette with distinct markers and dashes.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.report import (
+    HEADLINE_METRIC,
+    Results,
+    Sample,
+    TaskRun,
+    _entity_order,
+    _k,
+    cell_mean,
+    counting_stars_cell,
+)
+
+DPI = 200
+COLORMAP = "viridis"
+EMPTY_COLOUR = "#d9d9d9"
+EMPTY_HATCH = "////"
+#: Okabe-Ito colours (distinguishable with colour-vision deficiencies), then markers and dashes per line.
+LINE_COLOURS = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#CC79A7",
+    "#56B4E9",
+    "#D55E00",
+    "#F0E442",
+    "#000000",
+)
+LINE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINE_STYLES = ("-", "--", "-.", ":")
+ANNOTATE_CHOICES = ("counts", "values", "both", "none")
+#: Above this many cells a heatmap states counts in its subtitle instead of in every cell.
+MAX_ANNOTATED_CELLS = 400
+
+METRIC_LABEL = {
+    "single": "S-RT score (0-100)",
+    "multi_retrieval": "M-RT needle hit rate (%)",
+    "multi_reasoning": "M-RS score (0-100)",
+    "counting_stars": "Counting-Stars star score (0-1)",
+}
+
+
+@dataclass
+class Heatmap:
+    """A grid of mean scores and sample counts: ``values[row][column]`` (None where no sample fell)."""
+
+    name: str
+    model: str
+    task: str
+    subtitle: str
+    row_label: str
+    column_label: str
+    metric_label: str
+    rows: list[Any]
+    columns: list[Any]
+    values: list[list[float | None]]
+    counts: list[list[int]]
+    vmax: float
+
+    @property
+    def title(self) -> str:
+        return f"{self.model} - {self.task}"
+
+
+@dataclass
+class Lines:
+    """Score against length, one line per model: ``series[panel][model] = [(length, value, n)]``."""
+
+    panels: dict[str, dict[str, list[tuple[int, float, int]]]]
+    ylabels: dict[str, str]
+
+
+@dataclass
+class Figure:
+    name: str
+    title: str
+    kind: str  # "heatmap", "panels" or "lines"
+    heatmaps: list[Heatmap] = field(default_factory=list)
+    lines: Lines | None = None
+    annotate: str = "counts"
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+def _safe(text: str) -> str:
+    return (
+        "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).strip("_")
+        or "model"
+    )
+
+
+def heatmap_points(
+    spec: Any, samples: Iterable[Sample]
+) -> list[tuple[Any, Any, float]]:
+    """(row, column, value) points of a config's heatmap: depth x length, or star index x length."""
+    points: list[tuple[Any, Any, float]] = []
+    for sample in samples:
+        doc, metrics = sample.doc, sample.metrics
+        length = int(doc["context_length"])
+        if spec.family == "counting_stars":
+            points += [
+                (index + 1, length, float(v))
+                for index, v in enumerate(metrics.get("per_star") or [])
+            ]
+        elif spec.family == "multi_retrieval":
+            depths = doc.get("requested_depths") or doc.get("needle_depths") or []
+            hits = metrics.get("needle_hits") or []
+            points += [
+                (float(d), length, float(hit))
+                for d, hit in zip(depths, hits, strict=False)
+            ]
+        elif spec.family in HEADLINE_METRIC and doc.get("depth_percent") is not None:
+            metric = HEADLINE_METRIC[spec.family]
+            if metric in metrics:
+                points.append(
+                    (float(doc["depth_percent"]), length, float(metrics[metric]))
+                )
+    return points
+
+
+def build_heatmap(run: TaskRun) -> Heatmap | None:
+    """The heatmap of one task run over its config's whole grid, or None for ATC."""
+    spec = run.spec
+    if spec.family not in HEADLINE_METRIC and spec.family != "counting_stars":
+        return None
+    points = heatmap_points(spec, run.samples)
+    cells: dict[tuple[Any, Any], list[float]] = defaultdict(list)
+    for row, column, value in points:
+        cells[(row, column)].append(value)
+    stars = spec.family == "counting_stars"
+    grid_rows = (
+        list(range(1, int(spec.stars or 0) + 1))
+        if stars
+        else [float(d) for d in spec.depths]
+    )
+    rows = sorted(set(grid_rows) | {row for row, _ in cells})
+    columns = sorted(set(spec.lengths) | {column for _, column in cells})
+    values = [[_mean(cells.get((r, c), [])) for c in columns] for r in rows]
+    counts = [[len(cells.get((r, c), [])) for c in columns] for r in rows]
+    paper = (
+        counting_stars_cell(run.samples)
+        if stars
+        else cell_mean(run.samples, HEADLINE_METRIC[spec.family])
+    )
+    score = "-" if paper.value is None else f"{paper.value:.3g}"
+    if spec.family == "multi_retrieval":
+        unit = "needles"
+    elif stars:
+        unit = "star answers"
+    else:
+        unit = "rows"
+    return Heatmap(
+        name=f"heatmap_{_safe(run.model)}_{_safe(run.task)}",
+        model=run.model,
+        task=run.task,
+        subtitle=f"{spec.task_label} {spec.language.upper()} {spec.size}, paper mean {score} "
+        f"(n={len(run.samples)} rows); cell counts: {unit}",
+        row_label="Star index" if stars else "Depth (%)",
+        column_label="Context length" + ("" if stars else " (cl100k tokens)"),
+        metric_label=METRIC_LABEL[spec.family],
+        rows=rows,
+        columns=columns,
+        values=values,
+        counts=counts,
+        vmax=1.0 if stars else 100.0,
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def length_series(run: TaskRun) -> list[tuple[int, float, int]]:
+    """(length, paper score at that length, rows) for a NeedleBench or Counting-Stars task run."""
+    by_length: dict[int, list[Sample]] = defaultdict(list)
+    for sample in run.samples:
+        by_length[int(sample.doc["context_length"])].append(sample)
+    series = []
+    for length, samples in sorted(by_length.items()):
+        if run.spec.family == "counting_stars":
+            cell = counting_stars_cell(samples)
+        else:
+            cell = cell_mean(samples, HEADLINE_METRIC[run.spec.family])
+        if cell.value is not None:
+            series.append((length, cell.value, len(samples)))
+    return series
+
+
+def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
+    """Every figure of a report (nothing is drawn yet)."""
+    if annotate not in ANNOTATE_CHOICES:
+        raise NeedlebenchError(
+            f"--annotate {annotate!r} is not one of {', '.join(ANNOTATE_CHOICES)}"
+        )
+    figures: list[Figure] = []
+    by_entity: dict[str, list[Heatmap]] = defaultdict(list)
+    entity_order = _entity_order(results.runs)
+    for run in sorted(results.runs, key=lambda r: (entity_order(r.entity), r.task)):
+        heatmap = build_heatmap(run)
+        if heatmap is None:
+            continue
+        by_entity[run.model].append(heatmap)
+        figures.append(
+            Figure(heatmap.name, heatmap.title, "heatmap", [heatmap], annotate=annotate)
+        )
+    for model, maps in by_entity.items():
+        if maps:
+            figures.append(
+                Figure(
+                    f"model_{_safe(model)}",
+                    f"{model}: every task (length x depth)",
+                    "panels",
+                    maps,
+                    annotate=annotate,
+                )
+            )
+    panels: dict[str, dict[str, list[tuple[int, float, int]]]] = defaultdict(dict)
+    ylabels: dict[str, str] = {}
+    for run in results.runs:
+        if run.spec.family not in METRIC_LABEL:
+            continue
+        series = length_series(run)
+        if series:
+            label = run.model if run.standard else run.entity
+            panels[run.spec.name][label] = series
+            ylabels[run.spec.name] = METRIC_LABEL[run.spec.family]
+    if panels:
+        ordered = dict(sorted(panels.items()))
+        figures.append(
+            Figure(
+                "compare_models_by_length",
+                "Models compared: score against context length",
+                "lines",
+                lines=Lines(ordered, ylabels),
+            )
+        )
+    return figures
+
+
+# --------------------------------------------------------------------------------------------- drawing
+
+
+def _new_figure(width: float, height: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+
+    figure = MplFigure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _draw_heatmap(
+    figure: Any, axes: Any, heatmap: Heatmap, annotate: str, title: str, width: float
+) -> None:
+    import numpy as np
+
+    data = np.array(
+        [[np.nan if v is None else v for v in row] for row in heatmap.values],
+        dtype=float,
+    )
+    axes.set_facecolor(EMPTY_COLOUR)
+    axes.patch.set_hatch(EMPTY_HATCH)
+    axes.patch.set_edgecolor("#9a9a9a")
+    nrows, ncols = data.shape
+    image = axes.pcolormesh(
+        np.arange(ncols + 1) - 0.5,
+        np.arange(nrows + 1) - 0.5,
+        np.ma.masked_invalid(data),
+        cmap=COLORMAP,
+        vmin=0.0,
+        vmax=heatmap.vmax,
+    )
+    axes.set_xlim(-0.5, ncols - 0.5)
+    axes.set_ylim(nrows - 0.5, -0.5)  # first row at the top
+    axes.set_xticks(
+        range(ncols),
+        [_k(c) for c in heatmap.columns],
+        rotation=45,
+        ha="right",
+        fontsize=7,
+    )
+    step = max(1, nrows // 32)
+    axes.set_yticks(
+        range(0, nrows, step), [_k(r) for r in heatmap.rows[::step]], fontsize=7
+    )
+    axes.set_xlabel(heatmap.column_label, fontsize=8)
+    axes.set_ylabel(heatmap.row_label, fontsize=8)
+    counts = [c for row in heatmap.counts for c in row if c]
+    subtitle = heatmap.subtitle
+    if any(c == 0 for row in heatmap.counts for c in row):
+        subtitle += "; hatched grey = no samples"
+    cells = nrows * ncols
+    if annotate != "none" and cells <= MAX_ANNOTATED_CELLS:
+        size = max(3.5, min(7.0, 150.0 / max(nrows, ncols, 1)))
+        for r in range(nrows):
+            for c in range(ncols):
+                n, value = heatmap.counts[r][c], heatmap.values[r][c]
+                if value is None:
+                    text = "0" if annotate in ("counts", "both") else ""
+                elif annotate == "counts":
+                    text = str(n)
+                elif annotate == "values":
+                    text = f"{value:.0f}" if heatmap.vmax > 1 else f"{value:.2f}"
+                else:
+                    text = (
+                        f"{value:.0f}" if heatmap.vmax > 1 else f"{value:.2f}"
+                    ) + f"\nn={n}"
+                if text:
+                    light = value is not None and value > 0.6 * heatmap.vmax
+                    colour = (
+                        "black"
+                        if light
+                        else ("white" if value is not None else "#333333")
+                    )
+                    label = axes.text(
+                        c,
+                        r,
+                        text,
+                        ha="center",
+                        va="center",
+                        fontsize=size,
+                        color=colour,
+                    )
+                    label.set_in_layout(
+                        False
+                    )  # inside the cells: keeps the layout pass fast
+        if annotate == "counts":
+            subtitle += "; numbers = samples per cell"
+    elif counts:
+        subtitle += f"; samples per cell {min(counts)}-{max(counts)}"
+    wrapped = textwrap.fill(subtitle, width=max(40, int(13 * width)))
+    axes.set_title(f"{title}\n{wrapped}", fontsize=8)
+    bar = figure.colorbar(image, ax=axes, shrink=0.9)
+    bar.set_label(heatmap.metric_label, fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+
+
+def _draw_lines(figure: Any, lines: Lines) -> None:
+    names = list(lines.panels)
+    ncols = min(3, len(names))
+    nrows = math.ceil(len(names) / ncols)
+    models = sorted(
+        {model for series in lines.panels.values() for model in series}, key=str.lower
+    )
+    style = {
+        model: (
+            LINE_COLOURS[i % len(LINE_COLOURS)],
+            LINE_MARKERS[i % len(LINE_MARKERS)],
+            LINE_STYLES[i % len(LINE_STYLES)],
+        )
+        for i, model in enumerate(models)
+    }
+    for index, name in enumerate(names):
+        axes = figure.add_subplot(nrows, ncols, index + 1)
+        for model, series in sorted(
+            lines.panels[name].items(), key=lambda item: item[0].lower()
+        ):
+            colour, marker, dash = style[model]
+            xs = [length for length, _v, _n in series]
+            ys = [value for _l, value, _n in series]
+            n = sum(count for _l, _v, count in series)
+            axes.plot(
+                xs,
+                ys,
+                color=colour,
+                marker=marker,
+                linestyle=dash,
+                linewidth=1.5,
+                markersize=4,
+                label=f"{model} (n={n})",
+            )
+        axes.set_title(name, fontsize=9)
+        axes.set_xlabel("Context length (tokens)", fontsize=8)
+        axes.set_ylabel(lines.ylabels[name], fontsize=8)
+        top = 1.05 if lines.ylabels[name].endswith("(0-1)") else 105
+        axes.set_ylim(-0.05 * top, top)
+        if (
+            max(
+                (
+                    length
+                    for series in lines.panels[name].values()
+                    for length, _v, _n in series
+                ),
+                default=0,
+            )
+            > 0
+        ):
+            axes.xaxis.set_major_formatter(_k_formatter())
+        axes.tick_params(labelsize=7)
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=6, loc="best")
+    text = "Models compared: paper score against context length, one line per model (n = rows)"
+    figure.suptitle(
+        textwrap.fill(text, width=max(40, int(12 * figure.get_figwidth()))), fontsize=10
+    )
+
+
+def _k_formatter() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda value, _pos: _k(int(value)) if value >= 0 else "")
+
+
+def draw(figure_spec: Figure) -> Any:
+    """The matplotlib figure (Agg canvas, no pyplot) of a planned figure."""
+    if figure_spec.kind == "heatmap":
+        heatmap = figure_spec.heatmaps[0]
+        width = min(11.0, max(5.5, 2.6 + 0.42 * len(heatmap.columns)))
+        height = min(9.0, max(4.0, 1.8 + 0.26 * len(heatmap.rows)))
+        figure = _new_figure(width, height)
+        axes = figure.add_subplot(1, 1, 1)
+        _draw_heatmap(figure, axes, heatmap, figure_spec.annotate, heatmap.title, width)
+    elif figure_spec.kind == "panels":
+        maps = figure_spec.heatmaps
+        ncols = min(3, len(maps))
+        nrows = math.ceil(len(maps) / ncols)
+        width = ncols * min(
+            7.0, max(5.0, 2.6 + 0.16 * max(len(m.columns) for m in maps))
+        )
+        height = (
+            nrows * min(6.5, max(4.5, 1.8 + 0.16 * max(len(m.rows) for m in maps)))
+            + 0.4
+        )
+        figure = _new_figure(width, height)
+        for index, heatmap in enumerate(maps):
+            axes = figure.add_subplot(nrows, ncols, index + 1)
+            _draw_heatmap(
+                figure, axes, heatmap, figure_spec.annotate, heatmap.task, width / ncols
+            )
+        figure.suptitle(figure_spec.title, fontsize=11)
+    else:
+        assert figure_spec.lines is not None
+        count = len(figure_spec.lines.panels)
+        ncols = min(3, count)
+        nrows = math.ceil(count / ncols)
+        figure = _new_figure(4.8 * ncols, 3.6 * nrows + 0.4)
+        _draw_lines(figure, figure_spec.lines)
+    return figure
+
+
+def render(figure_spec: Figure, out_dir: Path, pdf: bool = False) -> list[Path]:
+    """Draw a figure to ``<name>.png`` at 200 dpi (and ``<name>.pdf`` when asked); return the paths."""
+    figure = draw(figure_spec)
+    paths = [out_dir / f"{figure_spec.name}.png"]
+    figure.savefig(paths[0], format="png", dpi=DPI, pil_kwargs={"compress_level": 2})
+    if pdf:
+        paths.append(out_dir / f"{figure_spec.name}.pdf")
+        figure.savefig(paths[1], format="pdf")
+    return paths

@@ -1,0 +1,198 @@
+"""Local input files in recipes: recorded by name, size and sha256 (never by path), found again by hash.
+
+A recipe must travel: a dataset built from ``--haystack-en ~/essays.txt`` is verified on another machine, or after
+the file moved. So the recipe records ``{"file": "essays.txt", "kind": "file", "size": 12345, "sha256": ...}`` and
+``needlebench verify DIR --haystack-en PATH`` points it at the file again (the hash must match). On the machine that
+built the dataset the file is found without the option, through a small index in the needlebench cache that maps
+hashes to the paths they were read from (never published, and every hit is re-hashed before use).
+
+Hub inputs (``hub:ORG/NAME@COMMIT``, ``opencompass@REV``) stay pinned specs in the recipe, as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from functools import cache
+from pathlib import Path
+
+from needlebench.errors import NeedlebenchError
+
+#: Build options that may name a local file (or folder), and the option that re-points them in `verify`.
+LOCAL_INPUT_OPTIONS = {
+    "haystack_en": "--haystack-en",
+    "haystack_zh": "--haystack-zh",
+    "needles": "--needles",
+    "reasoning_needles_en": "--reasoning-needles-en",
+    "reasoning_needles_zh": "--reasoning-needles-zh",
+    "names": "--names",
+}
+_INDEX = "local-inputs.json"
+_RECORD_KEYS = {"file", "kind", "size", "sha256"}
+
+
+def is_local_spec(spec: object) -> bool:
+    """Whether an input spec names a local path (not None/default, a ``hub:`` dataset or ``opencompass``)."""
+    return (
+        isinstance(spec, str)
+        and spec != "default"
+        and not spec.startswith("hub:")
+        and spec != "opencompass"
+        and not spec.startswith("opencompass@")
+    )
+
+
+def is_input_record(value: object) -> bool:
+    """Whether a recipe value is a recorded local input (see :func:`input_record`)."""
+    return (
+        isinstance(value, dict)
+        and set(value) == _RECORD_KEYS
+        and isinstance(value["file"], str)
+        and value["kind"] in ("file", "folder")
+        and isinstance(value["size"], int)
+        and isinstance(value["sha256"], str)
+        and len(value["sha256"]) == 64
+    )
+
+
+def _file_digest(path: Path) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            size += len(chunk)
+            digest.update(chunk)
+    return size, digest.hexdigest()
+
+
+@cache
+def _record(path_text: str, stamp: tuple) -> dict:
+    path = Path(path_text)
+    if path.is_dir():
+        # a haystack folder is read as its .txt files in sorted order (corpus.load_local)
+        digest = hashlib.sha256()
+        size = 0
+        for file in sorted(p for p in path.iterdir() if p.suffix == ".txt" and p.is_file()):
+            file_size, file_hash = _file_digest(file)
+            size += file_size
+            digest.update(f"{file.name}\0{file_hash}\n".encode("utf-8", "surrogateescape"))
+        return {"file": path.name, "kind": "folder", "size": size, "sha256": digest.hexdigest()}
+    size, sha256 = _file_digest(path)
+    return {"file": path.name, "kind": "file", "size": size, "sha256": sha256}
+
+
+def _stamp(path: Path) -> tuple:
+    """What invalidates a cached hash: the path's identity, size and modification time (and a folder's files)."""
+    info = path.stat()
+    stamp: tuple = (info.st_ino, info.st_size, info.st_mtime_ns)
+    if path.is_dir():
+        stamp += tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.iterdir()))
+    return stamp
+
+
+def input_record(spec: str) -> dict:
+    """``{"file", "kind", "size", "sha256"}`` of a local input file or folder, remembered in the local index."""
+    given = Path(spec).expanduser().absolute()
+    try:
+        path = given.resolve()  # remember the real file, not a link to it
+        record = {**_record(str(path), _stamp(path)), "file": given.name}
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read input {spec}: {error.strerror or error}") from None
+    _remember(record["sha256"], path)
+    return record
+
+
+def _index_path() -> Path:
+    from needlebench.sources.tokenized import cache_dir
+
+    return Path(cache_dir()) / _INDEX
+
+
+def _read_index() -> dict:
+    try:
+        index = json.loads(_index_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
+
+
+def _remember(sha256: str, path: Path) -> None:
+    """Note where a hashed input was read (best effort: an unwritable cache only loses the hint)."""
+    index = _read_index()
+    paths = [p for p in index.get(sha256, []) if isinstance(p, str) and p != str(path)]
+    index[sha256] = [str(path), *paths][:5]
+    target = _index_path()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(prefix=f".{_INDEX}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                json.dump(index, stream, indent=1, ensure_ascii=False)
+            os.replace(temp, target)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+    except (OSError, UnicodeError):
+        return
+
+
+def describe(record: dict) -> str:
+    """``the local file essays.txt (12,345 bytes, sha256 0123456789ab…)``."""
+    return f"the local {record['kind']} {record['file']} ({record['size']:,} bytes, sha256 {record['sha256'][:12]}…)"
+
+
+def locate(name: str, record: dict, given: str | None) -> str:
+    """The path to read a recorded local input from: `given` (checked against the hash) or a remembered path."""
+    option = LOCAL_INPUT_OPTIONS[name]
+    if given is not None:
+        path = Path(given).expanduser()
+        if not path.exists():
+            raise NeedlebenchError(f"{option} {given} does not exist; give {describe(record)} the dataset was built with")
+        found = input_record(given)
+        if found["sha256"] != record["sha256"] or found["kind"] != record["kind"]:
+            raise NeedlebenchError(
+                f"{option} {given} has sha256 {found['sha256'][:12]}… ({found['size']:,} bytes) but the recipe "
+                f"records {describe(record)}; pass the {record['kind']} the dataset was built with"
+            )
+        return _under_recorded_name(path, record["file"])
+    for candidate in _read_index().get(record["sha256"], []):
+        path = Path(candidate)
+        try:
+            if path.exists() and _record(str(path), _stamp(path))["sha256"] == record["sha256"]:
+                return _under_recorded_name(path, record["file"])
+        except OSError:
+            continue
+    raise NeedlebenchError(
+        f"the recipe's {name} is {describe(record)}, which is not where it was read on this machine; "
+        f"pass {option} PATH to point at it"
+    )
+
+
+_links: list[tempfile.TemporaryDirectory] = []
+
+
+def _under_recorded_name(path: Path, name: str) -> str:
+    """`path`, reachable under the file name the recipe records (the name is part of the corpus label on every
+    row): a renamed input is linked from a temporary folder that lives as long as the process."""
+    if path.name == name:
+        return str(path)
+    holder = tempfile.TemporaryDirectory(prefix="needlebench-input-")
+    _links.append(holder)
+    link = Path(holder.name) / name
+    link.symlink_to(path.absolute(), target_is_directory=path.is_dir())
+    return str(link)
+
+
+def check_given(recipe: dict, given: dict[str, str | None]) -> None:
+    """Options given to `verify` must re-point a local input of the recipe."""
+    for name, value in given.items():
+        if value is None:
+            continue
+        recorded = recipe.get(name)
+        if not is_input_record(recorded):
+            shown = "the built-in default" if recorded in (None, "default") else repr(recorded)
+            raise NeedlebenchError(
+                f"{LOCAL_INPUT_OPTIONS[name]} {value} was given but the recipe's {name} is {shown}, not a local file"
+            )
