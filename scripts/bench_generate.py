@@ -36,9 +36,9 @@ def peak_rss_mib() -> tuple[float, float]:
 
 def reference_sample_seconds(spec, options, length: int, depth: int, repeat: int, encoding) -> float:
     """Time one sample built the reference way (documents re-encoded for the sample)."""
-    from needlebench.haystack_tasks import effective_buffer
-    from needlebench.haystacks import corpus_for
-    from needlebench.needles import needle_bank
+    from needlebench.sources.haystacks import corpus_for
+    from needlebench.tasks.haystack import effective_buffer
+    from needlebench.tasks.needle_bank import needle_bank
 
     documents = corpus_for(options.haystack(spec.language), spec.language).documents
     needle = "\n" + needle_bank(spec.language)[repeat].text + "\n"
@@ -63,7 +63,7 @@ def our_row_seconds(spec, options, length: int, count: int) -> float:
     """Mean time of our generator for `count` rows at `length` (prompt rendered and counted, not written)."""
     from itertools import islice
 
-    from needlebench.rows import iter_rows
+    from needlebench.dataset.rows import iter_rows
 
     rows = iter_rows(spec, options, (length,))
     next(rows)  # the first row of a shard also loads its inputs
@@ -84,10 +84,10 @@ def main(
 
     if cold:
         os.environ["NEEDLEBENCH_CACHE"] = tempfile.mkdtemp(prefix="nb-bench-cache-")
-    from needlebench.build import build_dataset
-    from needlebench.grid import match_configs
-    from needlebench.options import BuildOptions
-    from needlebench.tokenizer import get_tokenizer
+    from needlebench.dataset.build import build_dataset
+    from needlebench.dataset.options import BuildOptions
+    from needlebench.sources.tokenizer import get_tokenizer
+    from needlebench.tasks.grid import match_configs
 
     specs = match_configs(configs)
     options = BuildOptions(compression=compression)

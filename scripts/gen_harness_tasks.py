@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Generate the lm-eval task folder ``harness_tasks/needlebench`` from the config registry.
 
-Writes one ``<config>.yaml`` per config of ``needlebench.grid.registry()``, the base templates they include
+Writes one ``<config>.yaml`` per config of ``needlebench.tasks.grid.registry()``, the base templates they include
 (``_default_<family>_template_yaml``) and the group files (``_needlebench_<family|size>.yaml``). Hand-written
 files (``utils.py``, ``README.md``) are left alone; generated files that no longer correspond to a config are
 removed.
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from needlebench.harness import GENERATED_NOTE, task_files
+from needlebench.evaluation.harness import GENERATED_NOTE, task_files
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "harness_tasks" / "needlebench"
 

@@ -17,20 +17,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.fixture(scope="session")
 def cl100k():
-    from needlebench.tokenizer import get_tokenizer
+    from needlebench.sources.tokenizer import get_tokenizer
 
     return get_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def english_corpus(cl100k):
-    from needlebench.haystacks import tokenized_for
+    from needlebench.sources.haystacks import tokenized_for
 
     return tokenized_for(None, "en", "cl100k_base", 0)
 
 
 @pytest.fixture(scope="session")
 def chinese_corpus(cl100k):
-    from needlebench.haystacks import tokenized_for
+    from needlebench.sources.haystacks import tokenized_for
 
     return tokenized_for(None, "zh", "cl100k_base", 0)

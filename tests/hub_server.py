@@ -312,8 +312,8 @@ def _fixture_value(dtype: Any, column: str, index: int, salt: str) -> Any:
 
 def fixture_rows(config: str, rows: int, salt: str = "") -> list[dict[str, Any]]:
     """``rows`` synthetic rows with exactly the columns of the config's family."""
-    from needlebench.grid import get_config
-    from needlebench.schema import columns_for
+    from needlebench.tasks.grid import get_config
+    from needlebench.tasks.schema import columns_for
 
     family = get_config(config).family
     data = [{col: _fixture_value(t, col, i, salt) for col, t in columns_for(family).items()} for i in range(rows)]
@@ -326,11 +326,10 @@ def make_dataset_folder(folder: Path, configs: dict[str, int], *, salt: str = ""
     """A needlebench dataset folder with synthetic rows (Parquet, manifest, card); returns the manifest."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from needlebench.card import write_card
-    from needlebench.grid import get_config
-    from needlebench.schema import arrow_schema
-    from needlebench.verify import fingerprint_files
+    from needlebench.dataset.card import write_card
+    from needlebench.dataset.verify import fingerprint_files
+    from needlebench.tasks.grid import get_config
+    from needlebench.tasks.schema import arrow_schema
 
     folder = Path(folder)
     entries = {}

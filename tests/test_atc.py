@@ -9,8 +9,9 @@ import re
 from collections import defaultdict
 
 import pytest
-
-from needlebench.atc import (
+from needlebench.errors import NeedlebenchError
+from needlebench.sources.tokenizer import get_tokenizer
+from needlebench.tasks.atc import (
     atc_data,
     atc_item,
     choice_question,
@@ -20,11 +21,9 @@ from needlebench.atc import (
     reference_item,
     reference_items,
 )
-from needlebench.errors import NeedlebenchError
-from needlebench.grid import ATC_ROTATIONS, ConfigSpec, get_config
-from needlebench.names import builtin_names, load_names
-from needlebench.schema import check_row, columns_for
-from needlebench.tokenizer import get_tokenizer
+from needlebench.tasks.grid import ATC_ROTATIONS, ConfigSpec, get_config
+from needlebench.tasks.names import builtin_names, load_names
+from needlebench.tasks.schema import check_row, columns_for
 
 ATC_CONFIGS = [f"atc_{lang}{suffix}" for lang in ("en", "zh") for suffix in ("", "_reasoning", "_512", "_open")]
 LETTERS = "ABCD"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from needlebench import budget
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation import budget
 from support import build_data, single_row
 from support.smollm import smollm_dir
 

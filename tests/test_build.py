@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
-from needlebench.build import MANIFEST, build_dataset, shard_plan
+from needlebench.dataset.build import MANIFEST, build_dataset, shard_plan
+from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
-from needlebench.grid import get_config
-from needlebench.options import BuildOptions
+from needlebench.tasks.grid import get_config
 
 CONFIGS = ["single_en_4k", "multi_retrieval_zh_4k", "atc_en"]
 
@@ -46,7 +45,7 @@ def test_layout_and_load_dataset(built):
 
 
 def test_row_groups_are_small_for_long_configs():
-    from needlebench.build import _group_rows
+    from needlebench.dataset.build import _group_rows
 
     assert _group_rows(get_config("single_en_1000k")) <= 4
     assert _group_rows(get_config("single_en_4k")) >= 100
@@ -61,7 +60,7 @@ def test_rebuild_is_byte_identical_with_two_processes(built, tmp_path):
 
 
 def test_a_shard_of_a_long_config_is_deterministic_with_small_row_groups(tmp_path):
-    from needlebench.build import _build_shard
+    from needlebench.dataset.build import _build_shard
 
     spec = get_config("multi_retrieval_en_256k")
     shards = shard_plan(spec)
@@ -101,7 +100,7 @@ def test_refuses_a_foreign_folder_unless_overwrite(tmp_path):
 
 
 def test_a_failing_build_leaves_nothing(tmp_path, monkeypatch):
-    import needlebench.build as build_module
+    import needlebench.dataset.build as build_module
 
     def boom(*args, **kwargs):
         raise RuntimeError("crash in the middle")
@@ -116,7 +115,7 @@ def test_a_failing_build_leaves_nothing(tmp_path, monkeypatch):
 def test_a_failing_build_keeps_the_existing_configs(built, tmp_path, monkeypatch):
     import shutil
 
-    import needlebench.build as build_module
+    import needlebench.dataset.build as build_module
 
     copy = tmp_path / "copy"
     shutil.copytree(built, copy)

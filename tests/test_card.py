@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 from hub_server import client_env, make_dataset_folder, run_client
-
-from needlebench import card
+from needlebench.dataset.load import card
 from needlebench.errors import NeedlebenchError
-from needlebench.schema import features_for
+from needlebench.tasks.schema import features_for
 
 CONFIGS = {"single_en_4k": 5, "atc_en": 3}
 
@@ -81,7 +80,7 @@ def test_loaded_files_follow_the_data_files_glob() -> None:
 
 
 def test_atc_description_counts_names_and_relations_like_the_grid() -> None:
-    from needlebench.grid import registry
+    from needlebench.tasks.grid import registry
 
     counts = {name: spec.needle_counts for name, spec in registry().items() if spec.family == "atc"}
     assert (min(counts["atc_en"]), max(counts["atc_en"]), max(counts["atc_en_512"])) == (2, 19, 512)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from needlebench.grid import get_config
-from needlebench.options import BuildOptions
-from needlebench.rows import iter_rows
+from needlebench.dataset.options import BuildOptions
+from needlebench.dataset.rows import iter_rows
+from needlebench.tasks.grid import get_config
 
 DOCS = ["Alpha beta gamma.", "Delta epsilon.", "Zeta eta theta."]
 NEEDLES = [

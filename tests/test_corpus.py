@@ -6,9 +6,8 @@ import json
 import re
 
 import pytest
-
-from needlebench.corpus import default_chinese, default_english, load_corpus
 from needlebench.errors import NeedlebenchError
+from needlebench.sources.corpus import default_chinese, default_english, load_corpus
 
 
 def test_default_english_reads_as_prose():

@@ -9,21 +9,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from needlebench.counting_stars import (
+from needlebench.compat.counting_stars import compat_haystack_text
+from needlebench.dataset.options import BuildOptions
+from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.scoring import counting_stars_score
+from needlebench.sources.tokenizer import get_tokenizer
+from needlebench.tasks.counting_stars import (
     answer_json,
     assign_slots,
-    compat_haystack_text,
     counting_stars_rows,
     draw_counts,
     question_text,
     star_sentence,
 )
-from needlebench.errors import NeedlebenchError
-from needlebench.grid import ConfigSpec, get_config, registry
-from needlebench.options import BuildOptions
-from needlebench.schema import columns_for
-from needlebench.scoring import counting_stars_score
-from needlebench.tokenizer import get_tokenizer
+from needlebench.tasks.grid import ConfigSpec, get_config, registry
+from needlebench.tasks.schema import columns_for
 
 SEPARATOR = "\n\n\n\n"
 SMALL = (4000, 8000)
@@ -228,7 +228,7 @@ def test_assign_slots_distinct_and_last_at_end():
 def test_piece_edits_match_string_edits():
     """The span-and-star edits behind compat mode equal the reference's string edits, also where an offset falls
     inside an earlier star or past the end."""
-    from needlebench import counting_stars as cs
+    from needlebench.tasks import counting_stars as cs
 
     text = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
     spaces = np.array([i for i, c in enumerate(text) if c == " "])

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from needlebench import harness
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluate import oracle_answers, with_default_include_path
-from needlebench.grid import get_config, registry
+from needlebench.evaluation import harness
+from needlebench.evaluation.evaluate import oracle_answers, with_default_include_path
+from needlebench.tasks.grid import get_config, registry
 from support import (
     KEYWORD,
     NEEDLE,
@@ -212,7 +212,7 @@ def test_model_args_do_not_change_the_data_source(monkeypatch):
 
 def test_load_split_errors_are_one_line(tmp_path):
     from hub_server import make_dataset_folder
-    from needlebench.dataset import load_split
+    from needlebench.dataset.load.load import load_split
 
     folder = tmp_path / "built"
     make_dataset_folder(folder, {"atc_en": 4})
@@ -341,7 +341,7 @@ def test_default_include_path_is_added_once():
 
 
 def test_run_eval_returns_lm_eval_exit_status(capsys):
-    from needlebench.evaluate import run_eval
+    from needlebench.evaluation.evaluate import run_eval
 
     assert run_eval(["run", "--no-such-option"]) == 2
     assert "--no-such-option" in capsys.readouterr().err

@@ -5,12 +5,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
-from needlebench.grid import get_config
-from needlebench.options import BuildOptions
-from needlebench.prompts import frame_parts
-from needlebench.rows import iter_rows
-from needlebench.schema import columns_for
+from needlebench.dataset.options import BuildOptions
+from needlebench.dataset.rows import iter_rows
+from needlebench.tasks.grid import get_config
+from needlebench.tasks.prompts import frame_parts
+from needlebench.tasks.schema import columns_for
 
 OPTIONS = BuildOptions()
 

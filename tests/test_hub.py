@@ -19,9 +19,9 @@ from hub_server import (
     olah_fixture,
     run_client,
 )
-
+from needlebench.dataset.publish import publish_to_git
 from needlebench.errors import NeedlebenchError
-from needlebench.hub import (
+from needlebench.sources.hub import (
     OPENCOMPASS_REPO,
     OPENCOMPASS_REVISION,
     HubSpec,
@@ -29,7 +29,6 @@ from needlebench.hub import (
     parse_corpus_option,
     parse_hub_spec,
 )
-from needlebench.publish import publish_to_git
 
 hub = olah_fixture()
 
@@ -105,8 +104,8 @@ def test_parse_hub_spec() -> None:
 
 
 def test_one_repo_id_rule_for_haystack_specs_and_publishing() -> None:
-    from needlebench import hub as hub_module
-    from needlebench import verify
+    from needlebench.dataset.load import verify
+    from needlebench.sources import hub as hub_module
 
     assert verify.REPO_ID is hub_module.REPO_ID and not hasattr(verify, "_REPO_ID")
     for repo_id in ("org/name", "Org-1/data.set_2"):
@@ -133,10 +132,10 @@ def test_opencompass_files_download_and_cache(hub: HubServer, opencompass: dict[
     results = hub.calls(
         [
             ("hub_server:hub_settings", (), {}),
-            ("needlebench.hub:opencompass_file", ("needles.jsonl", commit), {}),
-            ("needlebench.hub:opencompass_file", ("PaulGrahamEssays.jsonl",), {"revision": "fixture-v1"}),
-            ("needlebench.hub:opencompass_file", ("names.json", "no-such-revision"), {}),
-            ("needlebench.corpus:load_corpus", (f"opencompass@{commit}", "zh"), {}),
+            ("needlebench.sources.hub:opencompass_file", ("needles.jsonl", commit), {}),
+            ("needlebench.sources.hub:opencompass_file", ("PaulGrahamEssays.jsonl",), {"revision": "fixture-v1"}),
+            ("needlebench.sources.hub:opencompass_file", ("names.json", "no-such-revision"), {}),
+            ("needlebench.sources.corpus:load_corpus", (f"opencompass@{commit}", "zh"), {}),
         ],
         hf_home=home,
     )
@@ -150,19 +149,19 @@ def test_opencompass_files_download_and_cache(hub: HubServer, opencompass: dict[
     assert list(corpus["documents"]) == [record["text"] for record in FINANCE]
     # A pinned commit is read from the cache with the Hub unreachable and offline mode on.
     offline = client_env(f"http://127.0.0.1:{free_port()}", home) | {"HF_HUB_OFFLINE": "1"}
-    (cached,) = run_client([{"target": "needlebench.hub:opencompass_file", "args": ["needles.jsonl", commit]}], offline)
+    (cached,) = run_client([{"target": "needlebench.sources.hub:opencompass_file", "args": ["needles.jsonl", commit]}], offline)
     assert cached == needles_path
 
 
 def test_hub_text_datasets_as_haystacks(hub: HubServer, texts: str) -> None:
     results = hub.calls(
         [
-            ("needlebench.hub:load_hub_documents", ("hub:fixture/texts@v1.0",), {}),
-            ("needlebench.hub:load_hub_documents", ("hub:fixture/texts@v1.0::validation:body",), {}),
-            ("needlebench.hub:load_hub_documents", ("hub:fixture/texts",), {}),
-            ("needlebench.hub:load_hub_documents", ("hub:fixture/texts@v1.0::train:nope",), {}),
-            ("needlebench.hub:load_hub_documents", ("hub:fixture/absent@v1.0",), {}),
-            ("needlebench.corpus:load_corpus", ("hub:fixture/texts@v1.0",), {"language": "en"}),
+            ("needlebench.sources.hub:load_hub_documents", ("hub:fixture/texts@v1.0",), {}),
+            ("needlebench.sources.hub:load_hub_documents", ("hub:fixture/texts@v1.0::validation:body",), {}),
+            ("needlebench.sources.hub:load_hub_documents", ("hub:fixture/texts",), {}),
+            ("needlebench.sources.hub:load_hub_documents", ("hub:fixture/texts@v1.0::train:nope",), {}),
+            ("needlebench.sources.hub:load_hub_documents", ("hub:fixture/absent@v1.0",), {}),
+            ("needlebench.sources.corpus:load_corpus", ("hub:fixture/texts@v1.0",), {"language": "en"}),
         ]
     )
     (train, train_meta), (validation, _), (main, main_meta), bad_column, absent, corpus = results
@@ -200,11 +199,11 @@ def test_verify_repo_passes_then_fails_after_a_parquet_file_is_altered(hub: HubS
     commit_files(repo, {parquet: bytes(data)}, tag="v1.0.1-altered", message="tamper")
     ok, ok_subset, altered, altered_other, bad_revision = hub.calls(
         [
-            ("needlebench.verify:verify_repo", ("org/nb", "v1.0.0", None), {"rebuild": False}),
-            ("needlebench.verify:verify_repo", ("org/nb", "v1.0.0", ["atc_en"]), {"rebuild": False}),
-            ("needlebench.verify:verify_repo", ("org/nb", "v1.0.1-altered", None), {"rebuild": False}),
-            ("needlebench.verify:verify_repo", ("org/nb", "v1.0.1-altered", ["single_en_4k"]), {"rebuild": False}),
-            ("needlebench.verify:verify_repo", ("org/nb", "v9.9.9", None), {"rebuild": False}),
+            ("needlebench.dataset.verify:verify_repo", ("org/nb", "v1.0.0", None), {"rebuild": False}),
+            ("needlebench.dataset.verify:verify_repo", ("org/nb", "v1.0.0", ["atc_en"]), {"rebuild": False}),
+            ("needlebench.dataset.verify:verify_repo", ("org/nb", "v1.0.1-altered", None), {"rebuild": False}),
+            ("needlebench.dataset.verify:verify_repo", ("org/nb", "v1.0.1-altered", ["single_en_4k"]), {"rebuild": False}),
+            ("needlebench.dataset.verify:verify_repo", ("org/nb", "v9.9.9", None), {"rebuild": False}),
         ]
     )
     assert ok == {} and ok_subset == {} and altered_other == {}
@@ -218,8 +217,8 @@ def test_hub_publish_reads_existing_tags_through_the_real_api(hub: HubServer, pu
     make_dataset_folder(other, {"single_en_4k": 6, "atc_en": 3}, salt="-other")
     same, conflict = hub.calls(
         [
-            ("needlebench.publish:publish_folder", (str(published),), {"repo_id": "org/nb", "version": "1.0.0"}),
-            ("needlebench.publish:publish_folder", (str(other),), {"repo_id": "org/nb", "version": "1.0.0"}),
+            ("needlebench.dataset.publish:publish_folder", (str(published),), {"repo_id": "org/nb", "version": "1.0.0"}),
+            ("needlebench.dataset.publish:publish_folder", (str(other),), {"repo_id": "org/nb", "version": "1.0.0"}),
         ]
     )
     tag_commit = git(hub.repo_path("org/nb"), "rev-parse", "v1.0.0^{commit}").strip()
@@ -228,12 +227,12 @@ def test_hub_publish_reads_existing_tags_through_the_real_api(hub: HubServer, pu
 
 
 def test_verify_repo_rebuilds_a_real_build(hub: HubServer, tmp_path: Path) -> None:
-    from needlebench.build import BuildOptions, build_dataset
+    from needlebench.dataset.build import BuildOptions, build_dataset
 
     folder = tmp_path / "real"
     build_dataset(["single_en_4k"], folder, BuildOptions(), progress=False)
     publish_to_git(folder, hub.repo_path("org/real"), version="0.1.0")
-    assert hub.call("needlebench.verify:verify_repo", "org/real", "v0.1.0", None) == {}  # {config: reason} if not
+    assert hub.call("needlebench.dataset.verify:verify_repo", "org/real", "v0.1.0", None) == {}  # {config: reason} if not
 
 
 def test_unreachable_endpoint_fails_fast_with_one_line_errors(tmp_path: Path) -> None:
@@ -243,11 +242,11 @@ def test_unreachable_endpoint_fails_fast_with_one_line_errors(tmp_path: Path) ->
     started = time.monotonic()
     results = run_client(
         [
-            {"target": "needlebench.hub:opencompass_file", "args": ["needles.jsonl"]},
-            {"target": "needlebench.hub:load_hub_documents", "args": ["hub:org/texts@v1"]},
-            {"target": "needlebench.verify:verify_repo", "args": ["org/nb", "v1.0.0", None]},
+            {"target": "needlebench.sources.hub:opencompass_file", "args": ["needles.jsonl"]},
+            {"target": "needlebench.sources.hub:load_hub_documents", "args": ["hub:org/texts@v1"]},
+            {"target": "needlebench.dataset.verify:verify_repo", "args": ["org/nb", "v1.0.0", None]},
             {
-                "target": "needlebench.publish:publish_folder",
+                "target": "needlebench.dataset.publish:publish_folder",
                 "args": [str(folder)],
                 "kwargs": {"repo_id": "org/nb", "version": "1.0.0"},
             },

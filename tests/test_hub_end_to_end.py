@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 from hub_server import ClientError, HubServer, commit_files, olah_fixture
-
-from needlebench.build import build_dataset
-from needlebench.hub import OPENCOMPASS_REPO
-from needlebench.options import BuildOptions
-from needlebench.publish import publish_to_git
+from needlebench.dataset.build import build_dataset
+from needlebench.dataset.options import BuildOptions
+from needlebench.dataset.publish import publish_to_git
+from needlebench.sources.hub import OPENCOMPASS_REPO
 
 hub = olah_fixture()
 
@@ -81,7 +80,7 @@ def release(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_lm_eval_task_reads_a_published_release_by_data_repo(hub: HubServer, release: str, tmp_path: Path):
     output = tmp_path / "results"
     code = (
-        "import sys; from needlebench.evaluate import run_eval; sys.exit(run_eval(sys.argv[1:]))"
+        "import sys; from needlebench.evaluation.evaluate import run_eval; sys.exit(run_eval(sys.argv[1:]))"
     )
     metadata = json.dumps({"data_repo": release, "data_revision": "v1.0.0"})
     # lm-eval merges --model_args into the task metadata: the model's revision must not reach the dataset
@@ -99,13 +98,13 @@ def test_lm_eval_task_reads_a_published_release_by_data_repo(hub: HubServer, rel
 
 
 def test_hub_load_failures_are_one_line_errors(hub: HubServer, release: str):
-    load = "needlebench.dataset:load_split"
+    load = "needlebench.dataset.load:load_split"
     missing_repo, missing_revision, missing_config, renamed_key = hub.calls(
         [
             (load, ("atc_en",), {"repo_id": "org/no-such-dataset", "revision": "v1.0.0"}),
             (load, ("atc_en",), {"repo_id": release, "revision": "v9.9.9"}),
             (load, ("single_en_4k",), {"repo_id": release, "revision": "v1.0.0"}),
-            ("needlebench.harness:load_dataset", (), {"needlebench_config": "atc_en", "repo_id": release}),
+            ("needlebench.evaluation.harness:load_dataset", (), {"needlebench_config": "atc_en", "repo_id": release}),
         ]
     )
     for error in (missing_repo, missing_revision, missing_config, renamed_key):

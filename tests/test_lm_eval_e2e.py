@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from needlebench import harness, scoring
-from needlebench.evaluate import ORACLE_MODEL, run_eval
-from needlebench.report import SAMPLES_FILE_RE as SAMPLES_NAME
-from needlebench.report import write_report
+from needlebench.evaluation import harness, scoring
+from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
+from needlebench.evaluation.report import SAMPLES_FILE_RE as SAMPLES_NAME
+from needlebench.evaluation.report import write_report
 from PIL import Image
 from support import build_data
 from support.smollm import smollm_dir
@@ -194,7 +194,7 @@ def test_plain_dataset_path_task_reads_a_pinned_folder(srt_data_dir: Path, tmp_p
     """The README's plain ``dataset_path``/``dataset_name`` form: our task included, lm-eval's own loader."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
-    from needlebench.evaluate import oracle_model
+    from needlebench.evaluation.evaluate import oracle_model
 
     folder = tmp_path / "tasks"
     folder.mkdir()

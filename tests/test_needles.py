@@ -7,18 +7,16 @@ import re
 from pathlib import Path
 
 import pytest
-
 from needlebench.errors import NeedlebenchError
-from needlebench.needles import (
-    BANK_SEED,
+from needlebench.tasks.needle_bank import BANK_SEED, needle_bank
+from needlebench.tasks.needle_file import load_needles_file
+from needlebench.tasks.needles import (
     LANGUAGE_CODES,
     LANGUAGE_NAMES,
     RetrievalNeedle,
     choose_distinct_needles,
     choose_needle,
     language_code,
-    load_needles_file,
-    needle_bank,
     needle_problems,
     splice_guide,
 )

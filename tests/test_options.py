@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
+from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
-from needlebench.hub import OPENCOMPASS_REVISION
-from needlebench.options import BuildOptions
+from needlebench.sources.hub import OPENCOMPASS_REVISION
 
 
 def test_recipe_round_trip():

@@ -6,9 +6,8 @@ import re
 
 import numpy as np
 import pytest
-
 from needlebench.errors import NeedlebenchError
-from needlebench.placement import NeedleRequest, build_context
+from needlebench.tasks.placement import NeedleRequest, build_context
 
 NEEDLE = {
     "en": "Hidden on Emerald Island is the legendary Stardust Shard.",
@@ -91,8 +90,8 @@ def test_depth_outside_range_is_an_error(english_corpus):
 
 
 def test_cut_points_keep_contractions_and_hyphenated_words_whole(cl100k):
-    from needlebench.corpus import Corpus
-    from needlebench.tokenized import tokenize_corpus
+    from needlebench.sources.corpus import Corpus
+    from needlebench.sources.tokenized import tokenize_corpus
 
     text = "He said don't go. A well-known road. 他说：“走吧。”"
     corpus = tokenize_corpus(Corpus("t", "en", (text,), "test", "none"), cl100k)

@@ -12,9 +12,14 @@ from typing import Any
 
 import pytest
 from hub_server import commit_files, git, make_dataset_folder
-
+from needlebench.dataset.publish import (
+    PublishResult,
+    parse_version,
+    publish_folder,
+    publish_to_git,
+    version_key,
+)
 from needlebench.errors import NeedlebenchError
-from needlebench.publish import PublishResult, parse_version, publish_folder, publish_to_git, version_key
 
 WRITES = ("create_repo", "upload_folder", "create_tag")
 
@@ -488,7 +493,7 @@ def test_git_bad_input_creates_no_repository(folder: Path, tmp_path: Path) -> No
 def test_git_failure_after_init_removes_the_new_repository(
     folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import needlebench.publish as publish
+    import needlebench.dataset.publish as publish
 
     def broken(*args: Any, **kwargs: Any) -> Iterator[Path]:
         raise NeedlebenchError("simulated failure")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from needlebench.errors import NeedlebenchError
-from needlebench.reasoning_needles import (
+from needlebench.tasks.reasoning_needles import (
     ReasoningNeedleSet,
     choose_reasoning_set,
     generate_reasoning_set,

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from needlebench import harness, report
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation import harness, report
 from PIL import Image
 from support import (
     atc_rows,

@@ -2,8 +2,7 @@
 
 import numpy as np
 import pytest
-
-from needlebench.scoring import (
+from needlebench.evaluation.scoring import (
     atc_category_score,
     atc_overall,
     circular_item_correct,

@@ -1,8 +1,7 @@
 """Counting-Stars parsing and the 1 / 0.5 / 0.25 / 0 scoring."""
 
 import pytest
-
-from needlebench.scoring import (
+from needlebench.evaluation.scoring import (
     counting_stars_score,
     parse_answer_list,
     parse_counts,

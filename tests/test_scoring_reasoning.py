@@ -1,8 +1,11 @@
 """M-RS scoring: the reference keyword score and the strict containment score."""
 
 import pytest
-
-from needlebench.scoring import answer_keywords, reasoning_reference_score, reasoning_strict_score
+from needlebench.evaluation.scoring import (
+    answer_keywords,
+    reasoning_reference_score,
+    reasoning_strict_score,
+)
 
 
 def test_english_reference_score_partial_credit():

@@ -1,8 +1,7 @@
 """S-RT / M-RT scoring and the overall NeedleBench aggregation."""
 
 import pytest
-
-from needlebench.scoring import (
+from needlebench.evaluation.scoring import (
     NEEDLEBENCH_WEIGHTS,
     keyword_hits,
     mean,

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from needlebench.corpus import Corpus
-from needlebench.tokenized import copies_for, tokenize_corpus
+from needlebench.sources.corpus import Corpus
+from needlebench.sources.tokenized import copies_for, tokenize_corpus
 
 LITERALS = [
     " The ruler of the Zorvath star system is Queen Miri.",

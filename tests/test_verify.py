@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 from hub_server import make_dataset_folder
-
-from needlebench import build, verify, writer
+from needlebench.dataset.load import build, verify, writer
+from needlebench.dataset.verify import read_manifest, verify_folder
 from needlebench.errors import NeedlebenchError
-from needlebench.verify import read_manifest, verify_folder
 
 REAL_CONFIG = "single_en_4k"
 
@@ -27,7 +26,7 @@ def folder(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real build of one small config (the default corpora, release seed and tokenizer)."""
-    from needlebench.build import BuildOptions, build_dataset
+    from needlebench.dataset.build import BuildOptions, build_dataset
 
     out = tmp_path_factory.mktemp("built") / "ds"
     build_dataset([REAL_CONFIG], out, BuildOptions(), progress=False)

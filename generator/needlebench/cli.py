@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__
-from .errors import NeedlebenchError
+from needlebench import __version__
+from needlebench.errors import NeedlebenchError
 
 app = typer.Typer(
     add_completion=False,
@@ -45,7 +45,7 @@ def list_configs(
     patterns: Annotated[Optional[list[str]], typer.Argument(help="Config names or globs (default: all).")] = None,
 ) -> None:
     """List configs with their rows and approximate context tokens."""
-    from .grid import match_configs, registry
+    from needlebench.tasks.grid import match_configs, registry
 
     specs = match_configs(patterns) if patterns else list(registry().values())
     table = Table("config", "task", "language", "size", "rows", "context tokens")
@@ -80,10 +80,10 @@ def build(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
 ) -> None:
     """Build configs into a dataset folder (Parquet + card), byte-identical for the same version and seed."""
-    from .build import build_dataset
-    from .grid import match_configs, registry
-    from .options import BuildOptions
-    from .seeding import RELEASE_SEED
+    from needlebench.dataset.build import build_dataset
+    from needlebench.dataset.options import BuildOptions
+    from needlebench.seeding import RELEASE_SEED
+    from needlebench.tasks.grid import match_configs, registry
 
     if all_configs:
         names_list = list(registry())
@@ -131,7 +131,7 @@ def _parse_depths(text: str | None) -> tuple[float, ...] | None:
 def _opencompass_inputs(corpus, haystack_en, haystack_zh, needles, reasoning_en, reasoning_zh, names):
     """Fill unset inputs with the paper's files from the Hub dataset opencompass/NeedleBench, as the pinned spec
     ``opencompass@REV`` (downloaded and cached when read; the recipe records the spec, not a local path)."""
-    from .hub import parse_corpus_option
+    from needlebench.sources.hub import parse_corpus_option
 
     _, revision = parse_corpus_option(corpus)
     spec = f"opencompass@{revision}"
@@ -144,7 +144,7 @@ def _opencompass_inputs(corpus, haystack_en, haystack_zh, needles, reasoning_en,
 )
 def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
     """Run lm-eval with needlebench's models (incl. the oracle) registered; arguments pass through."""
-    from .evaluate import run_eval
+    from needlebench.evaluation.evaluate import run_eval
 
     raise typer.Exit(run_eval(list(ctx.args)))
 
@@ -159,8 +159,8 @@ def budget(
     data_dir: Annotated[Optional[str], typer.Option("--data-dir", help="A built dataset folder (default: build on the fly).")] = None,
 ) -> None:
     """List the rows whose prompt would not fit a model's context (lm-eval would silently left-truncate)."""
-    from .budget import format_budget, run_budget
-    from .grid import match_configs
+    from needlebench.evaluation.budget import format_budget, run_budget
+    from needlebench.tasks.grid import match_configs
 
     names_list = [spec.name for spec in match_configs(configs)]
     rows = run_budget(tokenizer, max_length, names_list, chat_template=chat_template, max_gen_toks=max_gen_toks, data_dir=data_dir)
@@ -175,7 +175,7 @@ def report(
     out: Annotated[Path, typer.Option("--out", help="Where to write tables and heatmaps.")] = Path("needlebench-report"),
 ) -> None:
     """Paper tables (Markdown, CSV) and heatmap PNGs from lm-eval results."""
-    from .report import write_report
+    from needlebench.evaluation.report import write_report
 
     for path in write_report(results_dir, out):
         console.print(str(path))
@@ -191,7 +191,7 @@ def publish(
     token: Annotated[Optional[str], typer.Option(help="Hub token (default: the logged-in one).")] = None,
 ) -> None:
     """Publish a dataset folder as a tagged, versioned Hub dataset (or into a local git repo)."""
-    from .publish import publish_folder, publish_to_git
+    from needlebench.dataset.publish import publish_folder, publish_to_git
 
     if (repo is None) == (to_git is None):
         raise NeedlebenchError("give exactly one of --repo ORG/NAME or --to-git PATH")
@@ -210,7 +210,7 @@ def verify(
     config: Annotated[Optional[list[str]], typer.Option("--config", help="Only these configs.")] = None,
 ) -> None:
     """Rebuild configs from the recorded recipe and compare fingerprints; exit 1 naming each that differs."""
-    from .verify import verify_folder, verify_repo
+    from needlebench.dataset.verify import verify_folder, verify_repo
 
     if (folder is None) == (repo is None):
         raise NeedlebenchError("give exactly one of FOLDER or --repo ORG/NAME --revision vX.Y.Z")

@@ -1,9 +1,9 @@
 """lm-eval hooks of the NeedleBench / Counting-Stars tasks.
 
-A thin wrapper: the implementation lives in ``needlebench.harness`` (install the ``needlebench`` package).
+A thin wrapper: the implementation lives in ``needlebench.evaluation.harness`` (install the ``needlebench`` package).
 """
 
-from needlebench.harness import (  # noqa: F401
+from needlebench.evaluation.harness import (
     agg_flat_mean,
     agg_perf_4,
     load_dataset,

@@ -1,4 +1,4 @@
-"""Test helpers: hand-made rows that follow ``needlebench.schema`` (for unit tests of hooks and reports)."""
+"""Test helpers: hand-made rows that follow ``needlebench.tasks.schema`` (for unit tests of hooks and reports)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from needlebench.grid import get_config
-from needlebench.schema import columns_for
+from needlebench.tasks.grid import get_config
+from needlebench.tasks.schema import columns_for
 
 _DEFAULTS: dict[str, Any] = {
     "depth_percent": None,
@@ -149,8 +149,8 @@ def counting_stars_row(config: str = "counting_stars_acquisition_en_128k", **val
 
 def build_data(configs: list[str], folder: Path) -> Path:
     """Build real configs (the pinned release seed) into a dataset folder, as ``needlebench build`` does."""
-    from needlebench.build import build_dataset
-    from needlebench.options import BuildOptions
+    from needlebench.dataset.build import build_dataset
+    from needlebench.dataset.options import BuildOptions
 
     build_dataset(configs, folder, BuildOptions(), progress=False)
     return folder

@@ -1,0 +1,1 @@
+"""Byte-for-byte replays of the reference constructions (OpenCompass NeedleBench, Counting-Stars), kept apart from the default generators."""

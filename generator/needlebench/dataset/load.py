@@ -1,0 +1,133 @@
+"""Loading one config's test split: from a built folder, from a Hub repo at a revision, or built on the fly.
+
+The same rows in every case: a folder built by `needlebench build`, the published repo at its tag, and the
+on-the-fly build (cached under ``$NEEDLEBENCH_CACHE/datasets``) all come from the same pinned recipe. A missing
+or unreachable repo, an unknown revision and a folder or repo lacking the config are one-line
+:class:`~needlebench.errors.NeedlebenchError` s.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import Any
+
+from needlebench import __version__
+from needlebench.dataset.options import BuildOptions
+from needlebench.errors import NeedlebenchError
+from needlebench.seeding import RELEASE_SEED
+from needlebench.tasks.grid import get_config
+
+
+def built_cache_dir(release_seed: int) -> Path:
+    """The on-the-fly dataset folder of a release seed (under ``$NEEDLEBENCH_CACHE``, keyed by the version)."""
+    root = os.environ.get("NEEDLEBENCH_CACHE") or os.path.join(Path.home(), ".cache", "needlebench")
+    return Path(root) / "datasets" / f"v{__version__}-seed{release_seed}"
+
+
+def ensure_built(config: str, release_seed: int = RELEASE_SEED) -> Path:
+    """The on-the-fly folder holding `config` (built once, under a file lock so parallel callers wait)."""
+    from needlebench.dataset.build import build_dataset, read_manifest
+
+    get_config(config)
+    folder = built_cache_dir(release_seed)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        manifest = read_manifest(folder) if folder.exists() else None
+        if manifest is None or config not in manifest["configs"]:
+            build_dataset([config], folder, BuildOptions(release_seed=release_seed), progress=False)
+    return folder
+
+
+def check_built(folder: Path, config: str) -> None:
+    """Raise a one-line error when a built folder's manifest does not list ``config``."""
+    from needlebench.dataset.build import read_manifest
+
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return  # not a needlebench-built folder (e.g. a downloaded repo); loading it decides
+    built = list(manifest.get("configs", {}))
+    if config not in built:
+        shown = ", ".join(built[:8]) + (" ..." if len(built) > 8 else "")
+        raise NeedlebenchError(
+            f"config {config!r} is not built in data_dir {str(folder)!r} (it holds: {shown or 'nothing'}); "
+            f"add it with `needlebench build {config} --out {folder}`"
+        )
+
+
+def _first_line(error: BaseException) -> str:
+    """The error's message on one line, shortened."""
+    return " ".join(str(error).split())[:200] or type(error).__name__
+
+
+def _load_folder(folder: Path, config: str) -> Any:
+    """The test split of ``config`` from a local dataset folder (a built or downloaded needlebench dataset)."""
+    from datasets import load_dataset
+
+    if not folder.is_dir():
+        raise NeedlebenchError(f"data_dir {str(folder)!r} is not a directory; build it with `needlebench build`")
+    check_built(folder, config)
+    if not (folder / "README.md").exists():
+        raise NeedlebenchError(f"data_dir {folder} is not a dataset folder (no README.md); build it first")
+    try:
+        return load_dataset(str(folder), config, split="test")
+    except (ValueError, FileNotFoundError) as error:  # unknown config, no data files
+        raise NeedlebenchError(
+            f"config {config!r} could not be loaded from data_dir {folder} ({_first_line(error)}); "
+            f"add it with `needlebench build {config} --out {folder}`"
+        ) from None
+
+
+def _hub_failure(error: BaseException, what: str) -> str:
+    """A one-line message for a failed Hub load (offline mode named as such: datasets reports a lost connection)."""
+    from huggingface_hub import constants
+
+    from needlebench.sources.hub import hub_error_message
+
+    if constants.HF_HUB_OFFLINE:
+        return f"{what}: not in the local cache and HF_HUB_OFFLINE is set; unset it to download the dataset"
+    return hub_error_message(error, what)
+
+
+def _load_repo(repo_id: str, revision: str | None, config: str) -> Any:
+    """The test split of ``config`` from a Hub dataset at ``revision`` (default ``main``).
+
+    Online, the repo and revision are asked for once first (no retries), so a missing repo or revision or an
+    unreachable endpoint fails fast with a precise message.
+    """
+    from datasets import load_dataset
+    from huggingface_hub import constants
+
+    from needlebench.sources.hub import check_revision, hub_errors, resolve_dataset
+
+    what = f"dataset {repo_id}@{check_revision(revision) or 'main'} config {config!r}"
+    if not constants.HF_HUB_OFFLINE:
+        resolve_dataset(repo_id, revision)
+    try:
+        return load_dataset(repo_id, config, split="test", revision=revision)
+    except hub_errors() as error:
+        raise NeedlebenchError(_hub_failure(error, what)) from None
+    except (ValueError, FileNotFoundError) as error:  # unknown config or split, no data files
+        raise NeedlebenchError(f"{what}: {_first_line(error)}") from None
+
+
+def load_split(
+    config: str,
+    *,
+    data_dir: str | None = None,
+    repo_id: str | None = None,
+    revision: str | None = None,
+    release_seed: int | None = None,
+) -> Any:
+    """The test split of `config` as a `datasets.Dataset`."""
+    get_config(config)
+    if data_dir and repo_id:
+        raise NeedlebenchError("give either data_dir or repo_id, not both")
+    if data_dir:
+        return _load_folder(Path(data_dir).expanduser().resolve(), config)
+    if repo_id:
+        return _load_repo(repo_id, revision, config)
+    folder = ensure_built(config, RELEASE_SEED if release_seed is None else int(release_seed))
+    return _load_folder(folder, config)

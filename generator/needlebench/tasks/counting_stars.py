@@ -1,0 +1,491 @@
+"""Counting-Stars rows: multi-evidence acquisition and reasoning, English and Chinese, 32 to 1024 stars.
+
+A sample is a haystack with M "star sentences" (``The little penguin counted 15 ★`` or, in the reasoning task,
+a wrong count corrected in place), followed by ``"\n\n\n\n"`` and the question asking for the counts as JSON.
+The texts are in ``data/counting_stars.yaml``.
+
+Default build (one row per context length L, seed ``derive_seed(release_seed, config, L)``):
+
+* haystack + star sentences are exactly L cl100k tokens (:func:`needlebench.tasks.placement.build_context`); the
+  question follows the reference separator, and ``prompt_tokens`` is exact;
+* star i (0-based) goes to a sentence boundary near depth (i+1)/M of the haystack, so the last one closes the
+  context. Every star has its own boundary: boundaries are assigned in order to the even depths
+  (:func:`assign_slots`) and requested at their exact depths, so placement never puts two stars together;
+  a config whose window offers fewer boundaries than stars at some length fails up front, naming M and the
+  smallest such length (:func:`check_capacity`);
+* the counts are distinct random integers in random order (:func:`draw_counts`), never a sorted or
+  arithmetic run; reasoning wrong counts are the correct count +-1 and never equal any correct count.
+
+``--compat counting-stars`` reproduces the reference generator (``gen_test_data.ipynb``): the fixed M=32 lists,
+context sizes of ``int(0.8 L)`` space-split words (English) or ``int(0.7 L)`` characters (Chinese) of the
+cleaned haystack, the reference's approximate insertion offsets and its newline-wrapped star strings. Token
+counts on those rows are still real cl100k counts. Where the haystack is shorter than a context, it is cycled
+(the reference would silently return a shorter context); ``corpus_cycles`` records it.
+
+Haystacks are tokenised once per process (and cached on disk); every count here is made from corpus spans and
+short inserted strings (:meth:`needlebench.sources.tokenized.TokenizedCorpus.count`), never by re-encoding a context."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import numpy as np
+import yaml
+
+from needlebench import __version__
+from needlebench.compat.counting_stars import (
+    _compat_cell,
+    _compat_haystack,
+    _compat_rows,
+    _compat_units,
+)
+from needlebench.dataset.options import BuildOptions
+from needlebench.errors import NeedlebenchError
+from needlebench.seeding import derive_seed, rng
+from needlebench.sources.haystacks import tokenized_corpus, window_start_hint
+from needlebench.sources.tokenized import TokenizedCorpus
+from needlebench.tasks.grid import (
+    COUNTING_STARS_LENGTHS,
+    COUNTING_STARS_TASKS,
+    LANGUAGES,
+    STAR_COUNTS,
+    ConfigSpec,
+)
+from needlebench.tasks.haystack import corpus_label
+from needlebench.tasks.placement import (
+    Context,
+    NeedleRequest,
+    build_context,
+    sentence_start_at_or_after,
+)
+from needlebench.tasks.schema import check_row
+
+__all__ = [
+    "StarCell",
+    "answer_json",
+    "assign_slots",
+    "boundary_slots",
+    "check_capacity",
+    "counting_stars_rows",
+    "draw_counts",
+    "place_stars",
+    "question_separator",
+    "question_text",
+    "star_capacity",
+    "star_sentence",
+    "star_tokens",
+]
+
+
+FAMILY = "counting_stars"
+
+
+COMPAT_MODE = "counting-stars"
+
+
+#: How often a window is re-planned when placement had to move it to a later sentence start.
+_MAX_REPLANS = 4
+
+
+# ---- texts ---------------------------------------------------------------------------------------------------
+@cache
+def star_data() -> dict:
+    """The parsed ``data/counting_stars.yaml`` (sentences, questions, count rules, compat constants)."""
+    text = resources.files("needlebench").joinpath("data/counting_stars.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def check_task(task: str) -> str:
+    if task not in COUNTING_STARS_TASKS:
+        raise NeedlebenchError(
+            f"unknown Counting-Stars task {task!r}; allowed: {', '.join(COUNTING_STARS_TASKS)}"
+        )
+    return task
+
+
+def check_language(language: str) -> str:
+    if language not in LANGUAGES:
+        raise NeedlebenchError(f"unknown language {language!r}; allowed: {', '.join(LANGUAGES)}")
+    return language
+
+
+def _check_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise NeedlebenchError(f"{name} {value!r} is not a star count; allowed: integers from 1 up")
+    return int(value)
+
+
+def star_sentence(task: str, language: str, correct: int, wrong: int | None = None, *, wrapped: bool = False) -> str:
+    """The star sentence of one star (Table 1 / reference strings), without the reference's surrounding
+    newlines unless `wrapped`. Reasoning sentences need the wrong count; acquisition sentences take none."""
+    template = star_data()["stars"][check_task(task)][check_language(language)]
+    correct = _check_count("correct count", correct)
+    if task == "reasoning":
+        if wrong is None:
+            raise NeedlebenchError("a reasoning star sentence needs a wrong count; allowed: an integer from 1 up")
+        template = template.replace("{wrong}", str(_check_count("wrong count", wrong)))
+    elif wrong is not None:
+        raise NeedlebenchError(f"wrong count {wrong!r} given for an acquisition star; allowed: None")
+    sentence = template.replace("{correct}", str(correct))
+    if wrapped:
+        wrapper = star_data()["star_wrapper"]
+        sentence = wrapper + sentence + wrapper
+    return sentence
+
+
+def question_text(task: str, language: str) -> str:
+    """The question of a task and language, exactly as the reference asks it (without the separator)."""
+    return star_data()["questions"][check_task(task)][check_language(language)]
+
+
+def question_separator() -> str:
+    """What goes between the context and the question (the reference's four newlines)."""
+    return star_data()["question_separator"]
+
+
+def answer_json(counts: Sequence[int], language: str) -> str:
+    """The reference answer as the JSON object the question asks for, e.g. ``{"little_penguin": [15, 117]}``."""
+    key = star_data()["answer_keys"][check_language(language)]
+    return json.dumps({key: [int(count) for count in counts]}, ensure_ascii=False)
+
+
+# ---- counts --------------------------------------------------------------------------------------------------
+def _is_regular(values: Sequence[int]) -> bool:
+    """True for runs a model could continue without reading: sorted either way or with a constant step."""
+    if len(values) < 3:
+        return False
+    steps = np.diff(np.asarray(values, dtype=np.int64))
+    return bool(np.all(steps > 0) or np.all(steps < 0) or np.all(steps == steps[0]))
+
+
+def _distinct_draw(generator: np.random.Generator, count: int, pool: int, gap: int) -> list[int]:
+    """`count` distinct integers from 1..pool, pairwise at least `gap` apart, in random order (uniform over
+    such sets: draw from a pool shrunk by the gaps, then spread the sorted draw back out)."""
+    span = pool - (gap - 1) * (count - 1)
+    base = np.sort(generator.choice(span, size=count, replace=False)) + 1
+    values = base + (gap - 1) * np.arange(count)
+    return [int(value) for value in generator.permutation(values)]
+
+
+def _wrong_counts(generator: np.random.Generator, correct: Sequence[int]) -> list[int]:
+    """Per star the correct count +-1 (sign from the generator; the other sign when that one is below 1, a
+    correct count or another star's wrong count)."""
+    taken = set(correct)
+    wrong: list[int] = []
+    for value, sign in zip(correct, generator.choice((-1, 1), size=len(correct))):
+        options = [value + int(sign), value - int(sign)]
+        choice = next((r for r in options if r >= 1 and r not in taken), None)
+        if choice is None:
+            raise NeedlebenchError(
+                f"correct count {value} leaves no free wrong count; raise counts.reasoning_min_gap to 3 or more"
+            )
+        taken.add(choice)
+        wrong.append(choice)
+    return wrong
+
+
+def draw_counts(num_stars: int, seed: int, task: str) -> tuple[list[int], list[int]]:
+    """Correct and wrong counts of one sample: `num_stars` distinct integers from 1..max(128, 4 M) in random,
+    irregular order; for reasoning also one wrong count per star (correct +-1, never a correct count, all
+    distinct), else an empty list. Deterministic in `seed`."""
+    check_task(task)
+    num_stars = _check_count("number of stars", num_stars)
+    rules = star_data()["counts"]
+    pool = max(int(rules["pool_min"]), int(rules["pool_per_star"]) * num_stars)
+    gap = int(rules["reasoning_min_gap"]) if task == "reasoning" else 1
+    if pool - (gap - 1) * (num_stars - 1) < num_stars:
+        raise NeedlebenchError(f"{num_stars} stars do not fit in counts 1..{pool} {gap} apart; lower the gap")
+    generator = rng(seed, "counts", task)
+    correct = _distinct_draw(generator, num_stars, pool, gap)
+    for _ in range(int(rules["max_redraws"])):
+        if not _is_regular(correct):
+            break
+        correct = _distinct_draw(generator, num_stars, pool, gap)
+    wrong = _wrong_counts(generator, correct) if task == "reasoning" else []
+    return correct, wrong
+
+
+# ---- cells ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StarCell:
+    """One row of a config: its length, seed, counts and the star sentences as inserted."""
+
+    length: int
+    seed: int
+    correct: tuple[int, ...]
+    wrong: tuple[int, ...]
+    sentences: tuple[str, ...]
+
+
+def _random_cell(spec: ConfigSpec, options: BuildOptions, length: int) -> StarCell:
+    seed = derive_seed(options.release_seed, spec.name, length)
+    correct, wrong = draw_counts(spec.stars, seed, spec.variant)
+    wrongs: list[int | None] = list(wrong) if wrong else [None] * len(correct)
+    sentences = tuple(star_sentence(spec.variant, spec.language, c, w) for c, w in zip(correct, wrongs))
+    return StarCell(length, seed, tuple(correct), tuple(wrong), sentences)
+
+
+# ---- validation ----------------------------------------------------------------------------------------------
+def check_spec(spec: ConfigSpec) -> None:
+    if spec.family != FAMILY:
+        raise NeedlebenchError(f"config {spec.name!r} is not a Counting-Stars config; allowed: counting_stars_*")
+    check_task(spec.variant)
+    check_language(spec.language)
+    if spec.size not in COUNTING_STARS_LENGTHS:
+        raise NeedlebenchError(
+            f"Counting-Stars size {spec.size!r} of {spec.name} is unknown; allowed: {', '.join(COUNTING_STARS_LENGTHS)}"
+        )
+    if spec.stars not in STAR_COUNTS:
+        raise NeedlebenchError(
+            f"M={spec.stars} stars is not allowed ({spec.name}); allowed M: {', '.join(map(str, STAR_COUNTS))}"
+        )
+
+
+def _check_options(spec: ConfigSpec, options: BuildOptions) -> None:
+    if options.compat not in (None, COMPAT_MODE):
+        raise NeedlebenchError(f"compat mode {options.compat} does not apply to {spec.name}; use --compat {COMPAT_MODE}")
+    if options.question_position != "end":
+        raise NeedlebenchError(
+            f"question position {options.question_position!r} is not supported by {spec.name}; "
+            "Counting-Stars asks after the context (allowed: end)"
+        )
+    if options.compat == COMPAT_MODE and spec.stars != star_data()["compat"]["stars"]:
+        raise NeedlebenchError(
+            f"compat mode {COMPAT_MODE} has fixed star lists only for M={star_data()['compat']['stars']}; "
+            f"{spec.name} has M={spec.stars}"
+        )
+
+
+# ---- default build: slots and placement ----------------------------------------------------------------------
+def star_tokens(corpus: TokenizedCorpus, sentences: Iterable[str]) -> int:
+    """Tokens placement reserves for the star sentences (each counted as joined after a newline)."""
+    return sum(corpus.encode_count("\n" + sentence) for sentence in sentences)
+
+
+def _first_cut_point(corpus: TokenizedCorpus, char: int) -> int | None:
+    for position in range(max(char, 1), len(corpus.text) + 1):
+        if corpus.is_cut_point(position):
+            return position
+    return None
+
+
+def boundary_slots(corpus: TokenizedCorpus, start: int, haystack_tokens: int) -> np.ndarray:
+    """Token offsets (strictly increasing) of the distinct insertion points a window of `haystack_tokens`
+    starting at `start` offers: its opening, each sentence boundary inside it and its end, measured as
+    :func:`needlebench.tasks.placement.choose_positions` measures them; a point is kept only where requesting its
+    exact depth selects it (at most the window length, first of equal offsets)."""
+    empty = np.zeros(0, dtype=np.int64)
+    if haystack_tokens < 1:
+        return empty
+    start_token = corpus.approx_token_index(start)
+    if start_token + haystack_tokens >= corpus.num_tokens:
+        return empty
+    end = _first_cut_point(corpus, corpus.char_at_token(start_token + haystack_tokens))
+    if end is None:
+        return empty
+    lo = int(np.searchsorted(corpus.sentence_chars, start, side="right"))
+    hi = int(np.searchsorted(corpus.sentence_chars, end, side="left"))
+    inner = corpus.sentence_chars[lo:hi]
+    inner_tokens = corpus.hard_tokens[np.maximum(0, np.searchsorted(corpus.hard_chars, inner, side="right") - 1)]
+    offsets = np.concatenate([[0], inner_tokens - start_token, [haystack_tokens]]).astype(np.int64)
+    values = np.unique(offsets)
+    return values[values <= haystack_tokens]
+
+
+def assign_slots(offsets: np.ndarray, haystack_tokens: int, count: int) -> np.ndarray:
+    """Indices (strictly increasing) into `offsets` of `count` distinct slots, star i at the slot nearest depth
+    (i+1)/count of the haystack, pushed to the next free slot when an earlier star took it."""
+    size = len(offsets)
+    if size < count:
+        raise ValueError(f"{count} stars need {count} slots, only {size} given")
+    targets = haystack_tokens * np.arange(1, count + 1, dtype=np.float64) / count
+    right = np.clip(np.searchsorted(offsets, targets), 0, size - 1)
+    left = np.clip(right - 1, 0, size - 1)
+    nearest = np.where(np.abs(offsets[left] - targets) <= np.abs(offsets[right] - targets), left, right)
+    chosen = np.empty(count, dtype=np.int64)
+    previous = -1
+    for i in range(count):
+        previous = min(max(int(nearest[i]), previous + 1), size - count + i)
+        chosen[i] = previous
+    return chosen
+
+
+@dataclass(frozen=True)
+class _Window:
+    hint: int
+    start: int
+    haystack_tokens: int
+    offsets: np.ndarray
+
+
+def _window(corpus: TokenizedCorpus, cell: StarCell, hint: int) -> _Window:
+    haystack_tokens = cell.length - star_tokens(corpus, cell.sentences)
+    start = sentence_start_at_or_after(corpus, hint)
+    return _Window(hint, start, haystack_tokens, boundary_slots(corpus, start, haystack_tokens))
+
+
+def _first_window(corpus: TokenizedCorpus, cell: StarCell) -> _Window:
+    return _window(corpus, cell, window_start_hint(corpus, cell.length, cell.seed))
+
+
+def _capacity_error(spec: ConfigSpec, failing: list[tuple[int, int]], star_share: int) -> NeedlebenchError:
+    length, slots = failing[0]
+    return NeedlebenchError(
+        f"{spec.name}: M={spec.stars} stars need {spec.stars} distinct sentence boundaries, but the {length}-token "
+        f"context offers only {slots} (its star sentences take {star_share} tokens); {len(failing)} of "
+        f"{len(spec.lengths)} lengths fail, the smallest {length} and the largest {failing[-1][0]}; "
+        f"use a config with fewer stars (allowed M: {', '.join(map(str, STAR_COUNTS))})"
+    )
+
+
+def star_capacity(spec: ConfigSpec, options: BuildOptions) -> dict[int, int]:
+    """Distinct sentence boundaries each length's haystack window offers (the stars need `spec.stars`)."""
+    check_spec(spec)
+    corpus = tokenized_corpus(spec, options)
+    return {length: len(_first_window(corpus, _random_cell(spec, options, length)).offsets) for length in spec.lengths}
+
+
+def check_capacity(spec: ConfigSpec, corpus: TokenizedCorpus, cells: Sequence[StarCell]) -> None:
+    """Raise when some length cannot give every star its own sentence boundary (naming the smallest)."""
+    failing = []
+    share = 0
+    for cell in cells:
+        slots = len(_first_window(corpus, cell).offsets)
+        if slots < spec.stars:
+            share = share or star_tokens(corpus, cell.sentences)
+            failing.append((cell.length, slots))
+    if failing:
+        raise _capacity_error(spec, failing, share)
+
+
+def _hint_for_start(corpus: TokenizedCorpus, start: int) -> int:
+    """A start hint that makes placement start its window exactly at the sentence start `start`."""
+    index = int(np.searchsorted(corpus.sentence_chars, start, side="right")) - 1
+    return int(corpus.sentence_chars[index]) if index >= 0 else start
+
+
+def _stars_apart(context: Context, count: int) -> bool:
+    """True when every star got its own insertion point (placement merges stars sharing one)."""
+    return sum(isinstance(segment, str) for segment in context.segments) == count
+
+
+def place_stars(spec: ConfigSpec, corpus: TokenizedCorpus, cell: StarCell) -> Context:
+    """The context of a cell: exactly `cell.length` tokens, star i on its own sentence boundary near depth
+    (i+1)/M, the last at the very end."""
+    window = _first_window(corpus, cell)
+    for _ in range(_MAX_REPLANS):
+        if len(window.offsets) < spec.stars:
+            raise _capacity_error(spec, [(cell.length, len(window.offsets))], star_tokens(corpus, cell.sentences))
+        chosen = window.offsets[assign_slots(window.offsets, window.haystack_tokens, spec.stars)]
+        requests = [
+            NeedleRequest(sentence, float(offset) * 100.0 / window.haystack_tokens)
+            for sentence, offset in zip(cell.sentences, chosen)
+        ]
+        context = build_context(corpus, cell.length, requests, window.hint)
+        if context.start == window.start and _stars_apart(context, spec.stars):
+            return context
+        if context.start == window.start:
+            break
+        window = _window(corpus, cell, _hint_for_start(corpus, context.start))
+    raise NeedlebenchError(
+        f"{spec.name}: could not place M={spec.stars} stars on distinct sentence boundaries at length {cell.length}; "
+        "the haystack lacks sentence boundaries there (use a config with fewer stars)"
+    )
+
+
+# ---- rows ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """What a row records about its rendered prompt."""
+
+    prompt: str
+    prompt_tokens: int
+    haystack_tokens: int
+    depths: list[float]
+    cycles: int
+    corpus: str
+    compat: str
+
+
+def star_row(spec: ConfigSpec, options: BuildOptions, cell: StarCell, layout: Layout) -> dict:
+    row = {
+        "id": f"{spec.name}-L{cell.length}",
+        "task": spec.task_label,
+        "config": spec.name,
+        "language": spec.language,
+        "size": spec.size,
+        "context_length": cell.length,
+        "depth_percent": None,
+        "needle_depths": [float(depth) for depth in layout.depths],
+        "prompt": layout.prompt,
+        "question": question_text(spec.variant, spec.language),
+        "answer": answer_json(cell.correct, spec.language),
+        "keywords": [str(count) for count in cell.correct],
+        "needles": list(cell.sentences),
+        "repeat": 0,
+        "seed": cell.seed,
+        "corpus": layout.corpus,
+        "tokenizer": options.tokenizer,
+        "prompt_tokens": layout.prompt_tokens,
+        "haystack_tokens": layout.haystack_tokens,
+        "version": __version__,
+        "buffer": 0,
+        "task_variant": spec.variant,
+        "num_stars": len(cell.correct),
+        "star_counts": list(cell.correct),
+        "wrong_counts": list(cell.wrong),
+        "corpus_cycles": layout.cycles,
+        "compat": layout.compat,
+    }
+    check_row(FAMILY, row)
+    return row
+
+
+def _default_rows(
+    spec: ConfigSpec, options: BuildOptions, corpus: TokenizedCorpus, cells: Sequence[StarCell]
+) -> Iterator[dict]:
+    tail = question_separator() + question_text(spec.variant, spec.language)
+    label = corpus_label(corpus)
+    for cell in cells:
+        context = place_stars(spec, corpus, cell)
+        if context.tokens != cell.length:
+            raise NeedlebenchError(
+                f"{spec.name}: the context at length {cell.length} came out at {context.tokens} tokens; "
+                "it must be exact"
+            )
+        prompt, prompt_tokens = context.framed("", tail)
+        layout = Layout(
+            prompt=prompt,
+            prompt_tokens=prompt_tokens,
+            haystack_tokens=context.tokens,
+            depths=context.actual_depths,
+            cycles=context.cycles,
+            corpus=label,
+            compat="",
+        )
+        yield star_row(spec, options, cell, layout)
+
+
+def counting_stars_rows(
+    spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] | None = None
+) -> Iterator[dict]:
+    """Rows of a Counting-Stars config, one per context length (only `lengths` when given), in grid order.
+
+    Inputs are checked before the first row: the config, options, lengths and (default build) whether every
+    length of the config can give each star its own sentence boundary."""
+    check_spec(spec)
+    _check_options(spec, options)
+    chosen = spec.select_lengths(lengths)
+    if options.compat == COMPAT_MODE:
+        haystack = _compat_haystack(
+            options.haystack(spec.language), spec.language, options.tokenizer, _compat_units(spec, max(spec.lengths))
+        )
+        return _compat_rows(spec, options, haystack, [_compat_cell(spec, options, length) for length in chosen])
+    corpus = tokenized_corpus(spec, options)
+    cells = {length: _random_cell(spec, options, length) for length in spec.lengths}
+    check_capacity(spec, corpus, list(cells.values()))
+    return _default_rows(spec, options, corpus, [cells[length] for length in chosen])

@@ -1,0 +1,235 @@
+"""The papers' parameter grids and the registry of dataset configs.
+
+Every config of the dataset is a :class:`ConfigSpec`; its name is the Hub config name and, prefixed with
+``needlebench_``, the lm-eval task name. The NeedleBench numbers are the reference v1 table (lengths, depth lists,
+buffers per task and language, repeats); the Counting-Stars numbers are the paper's.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from functools import cache
+
+from needlebench.errors import NeedlebenchError
+
+LANGUAGES = ("en", "zh")
+SIZES = ("4k", "8k", "32k", "128k", "200k", "256k", "1000k")
+
+#: Families and the task label used in tables.
+FAMILIES = {
+    "single": "S-RT",
+    "multi_retrieval": "M-RT",
+    "multi_reasoning": "M-RS",
+    "atc": "ATC",
+    "counting_stars": "Counting-Stars",
+}
+
+#: 20-point linear depth list (int-truncated, as the reference computes it) and the 11-point sparse list.
+DEPTHS_LINEAR_20 = tuple(int(i * 100 / 19) for i in range(20))
+DEPTHS_SPARSE_11 = (0, 10, 21, 31, 42, 52, 63, 73, 84, 94, 100)
+
+CONTEXT_LENGTHS = {
+    "4k": (1000, 2000, 3000, 4000),
+    "8k": (5000, 6000, 7000, 8000),
+    "32k": (9000, 13000, 17000, 21000, 25000, 29000, 31000, 32000),
+    "128k": tuple(range(16000, 128001, 16000)),
+    "200k": (16000, 48000, 80000, 112000, 128000, 144000, 176000, 200000),
+    "256k": (32000, 128000, 256000),
+    "1000k": (20000, 160000, 300000, 440000, 580000, 720000, 860000, 1000000),
+}
+
+#: (family, language, size) -> length buffer in cl100k tokens (reference v1 configs).
+_BUFFERS_EN = {
+    "single": {"4k": 600, "8k": 800, "32k": 3000},
+    "multi_retrieval": {"4k": 1000, "8k": 1300, "32k": 3000},
+    "multi_reasoning": {"4k": 600, "8k": 1000, "32k": 3000},
+}
+_BUFFERS_EN_DEFAULT = {"single": 600, "multi_retrieval": 3000, "multi_reasoning": 600}
+ZH_BUFFER = 200
+
+REPEATS = {"single": 10, "multi_retrieval": 25, "multi_reasoning": 10, "atc": 10, "counting_stars": 1}
+
+#: M-RS needle counts and the spacing between consecutive needles in percent of the haystack.
+REASONING_NEEDLE_COUNTS = (2, 3, 4, 5)
+REASONING_NEEDLE_SPACING = 10
+
+#: ATC needle counts (number of names in the chain).
+ATC_NEEDLE_COUNTS = tuple(range(2, 20))
+ATC_EXTENDED_NEEDLE_COUNTS = tuple(2**k for k in range(1, 10))  # 2 .. 512
+ATC_ROTATIONS = ("ABCD", "BCDA", "CDAB", "DABC")
+
+#: Counting-Stars: 32 lengths per family and the allowed star counts.
+COUNTING_STARS_LENGTHS = {
+    "128k": tuple(range(4000, 128001, 4000)),
+    "1000k": tuple(round(1_000_000 * (i + 1) / 32) for i in range(32)),
+}
+COUNTING_STARS_TASKS = ("acquisition", "reasoning")
+STAR_COUNTS = (32, 64, 128, 256, 512, 1024)
+DEFAULT_STARS = 32
+#: For M above the paper's 32, a length is in the config only if it holds at least this many tokens per star,
+#: so the star sentences stay a minority of the context (a reasoning star sentence is ~40 tokens).
+MIN_TOKENS_PER_STAR = {"acquisition": 64, "reasoning": 96}
+
+
+def counting_stars_lengths(size: str, task: str, stars: int) -> tuple[int, ...]:
+    """The paper's 32 lengths of a family; for M > 32 only those with room for the stars."""
+    lengths = COUNTING_STARS_LENGTHS[size]
+    if stars <= DEFAULT_STARS:
+        return lengths
+    return tuple(length for length in lengths if length >= stars * MIN_TOKENS_PER_STAR[task])
+
+
+def depths_for(size: str) -> tuple[int, ...]:
+    """Depth grid of a NeedleBench size: 20 linear points at 4k/8k, the 11-point sparse list from 32k."""
+    return DEPTHS_LINEAR_20 if size in ("4k", "8k") else DEPTHS_SPARSE_11
+
+
+def buffer_for(family: str, language: str, size: str) -> int:
+    """Length buffer (tokens kept free for the prompt frame and question) of the reference v1 configs."""
+    if language == "zh":
+        return ZH_BUFFER
+    return _BUFFERS_EN[family].get(size, _BUFFERS_EN_DEFAULT[family])
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """One dataset config (one Hub config, one lm-eval task)."""
+
+    name: str
+    family: str
+    language: str
+    size: str | None = None
+    #: ATC: "direct", "reasoning", "extended", "open"; Counting-Stars: "acquisition", "reasoning".
+    variant: str = ""
+    stars: int | None = None
+
+    @property
+    def task_label(self) -> str:
+        return FAMILIES[self.family]
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        if self.family == "counting_stars":
+            return counting_stars_lengths(self.size, self.variant, self.stars)
+        if self.size is None:
+            return ()
+        return CONTEXT_LENGTHS[self.size]
+
+    def select_lengths(self, lengths: tuple[int, ...] | None) -> tuple[int, ...]:
+        """The config's lengths, or the given ones (which must be among them) in grid order."""
+        if lengths is None:
+            return self.lengths
+        unknown = sorted(set(lengths) - set(self.lengths))
+        if unknown:
+            shown = ", ".join(str(length) for length in self.lengths[:3])
+            raise NeedlebenchError(
+                f"length {unknown[0]} is not a length of {self.name}; allowed: {shown}, ..., {self.lengths[-1]} "
+                f"({len(self.lengths)} lengths)"
+            )
+        return tuple(length for length in self.lengths if length in lengths)
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        if self.family in ("single", "multi_retrieval", "multi_reasoning"):
+            return depths_for(self.size)
+        return ()
+
+    @property
+    def buffer(self) -> int:
+        if self.family in ("single", "multi_retrieval", "multi_reasoning"):
+            return buffer_for(self.family, self.language, self.size)
+        return 0
+
+    @property
+    def repeats(self) -> int:
+        return REPEATS[self.family]
+
+    @property
+    def needle_counts(self) -> tuple[int, ...]:
+        if self.family == "multi_reasoning":
+            return REASONING_NEEDLE_COUNTS
+        if self.family == "atc":
+            return ATC_EXTENDED_NEEDLE_COUNTS if self.variant == "extended" else ATC_NEEDLE_COUNTS
+        if self.family == "multi_retrieval":
+            return (len(self.depths),)
+        return (1,)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of the test split."""
+        if self.family == "single":
+            return len(self.lengths) * len(self.depths) * self.repeats
+        if self.family == "multi_retrieval":
+            return len(self.lengths) * self.repeats
+        if self.family == "multi_reasoning":
+            return len(self.lengths) * len(self.depths) * len(self.needle_counts) * self.repeats
+        if self.family == "atc":
+            rotations = 1 if self.variant == "open" else len(ATC_ROTATIONS)
+            return len(self.needle_counts) * self.repeats * rotations
+        if self.family == "counting_stars":
+            return len(self.lengths)
+        raise AssertionError(self.family)
+
+    @property
+    def approx_tokens(self) -> int:
+        """Approximate context tokens of the split (haystack + needles), for `needlebench list`."""
+        if self.family in ("single", "multi_reasoning"):
+            per_length = len(self.depths) * self.repeats * len(self.needle_counts)
+            return sum(length - self.buffer for length in self.lengths) * per_length
+        if self.family == "multi_retrieval":
+            return sum(length - self.buffer for length in self.lengths) * self.repeats
+        if self.family == "counting_stars":
+            return sum(self.lengths)
+        return 0
+
+
+def _build_registry() -> dict[str, ConfigSpec]:
+    specs: list[ConfigSpec] = []
+    for family in ("single", "multi_retrieval", "multi_reasoning"):
+        for language in LANGUAGES:
+            for size in SIZES:
+                specs.append(ConfigSpec(f"{family}_{language}_{size}", family, language, size))
+    for language in LANGUAGES:
+        specs.append(ConfigSpec(f"atc_{language}", "atc", language, variant="direct"))
+        specs.append(ConfigSpec(f"atc_{language}_reasoning", "atc", language, variant="reasoning"))
+        specs.append(ConfigSpec(f"atc_{language}_512", "atc", language, variant="extended"))
+        specs.append(ConfigSpec(f"atc_{language}_open", "atc", language, variant="open"))
+    for task in COUNTING_STARS_TASKS:
+        for language in LANGUAGES:
+            for size in COUNTING_STARS_LENGTHS:
+                for stars in STAR_COUNTS:
+                    if not counting_stars_lengths(size, task, stars):
+                        continue
+                    suffix = "" if stars == DEFAULT_STARS else f"_m{stars}"
+                    name = f"counting_stars_{task}_{language}_{size}{suffix}"
+                    specs.append(ConfigSpec(name, "counting_stars", language, size, variant=task, stars=stars))
+    return {spec.name: spec for spec in specs}
+
+
+@cache
+def registry() -> dict[str, ConfigSpec]:
+    """All configs by name, in a stable order."""
+    return _build_registry()
+
+
+def get_config(name: str) -> ConfigSpec:
+    try:
+        return registry()[name]
+    except KeyError:
+        raise NeedlebenchError(
+            f"unknown config {name!r}; run `needlebench list` for the allowed names "
+            "(e.g. single_en_4k, multi_retrieval_zh_128k, atc_en, counting_stars_acquisition_en_128k)"
+        ) from None
+
+
+def match_configs(patterns: list[str] | tuple[str, ...]) -> list[ConfigSpec]:
+    """Configs matching names or shell globs, in registry order; an unmatched pattern is an error."""
+    names = list(registry())
+    chosen: set[str] = set()
+    for pattern in patterns:
+        hits = fnmatch.filter(names, pattern)
+        if not hits:
+            get_config(pattern)  # raises the one-line error
+        chosen.update(hits)
+    return [registry()[name] for name in names if name in chosen]

@@ -1,0 +1,39 @@
+"""S-RT (single-needle retrieval), default mode: one needle per prompt at each depth of the grid."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from needlebench.dataset.options import BuildOptions
+from needlebench.seeding import derive_seed
+from needlebench.sources.haystacks import tokenized_corpus, window_start_hint
+from needlebench.tasks.grid import ConfigSpec
+from needlebench.tasks.haystack import base_row, cells_of, retrieval_needles
+from needlebench.tasks.needles import choose_needle, splice_guide
+from needlebench.tasks.placement import NeedleRequest, build_context
+from needlebench.tasks.prompts import frame_parts
+
+
+def single_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
+    """S-RT: one needle per prompt at each depth of the grid."""
+    corpus = tokenized_corpus(spec, options)
+    bank = retrieval_needles(options.needles_file(), spec.language)
+    for cell in cells_of(spec, options, lengths):
+        target = cell.length - cell.buffer
+        needle = choose_needle(bank, derive_seed(cell.seed, "needle"))
+        start = window_start_hint(corpus, target, cell.seed)
+        question = splice_guide(needle.question, spec.language)
+        before, after = frame_parts("single", spec.language, question, options.question_position)
+        for depth in options.depths_for(spec.depths):
+            context = build_context(corpus, target, [NeedleRequest(needle.text, depth)], start)
+            yield {
+                "id": f"{spec.name}-L{cell.length}-d{depth:g}-r{cell.repeat}",
+                **base_row(cell, options, corpus, context, before, after),
+                "depth_percent": float(depth),
+                "question": question,
+                "answer": needle.text,
+                "keywords": [needle.keyword],
+                "needles": [needle.text],
+                "seed": derive_seed(options.release_seed, spec.name, cell.length, depth, cell.repeat),
+                "requested_depths": [float(depth)],
+            }
