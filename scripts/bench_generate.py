@@ -46,7 +46,7 @@ def reference_sample_seconds(spec, options, length: int, depth: int, repeat: int
     order = list(range(len(documents)))
     np.random.default_rng(repeat).shuffle(order)
     needle_tokens = encoding.encode_ordinary(needle)
-    target = max(0, length - effective_buffer(spec, length, options) - len(needle_tokens))
+    target = max(0, length - effective_buffer(spec, length, options.settings_for(spec)) - len(needle_tokens))
     tokens: list[int] = []
     position = 0
     while len(tokens) < target:  # cycle the corpus like the default mode when it is too short

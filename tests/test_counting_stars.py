@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from needlebench.compat.counting_stars import compat_haystack_text
 from needlebench.dataset.options import BuildOptions
+from needlebench.dataset.rows import iter_rows
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.scoring import counting_stars_score
 from needlebench.sources.tokenizer import get_tokenizer
 from needlebench.tasks.counting_stars import (
     answer_json,
     assign_slots,
-    counting_stars_rows,
     draw_counts,
     question_text,
     star_sentence,
@@ -69,7 +69,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def default_rows() -> dict[str, list[dict]]:
-    return {name: list(counting_stars_rows(get_config(name), BuildOptions(), SMALL)) for name in CONFIGS}
+    return {name: list(iter_rows(get_config(name), BuildOptions(), SMALL)) for name in CONFIGS}
 
 
 # ---- texts -----------------------------------------------------------------------------------------------------
@@ -172,17 +172,17 @@ def test_wrong_counts_never_collide(default_rows, name):
 
 def test_determinism_and_variation(default_rows):
     name = "counting_stars_acquisition_en_128k"
-    again = list(counting_stars_rows(get_config(name), BuildOptions(), (8000,)))
+    again = list(iter_rows(get_config(name), BuildOptions(), (8000,)))
     assert again == default_rows[name][1:]
     first, second = default_rows[name]
     assert first["star_counts"] != second["star_counts"] and first["seed"] != second["seed"]
-    (other,) = counting_stars_rows(get_config(name), BuildOptions(release_seed=7), (4000,))
+    (other,) = iter_rows(get_config(name), BuildOptions(release_seed=7), (4000,))
     assert other["star_counts"] != first["star_counts"] and other["prompt"] != first["prompt"]
 
 
 def test_one_small_length_of_the_1000k_family(tokenizer):
     spec = get_config("counting_stars_reasoning_en_1000k")
-    (row,) = counting_stars_rows(spec, BuildOptions(), (31250,))
+    (row,) = iter_rows(spec, BuildOptions(), (31250,))
     assert row["id"] == "counting_stars_reasoning_en_1000k-L31250" and row["size"] == "1000k"
     assert tokenizer.count(context_of(row)) == row["haystack_tokens"] == 31250
     assert row["prompt_tokens"] == tokenizer.count(row["prompt"])
@@ -192,7 +192,7 @@ def test_one_small_length_of_the_1000k_family(tokenizer):
 
 def test_more_stars_fit_at_longer_lengths(tokenizer):
     spec = get_config("counting_stars_acquisition_zh_128k_m64")
-    (row,) = counting_stars_rows(spec, BuildOptions(), (8000,))
+    (row,) = iter_rows(spec, BuildOptions(), (8000,))
     assert row["num_stars"] == 64 and oracle(row["prompt"], "acquisition", "zh")[0] == row["star_counts"]
     assert tokenizer.count(context_of(row)) == 8000
 
@@ -228,7 +228,7 @@ def test_assign_slots_distinct_and_last_at_end():
 def test_piece_edits_match_string_edits():
     """The span-and-star edits behind compat mode equal the reference's string edits, also where an offset falls
     inside an earlier star or past the end."""
-    from needlebench.tasks import counting_stars as cs
+    from needlebench.compat import counting_stars as cs
 
     text = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
     spaces = np.array([i for i, c in enumerate(text) if c == " "])
@@ -313,7 +313,7 @@ def test_compat_english_matches_reference(tmp_path, monkeypatch, tokenizer, task
     assert compat_haystack_text([p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.txt"))], "en") == text
     spec = get_config(f"counting_stars_{task}_en_128k")
     options = BuildOptions(compat="counting-stars", haystack_en=str(folder))
-    rows = list(counting_stars_rows(spec, options, SMALL))
+    rows = list(iter_rows(spec, options, SMALL))
     for row in rows:
         assert row["star_counts"] == A32 and row["wrong_counts"] == (R32 if task == "reasoning" else [])
         assert row["compat"] == "counting-stars" and row["needles"][0].startswith("\n") and row["needles"][0].endswith("\n")
@@ -333,7 +333,7 @@ def test_compat_chinese_matches_reference(tmp_path, monkeypatch, tokenizer, task
     text = _reference_chinese_text(path)
     assert "------------" not in text and not re.search("[A-Za-z ,.!]", text) and "（" in text
     spec = get_config(f"counting_stars_{task}_zh_128k")
-    rows = list(counting_stars_rows(spec, BuildOptions(compat="counting-stars", haystack_zh=str(path)), SMALL))
+    rows = list(iter_rows(spec, BuildOptions(compat="counting-stars", haystack_zh=str(path)), SMALL))
     for row in rows:
         context = context_of(row)
         expected, characters = _reference_context(text, row["context_length"], row["needles"], "zh")
@@ -346,7 +346,7 @@ def test_compat_chinese_matches_reference(tmp_path, monkeypatch, tokenizer, task
 
 def test_compat_default_chinese_corpus():
     spec = get_config("counting_stars_acquisition_zh_128k")
-    (row,) = counting_stars_rows(spec, BuildOptions(compat="counting-stars"), (4000,))
+    (row,) = iter_rows(spec, BuildOptions(compat="counting-stars"), (4000,))
     context = context_of(row)
     assert len(context) - sum(map(len, row["needles"])) == 2800
     assert row["star_counts"] == A32 and row["corpus"].startswith("sanguo-yanyi@")
@@ -362,7 +362,7 @@ def _one_line_error(excinfo) -> str:
 def test_star_count_not_allowed():
     spec = ConfigSpec("counting_stars_acquisition_en_128k_m100", "counting_stars", "en", "128k", "acquisition", 100)
     with pytest.raises(NeedlebenchError) as excinfo:
-        counting_stars_rows(spec, BuildOptions(), (4000,))
+        iter_rows(spec, BuildOptions(), (4000,))
     message = _one_line_error(excinfo)
     assert "M=100" in message and "1024" in message
 
@@ -374,7 +374,7 @@ def test_more_stars_than_sentence_boundaries_fails_up_front(tmp_path):
     spec = get_config("counting_stars_acquisition_en_128k_m64")
     for lengths in ((8000,), (128000,)):
         with pytest.raises(NeedlebenchError) as excinfo:
-            counting_stars_rows(spec, BuildOptions(haystack_en=str(haystack)), lengths)
+            iter_rows(spec, BuildOptions(haystack_en=str(haystack)), lengths)
         message = _one_line_error(excinfo)
         assert "M=64" in message and "8000-token" in message and "smallest 8000" in message
     assert spec.num_rows == 31 and spec.name in registry()  # listing the config still works
@@ -385,7 +385,7 @@ def test_more_stars_than_sentence_boundaries_fails_up_front(tmp_path):
 def test_the_largest_star_counts_fit_the_default_corpora_at_every_length(task, size):
     spec = get_config(f"counting_stars_{task}_en_{size}_m1024")
     # the capacity check covers every length of the config before the first row is made
-    row = next(counting_stars_rows(spec, BuildOptions(), (spec.lengths[0],)))
+    row = next(iter_rows(spec, BuildOptions(), (spec.lengths[0],)))
     assert row["num_stars"] == 1024 and len(row["star_counts"]) == 1024
 
 
@@ -393,18 +393,18 @@ def test_unknown_config_and_length():
     with pytest.raises(NeedlebenchError):
         get_config("counting_stars_acquisition_en_64k")
     with pytest.raises(NeedlebenchError) as excinfo:
-        counting_stars_rows(get_config("counting_stars_acquisition_en_128k"), BuildOptions(), (5000,))
+        iter_rows(get_config("counting_stars_acquisition_en_128k"), BuildOptions(), (5000,))
     assert "5000" in _one_line_error(excinfo)
 
 
 def test_compat_rejects_other_star_counts_and_modes():
     with pytest.raises(NeedlebenchError) as excinfo:
-        counting_stars_rows(get_config("counting_stars_acquisition_en_128k_m64"), BuildOptions(compat="counting-stars"))
+        iter_rows(get_config("counting_stars_acquisition_en_128k_m64"), BuildOptions(compat="counting-stars"))
     assert "M=64" in _one_line_error(excinfo)
     with pytest.raises(NeedlebenchError):
-        counting_stars_rows(get_config("counting_stars_acquisition_en_128k"), BuildOptions(compat="opencompass"))
+        iter_rows(get_config("counting_stars_acquisition_en_128k"), BuildOptions(compat="opencompass"))
     with pytest.raises(NeedlebenchError):
-        counting_stars_rows(get_config("counting_stars_acquisition_en_128k"), BuildOptions(question_position="start"))
+        iter_rows(get_config("counting_stars_acquisition_en_128k"), BuildOptions(question_position="start"))
 
 
 @pytest.mark.parametrize(

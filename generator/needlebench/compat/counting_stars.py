@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import derive_seed
 from needlebench.sources.corpus import Corpus, read_jsonl_documents, read_text_file
@@ -24,6 +23,7 @@ from needlebench.tasks.counting_stars import (
     Layout,
     StarCell,
     check_language,
+    check_spec,
     check_task,
     question_separator,
     question_text,
@@ -34,6 +34,7 @@ from needlebench.tasks.counting_stars import (
 from needlebench.tasks.grid import (
     ConfigSpec,
 )
+from needlebench.tasks.settings import HaystackSettings
 
 
 def compat_counts(task: str) -> tuple[list[int], list[int]]:
@@ -45,13 +46,13 @@ def compat_counts(task: str) -> tuple[list[int], list[int]]:
     return correct, [a + 1 if sign == "+" else a - 1 for a, sign in zip(correct, compat["r_signs"])]
 
 
-def _compat_cell(spec: ConfigSpec, options: BuildOptions, length: int) -> StarCell:
+def _compat_cell(spec: ConfigSpec, settings: HaystackSettings, length: int) -> StarCell:
     correct, wrong = compat_counts(spec.variant)
     wrongs: list[int | None] = list(wrong) if wrong else [None] * len(correct)
     sentences = tuple(
         star_sentence(spec.variant, spec.language, c, w, wrapped=True) for c, w in zip(correct, wrongs)
     )
-    return StarCell(length, derive_seed(options.release_seed, spec.name, length), tuple(correct), tuple(wrong), sentences)
+    return StarCell(length, derive_seed(settings.release_seed, spec.name, length), tuple(correct), tuple(wrong), sentences)
 
 
 # ---- compat: the reference construction ----------------------------------------------------------------------
@@ -263,7 +264,7 @@ def _compat_depths(corpus: TokenizedCorpus, pieces: list, count: int) -> list[fl
 
 
 def _compat_rows(
-    spec: ConfigSpec, options: BuildOptions, haystack: CompatHaystack, cells: Sequence[StarCell]
+    spec: ConfigSpec, settings: HaystackSettings, haystack: CompatHaystack, cells: Sequence[StarCell]
 ) -> Iterator[dict]:
     tail = question_separator() + question_text(spec.variant, spec.language)
     corpus = haystack.corpus
@@ -280,4 +281,22 @@ def _compat_rows(
             corpus=haystack.label,
             compat=COMPAT_MODE,
         )
-        yield star_row(spec, options, cell, layout)
+        yield star_row(spec, settings, cell, layout)
+
+
+def counting_stars_rows(
+    spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...] | None = None
+) -> Iterator[dict]:
+    """Rows of a Counting-Stars config built as the reference notebook builds them (M=32 only), one per context
+    length (only `lengths` when given), in grid order."""
+    check_spec(spec)
+    if spec.stars != star_data()["compat"]["stars"]:
+        raise NeedlebenchError(
+            f"compat mode {COMPAT_MODE} has fixed star lists only for M={star_data()['compat']['stars']}; "
+            f"{spec.name} has M={spec.stars}"
+        )
+    chosen = spec.select_lengths(lengths)
+    haystack = _compat_haystack(
+        settings.haystack, spec.language, settings.tokenizer, _compat_units(spec, max(spec.lengths))
+    )
+    return _compat_rows(spec, settings, haystack, [_compat_cell(spec, settings, length) for length in chosen])

@@ -23,7 +23,6 @@ from functools import cache
 from pathlib import Path
 
 from needlebench import __version__
-from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.corpus import read_jsonl_documents
 from needlebench.sources.haystacks import corpus_for
@@ -38,6 +37,7 @@ from needlebench.tasks.reasoning_needles import (
     generate_reasoning_set,
     load_reasoning_file,
 )
+from needlebench.tasks.settings import HaystackSettings
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def _accumulate(inputs: _Inputs, order: list[int], target: int) -> list[int]:
     return tokens[:target]
 
 
-def _row(spec, options, length, buffer, repeat, context, question, family, extra) -> dict:
+def _row(spec, settings, length, buffer, repeat, context, question, family, extra) -> dict:
     encoding = get_tokenizer().encoding
     before, after = frame_parts(family, spec.language, question, "end")
     prompt = before + context + after
@@ -136,8 +136,8 @@ def _row(spec, options, length, buffer, repeat, context, question, family, extra
         "question": question,
         "repeat": repeat,
         "seed": repeat,
-        "corpus": _inputs(options.haystack_file(spec.language), spec.language).corpus,
-        "tokenizer": options.tokenizer,
+        "corpus": _inputs(settings.haystack, spec.language).corpus,
+        "tokenizer": settings.tokenizer,
         "prompt_tokens": len(encoding.encode_ordinary(prompt)),
         "haystack_tokens": len(encoding.encode_ordinary(context)),
         "version": __version__,
@@ -148,13 +148,13 @@ def _row(spec, options, length, buffer, repeat, context, question, family, extra
     }
 
 
-def single_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> Iterator[dict]:
+def single_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) -> Iterator[dict]:
     encoding = get_tokenizer().encoding
-    inputs = _inputs(options.haystack_file(spec.language), spec.language)
-    needles = _needle_records(options.needles_file(), spec.language)
+    inputs = _inputs(settings.haystack, spec.language)
+    needles = _needle_records(settings.needles, spec.language)
     for length in lengths:
-        buffer = effective_buffer(spec, length, options)
-        for depth in options.depths_for(spec.depths):
+        buffer = effective_buffer(spec, length, settings)
+        for depth in settings.depths_for(spec.depths):
             order = list(range(len(inputs.documents)))
             rnd = random.Random()
             for repeat in range(spec.repeats):
@@ -170,7 +170,7 @@ def single_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> Iterator[di
                 question = splice_guide(record["retrieval_question"], spec.language)
                 yield {
                     "id": f"{spec.name}-L{length}-d{depth:g}-r{repeat}",
-                    **_row(spec, options, length, buffer, repeat, context, question, "single", {}),
+                    **_row(spec, settings, length, buffer, repeat, context, question, "single", {}),
                     "depth_percent": float(depth),
                     "needle_depths": [100.0 * point / len(tokens) if tokens else 0.0],
                     "answer": needle + "*" + record["arg2"],
@@ -203,15 +203,15 @@ def _unique_entries(rnd: random.Random, lines: list[str], count: int, language: 
     return results
 
 
-def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> Iterator[dict]:
+def multi_retrieval_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) -> Iterator[dict]:
     encoding = get_tokenizer().encoding
-    inputs = _inputs(options.haystack_file(spec.language), spec.language)
-    lines = list(_needle_lines(options.needles_file()))
-    depths = list(options.depths_for(spec.depths))
+    inputs = _inputs(settings.haystack, spec.language)
+    lines = list(_needle_lines(settings.needles))
+    depths = list(settings.depths_for(spec.depths))
     stop, lead, fmt = ("?", "Please answer in the format of '", "'") if spec.language == "en" else ("？", "请按照'", "'的格式回答。")
     period = "." if spec.language == "en" else "。"
     for length in lengths:
-        buffer = effective_buffer(spec, length, options)
+        buffer = effective_buffer(spec, length, settings)
         rnd = random.Random(spec.repeats - 1)  # the state every previous load leaves behind
         rnd.shuffle(list(range(len(inputs.documents))))
         rnd.shuffle(list(range(len(depths))))
@@ -244,7 +244,7 @@ def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> It
             base_tokens = len(tokens) - inserted
             yield {
                 "id": f"{spec.name}-L{length}-r{repeat}",
-                **_row(spec, options, length, buffer, repeat, context, question, "multi_retrieval", {}),
+                **_row(spec, settings, length, buffer, repeat, context, question, "multi_retrieval", {}),
                 "depth_percent": None,
                 "needle_depths": [100.0 * min(p, base_tokens) / base_tokens if base_tokens else 0.0 for p in points],
                 "answer": "*".join(item["arg2"] for item in needles) + "#" + "*".join(f"{d:g}" for d in depths),
@@ -266,17 +266,17 @@ def _reasoning_points(total: int, depth: float, lengths: list[int]) -> list[int]
     return points
 
 
-def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> Iterator[dict]:
+def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) -> Iterator[dict]:
     encoding = get_tokenizer().encoding
-    inputs = _inputs(options.haystack_file(spec.language), spec.language)
-    records = _reasoning_records(options.reasoning_needles(spec.language), spec.language)
+    inputs = _inputs(settings.haystack, spec.language)
+    records = _reasoning_records(settings.needles, spec.language)
     for length in lengths:
-        buffer = effective_buffer(spec, length, options)
+        buffer = effective_buffer(spec, length, settings)
         for count in spec.needle_counts:
             matching = [record for record in records if record.get("derivation_count") == count]
             if not matching:
                 raise NeedlebenchError(f"the reasoning needles have no record with derivation_count {count}")
-            for depth in options.depths_for(spec.depths):
+            for depth in settings.depths_for(spec.depths):
                 order = list(range(len(inputs.documents)))
                 rnd = random.Random()
                 for repeat in range(spec.repeats):
@@ -295,7 +295,7 @@ def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> It
                     question = record["question"] + guide_sentence(spec.language)
                     yield {
                         "id": f"{spec.name}-L{length}-d{depth:g}-n{count}-r{repeat}",
-                        **_row(spec, options, length, buffer, repeat, encoding.decode(tokens), question,
+                        **_row(spec, settings, length, buffer, repeat, encoding.decode(tokens), question,
                                "multi_reasoning", {}),
                         "depth_percent": float(depth),
                         "needle_depths": [min(100.0, depth + REASONING_NEEDLE_SPACING * i) for i in range(count)],
@@ -307,7 +307,7 @@ def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths) -> It
                     }
 
 
-def rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
+def rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
     """Rows of a haystack config for `lengths`, in the reference's loop order (length, depth, repeat)."""
     generators = {"single": single_rows, "multi_retrieval": multi_retrieval_rows, "multi_reasoning": multi_reasoning_rows}
-    return generators[spec.family](spec, options, lengths)
+    return generators[spec.family](spec, settings, lengths)

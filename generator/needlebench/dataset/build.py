@@ -162,20 +162,20 @@ def _validate(specs: list[ConfigSpec], options: BuildOptions) -> None:
     for spec in specs:
         if spec.family in ("single", "multi_retrieval", "multi_reasoning"):
             for length in spec.lengths:
-                effective_buffer(spec, length, options)
+                effective_buffer(spec, length, options.settings_for(spec))
 
 
 def _preload(specs: list[ConfigSpec], options: BuildOptions) -> None:
     """Load and tokenise the corpora (and the schemas, which import `datasets`) in the parent, so forked
     workers share them instead of reloading."""
     from needlebench.dataset.writer import schema_with_features
-    from needlebench.sources.haystacks import tokenized_corpus
+    from needlebench.tasks.haystack import tokenized_corpus
 
     for family in {spec.family for spec in specs}:
         schema_with_features(family)
     for spec in specs:
         if spec.family in ("single", "multi_retrieval", "multi_reasoning", "counting_stars") and options.compat is None:
-            tokenized_corpus(spec, options)
+            tokenized_corpus(spec, options.settings_for(spec))
 
 
 def _build_all(

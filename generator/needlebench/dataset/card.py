@@ -24,7 +24,7 @@ from needlebench.tasks.grid import FAMILIES, ConfigSpec, get_config, registry
 #: Environment variable naming another card template (a Jinja Markdown file like the default one).
 TEMPLATE_ENV = "NEEDLEBENCH_CARD_TEMPLATE"
 #: The default template, in the repository next to the package sources.
-DEFAULT_TEMPLATE = Path(__file__).resolve().parents[2] / "dataset_cards" / "needlebench_card.md"
+DEFAULT_TEMPLATE = Path(__file__).resolve().parents[3] / "dataset_cards" / "needlebench_card.md"
 
 PRETTY_NAME = "NeedleBench and Counting-Stars (needlebench build)"
 SPLIT = "test"

@@ -8,6 +8,8 @@ from needlebench import __version__
 from needlebench.dataset.writer import COMPRESSIONS
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED
+from needlebench.tasks.grid import ConfigSpec
+from needlebench.tasks.settings import HaystackSettings
 
 COMPAT_MODES = ("opencompass", "counting-stars")
 #: Names under which the counting tokenizer may be given (all the same encoding).
@@ -94,9 +96,27 @@ class BuildOptions:
         spec = self.reasoning_needles_en if language == "en" else self.reasoning_needles_zh
         return resolve_input(spec, f"multi_needle_reasoning_{language}.json")
 
-    def depths_for(self, spec_depths: tuple[int, ...]) -> tuple[float, ...]:
-        """The depth grid to use: the override, or the config's own."""
-        return self.depths if self.depths is not None else tuple(float(d) for d in spec_depths)
+    def settings_for(self, spec: ConfigSpec) -> HaystackSettings:
+        """What the family of a haystack config reads from these options, its inputs resolved: compat mode
+        opencompass reads the paper's files as local files, the default mode reads haystack specs itself."""
+        language = spec.language
+        compat = self.compat == "opencompass"
+        if spec.family == "multi_reasoning":
+            needles = self.reasoning_needles(language)
+        elif spec.family in ("single", "multi_retrieval"):
+            needles = self.needles_file()
+        else:
+            needles = None
+        return HaystackSettings(
+            release_seed=self.release_seed,
+            haystack=self.haystack_file(language) if compat else self.haystack(language),
+            needles=needles,
+            tokenizer=self.tokenizer,
+            question_position=self.question_position,
+            buffer=self.buffer,
+            depths=self.depths,
+            halve_full_buffer=self.compat is None,
+        )
 
     def pinned(self, corpora: dict) -> "BuildOptions":
         """The same options with every Hub input pinned to a revision, so the recipe rebuilds the same bytes:

@@ -1,4 +1,8 @@
-"""One entry point for the rows of any config: dispatch by family and compatibility mode."""
+"""One entry point for the rows of any config: dispatch by family and compatibility mode.
+
+This is where the build recipe (:class:`BuildOptions`) meets the families: each family gets only the settings
+it reads (:meth:`BuildOptions.settings_for`), with its inputs resolved.
+"""
 
 from __future__ import annotations
 
@@ -15,13 +19,7 @@ def iter_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] 
     if lengths is not None and spec.family == "atc":
         raise ValueError("ATC configs have no context lengths to select")
     if spec.family == "counting_stars":
-        if options.compat == "opencompass":
-            raise NeedlebenchError(
-                f"compat mode opencompass does not apply to {spec.name}; use --compat counting-stars"
-            )
-        from needlebench.tasks.counting_stars import counting_stars_rows
-
-        return counting_stars_rows(spec, options, lengths)
+        return _counting_stars_rows(spec, options, lengths)
     if options.compat == "counting-stars":
         raise NeedlebenchError(f"compat mode counting-stars does not apply to {spec.name}; use --compat opencompass")
     if spec.family == "atc":
@@ -31,15 +29,37 @@ def iter_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] 
             spec, release_seed=options.release_seed, version=__version__, names_path=options.names_file(), compat=options.compat
         )
     selected = spec.select_lengths(lengths)
+    settings = options.settings_for(spec)
     if options.compat == "opencompass":
-        from needlebench.compat import opencompass as compat_opencompass
+        from needlebench.compat import opencompass
 
-        return compat_opencompass.rows(spec, options, selected)
-    from needlebench.tasks import haystack as haystack_tasks
+        return opencompass.rows(spec, settings, selected)
+    if spec.family == "single":
+        from needlebench.tasks.single import single_rows
 
-    generators = {
-        "single": haystack_tasks.single_rows,
-        "multi_retrieval": haystack_tasks.multi_retrieval_rows,
-        "multi_reasoning": haystack_tasks.multi_reasoning_rows,
-    }
-    return generators[spec.family](spec, options, selected)
+        return single_rows(spec, settings, selected)
+    if spec.family == "multi_retrieval":
+        from needlebench.tasks.multi_retrieval import multi_retrieval_rows
+
+        return multi_retrieval_rows(spec, settings, selected)
+    from needlebench.tasks.multi_reasoning import multi_reasoning_rows
+
+    return multi_reasoning_rows(spec, settings, selected)
+
+
+def _counting_stars_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] | None) -> Iterator[dict]:
+    if options.compat == "opencompass":
+        raise NeedlebenchError(f"compat mode opencompass does not apply to {spec.name}; use --compat counting-stars")
+    if options.question_position != "end":
+        raise NeedlebenchError(
+            f"question position {options.question_position!r} is not supported by {spec.name}; "
+            "Counting-Stars asks after the context (allowed: end)"
+        )
+    settings = options.settings_for(spec)
+    if options.compat == "counting-stars":
+        from needlebench.compat import counting_stars as compat_counting_stars
+
+        return compat_counting_stars.counting_stars_rows(spec, settings, lengths)
+    from needlebench.tasks.counting_stars import counting_stars_rows
+
+    return counting_stars_rows(spec, settings, lengths)

@@ -31,7 +31,7 @@ _INCLUDE_SUBCOMMANDS = ("run", "validate", "ls")
 
 def default_include_path() -> Path | None:
     """The repository's ``harness_tasks`` folder (an editable install), or None when it is not there."""
-    candidate = Path(__file__).resolve().parents[2] / "harness_tasks"
+    candidate = Path(__file__).resolve().parents[3] / "harness_tasks"
     return candidate if (candidate / "needlebench").is_dir() else None
 
 

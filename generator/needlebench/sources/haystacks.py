@@ -4,24 +4,15 @@ from __future__ import annotations
 
 from functools import cache
 
-from needlebench.dataset.options import BuildOptions
 from needlebench.seeding import rng
 from needlebench.sources.corpus import Corpus, load_corpus
 from needlebench.sources.tokenized import TokenizedCorpus, copies_for, tokenize_corpus
 from needlebench.sources.tokenizer import get_tokenizer
-from needlebench.tasks.grid import ConfigSpec
 
 
 @cache
 def corpus_for(spec: str | None, language: str) -> Corpus:
     return load_corpus(spec, language)
-
-
-def tokenized_corpus(spec: ConfigSpec, options: BuildOptions) -> TokenizedCorpus:
-    """The haystack corpus of a config's language, tokenised and cycled for the config's longest length."""
-    return tokenized_for(
-        options.haystack(spec.language), spec.language, options.tokenizer, stream_tokens_needed(max(spec.lengths))
-    )
 
 
 def tokenized_for(spec: str | None, language: str, tokenizer_spec: str, max_window: int) -> TokenizedCorpus:

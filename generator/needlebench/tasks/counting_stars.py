@@ -37,16 +37,9 @@ import numpy as np
 import yaml
 
 from needlebench import __version__
-from needlebench.compat.counting_stars import (
-    _compat_cell,
-    _compat_haystack,
-    _compat_rows,
-    _compat_units,
-)
-from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import derive_seed, rng
-from needlebench.sources.haystacks import tokenized_corpus, window_start_hint
+from needlebench.sources.haystacks import window_start_hint
 from needlebench.sources.tokenized import TokenizedCorpus
 from needlebench.tasks.grid import (
     COUNTING_STARS_LENGTHS,
@@ -55,7 +48,7 @@ from needlebench.tasks.grid import (
     STAR_COUNTS,
     ConfigSpec,
 )
-from needlebench.tasks.haystack import corpus_label
+from needlebench.tasks.haystack import corpus_label, tokenized_corpus
 from needlebench.tasks.placement import (
     Context,
     NeedleRequest,
@@ -63,6 +56,7 @@ from needlebench.tasks.placement import (
     sentence_start_at_or_after,
 )
 from needlebench.tasks.schema import check_row
+from needlebench.tasks.settings import HaystackSettings
 
 __all__ = [
     "StarCell",
@@ -221,8 +215,8 @@ class StarCell:
     sentences: tuple[str, ...]
 
 
-def _random_cell(spec: ConfigSpec, options: BuildOptions, length: int) -> StarCell:
-    seed = derive_seed(options.release_seed, spec.name, length)
+def _random_cell(spec: ConfigSpec, settings: HaystackSettings, length: int) -> StarCell:
+    seed = derive_seed(settings.release_seed, spec.name, length)
     correct, wrong = draw_counts(spec.stars, seed, spec.variant)
     wrongs: list[int | None] = list(wrong) if wrong else [None] * len(correct)
     sentences = tuple(star_sentence(spec.variant, spec.language, c, w) for c, w in zip(correct, wrongs))
@@ -245,22 +239,6 @@ def check_spec(spec: ConfigSpec) -> None:
         )
 
 
-def _check_options(spec: ConfigSpec, options: BuildOptions) -> None:
-    if options.compat not in (None, COMPAT_MODE):
-        raise NeedlebenchError(f"compat mode {options.compat} does not apply to {spec.name}; use --compat {COMPAT_MODE}")
-    if options.question_position != "end":
-        raise NeedlebenchError(
-            f"question position {options.question_position!r} is not supported by {spec.name}; "
-            "Counting-Stars asks after the context (allowed: end)"
-        )
-    if options.compat == COMPAT_MODE and spec.stars != star_data()["compat"]["stars"]:
-        raise NeedlebenchError(
-            f"compat mode {COMPAT_MODE} has fixed star lists only for M={star_data()['compat']['stars']}; "
-            f"{spec.name} has M={spec.stars}"
-        )
-
-
-# ---- default build: slots and placement ----------------------------------------------------------------------
 def star_tokens(corpus: TokenizedCorpus, sentences: Iterable[str]) -> int:
     """Tokens placement reserves for the star sentences (each counted as joined after a newline)."""
     return sum(corpus.encode_count("\n" + sentence) for sentence in sentences)
@@ -342,11 +320,11 @@ def _capacity_error(spec: ConfigSpec, failing: list[tuple[int, int]], star_share
     )
 
 
-def star_capacity(spec: ConfigSpec, options: BuildOptions) -> dict[int, int]:
+def star_capacity(spec: ConfigSpec, settings: HaystackSettings) -> dict[int, int]:
     """Distinct sentence boundaries each length's haystack window offers (the stars need `spec.stars`)."""
     check_spec(spec)
-    corpus = tokenized_corpus(spec, options)
-    return {length: len(_first_window(corpus, _random_cell(spec, options, length)).offsets) for length in spec.lengths}
+    corpus = tokenized_corpus(spec, settings)
+    return {length: len(_first_window(corpus, _random_cell(spec, settings, length)).offsets) for length in spec.lengths}
 
 
 def check_capacity(spec: ConfigSpec, corpus: TokenizedCorpus, cells: Sequence[StarCell]) -> None:
@@ -411,7 +389,7 @@ class Layout:
     compat: str
 
 
-def star_row(spec: ConfigSpec, options: BuildOptions, cell: StarCell, layout: Layout) -> dict:
+def star_row(spec: ConfigSpec, settings: HaystackSettings, cell: StarCell, layout: Layout) -> dict:
     row = {
         "id": f"{spec.name}-L{cell.length}",
         "task": spec.task_label,
@@ -429,7 +407,7 @@ def star_row(spec: ConfigSpec, options: BuildOptions, cell: StarCell, layout: La
         "repeat": 0,
         "seed": cell.seed,
         "corpus": layout.corpus,
-        "tokenizer": options.tokenizer,
+        "tokenizer": settings.tokenizer,
         "prompt_tokens": layout.prompt_tokens,
         "haystack_tokens": layout.haystack_tokens,
         "version": __version__,
@@ -446,7 +424,7 @@ def star_row(spec: ConfigSpec, options: BuildOptions, cell: StarCell, layout: La
 
 
 def _default_rows(
-    spec: ConfigSpec, options: BuildOptions, corpus: TokenizedCorpus, cells: Sequence[StarCell]
+    spec: ConfigSpec, settings: HaystackSettings, corpus: TokenizedCorpus, cells: Sequence[StarCell]
 ) -> Iterator[dict]:
     tail = question_separator() + question_text(spec.variant, spec.language)
     label = corpus_label(corpus)
@@ -467,25 +445,20 @@ def _default_rows(
             corpus=label,
             compat="",
         )
-        yield star_row(spec, options, cell, layout)
+        yield star_row(spec, settings, cell, layout)
 
 
 def counting_stars_rows(
-    spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] | None = None
+    spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...] | None = None
 ) -> Iterator[dict]:
     """Rows of a Counting-Stars config, one per context length (only `lengths` when given), in grid order.
 
-    Inputs are checked before the first row: the config, options, lengths and (default build) whether every
-    length of the config can give each star its own sentence boundary."""
+    Inputs are checked before the first row: the config, the lengths and whether every length of the config
+    can give each star its own sentence boundary. (The reference construction is
+    :func:`needlebench.compat.counting_stars.counting_stars_rows`.)"""
     check_spec(spec)
-    _check_options(spec, options)
     chosen = spec.select_lengths(lengths)
-    if options.compat == COMPAT_MODE:
-        haystack = _compat_haystack(
-            options.haystack(spec.language), spec.language, options.tokenizer, _compat_units(spec, max(spec.lengths))
-        )
-        return _compat_rows(spec, options, haystack, [_compat_cell(spec, options, length) for length in chosen])
-    corpus = tokenized_corpus(spec, options)
-    cells = {length: _random_cell(spec, options, length) for length in spec.lengths}
+    corpus = tokenized_corpus(spec, settings)
+    cells = {length: _random_cell(spec, settings, length) for length in spec.lengths}
     check_capacity(spec, corpus, list(cells.values()))
-    return _default_rows(spec, options, corpus, [cells[length] for length in chosen])
+    return _default_rows(spec, settings, corpus, [cells[length] for length in chosen])

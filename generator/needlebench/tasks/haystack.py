@@ -12,15 +12,16 @@ from dataclasses import dataclass
 from functools import cache
 
 from needlebench import __version__
-from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import derive_seed
+from needlebench.sources.haystacks import stream_tokens_needed, tokenized_for
 from needlebench.sources.tokenized import TokenizedCorpus
 from needlebench.tasks.grid import ConfigSpec
 from needlebench.tasks.needle_bank import needle_bank
 from needlebench.tasks.needle_file import load_needles_file
 from needlebench.tasks.needles import RetrievalNeedle
 from needlebench.tasks.placement import Context
+from needlebench.tasks.settings import HaystackSettings
 
 
 @dataclass(frozen=True)
@@ -34,18 +35,18 @@ class Cell:
     seed: int
 
 
-def effective_buffer(spec: ConfigSpec, length: int, options: BuildOptions) -> int:
+def effective_buffer(spec: ConfigSpec, length: int, settings: HaystackSettings) -> int:
     """The buffer of a cell. A user-given buffer must be smaller than every length. The reference v1 grid has
     one cell where the buffer equals the length (M-RT 4k English at 1,000 tokens, which leaves no haystack):
-    outside compat mode such a buffer is halved."""
-    if options.buffer is not None:
-        if options.buffer >= length:
+    unless `settings.halve_full_buffer` is off (compat mode), such a buffer is halved."""
+    if settings.buffer is not None:
+        if settings.buffer >= length:
             raise NeedlebenchError(
-                f"buffer {options.buffer} is not smaller than length {length} of {spec.name}; "
+                f"buffer {settings.buffer} is not smaller than length {length} of {spec.name}; "
                 f"use a buffer below {min(spec.lengths)}"
             )
-        return options.buffer
-    if spec.buffer >= length and options.compat is None:
+        return settings.buffer
+    if spec.buffer >= length and settings.halve_full_buffer:
         return length // 2
     return spec.buffer
 
@@ -55,20 +56,25 @@ def retrieval_needles(path: str | None, language: str) -> tuple[RetrievalNeedle,
     return load_needles_file(path, language) if path else needle_bank(language)
 
 
+def tokenized_corpus(spec: ConfigSpec, settings: HaystackSettings) -> TokenizedCorpus:
+    """The haystack corpus of a config's language, tokenised and cycled for the config's longest length."""
+    return tokenized_for(settings.haystack, spec.language, settings.tokenizer, stream_tokens_needed(max(spec.lengths)))
+
+
 def corpus_label(corpus: TokenizedCorpus) -> str:
     info = corpus.corpus
     return f"{info.name}@{info.revision}" if info.revision else f"{info.name}@sha256:{info.sha256[:12]}"
 
 
-def cells_of(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[Cell]:
+def cells_of(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[Cell]:
     for length in lengths:
-        buffer = effective_buffer(spec, length, options)
+        buffer = effective_buffer(spec, length, settings)
         for repeat in range(spec.repeats):
-            yield Cell(spec, length, repeat, buffer, derive_seed(options.release_seed, spec.name, length, repeat))
+            yield Cell(spec, length, repeat, buffer, derive_seed(settings.release_seed, spec.name, length, repeat))
 
 
 def base_row(
-    cell: Cell, options: BuildOptions, corpus: TokenizedCorpus, context: Context, before: str, after: str
+    cell: Cell, settings: HaystackSettings, corpus: TokenizedCorpus, context: Context, before: str, after: str
 ) -> dict:
     prompt, prompt_tokens = context.framed(before, after)
     return {
@@ -81,7 +87,7 @@ def base_row(
         "prompt": prompt,
         "repeat": cell.repeat,
         "corpus": corpus_label(corpus),
-        "tokenizer": options.tokenizer,
+        "tokenizer": settings.tokenizer,
         "prompt_tokens": prompt_tokens,
         "haystack_tokens": context.tokens,
         "version": __version__,

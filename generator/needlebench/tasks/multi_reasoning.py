@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from needlebench.dataset.options import BuildOptions
 from needlebench.seeding import derive_seed
-from needlebench.sources.haystacks import tokenized_corpus, window_start_hint
+from needlebench.sources.haystacks import window_start_hint
 from needlebench.tasks.grid import REASONING_NEEDLE_SPACING, ConfigSpec
-from needlebench.tasks.haystack import base_row, cells_of
+from needlebench.tasks.haystack import base_row, cells_of, tokenized_corpus
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import frame_parts, guide_sentence
+from needlebench.tasks.settings import HaystackSettings
 
 
 def reasoning_depths(first: float, count: int, spacing: float = REASONING_NEEDLE_SPACING) -> list[float]:
@@ -24,32 +24,32 @@ def reasoning_question(question: str, language: str) -> str:
     return question + separator + guide_sentence(language)
 
 
-def multi_reasoning_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
+def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
     """M-RS: a 2-5 needle reasoning chain per prompt, first needle at the depth, then every 10%."""
     from needlebench.tasks.reasoning_needles import choose_reasoning_set
 
-    corpus = tokenized_corpus(spec, options)
-    path = options.reasoning_needles(spec.language)
-    for cell in cells_of(spec, options, lengths):
+    corpus = tokenized_corpus(spec, settings)
+    path = settings.needles
+    for cell in cells_of(spec, settings, lengths):
         target = cell.length - cell.buffer
         start = window_start_hint(corpus, target, cell.seed)
         for count in spec.needle_counts:
             chain = choose_reasoning_set(count, spec.language, derive_seed(cell.seed, "chain", count), path)
             question = reasoning_question(chain.question, spec.language)
-            before, after = frame_parts("multi_reasoning", spec.language, question, options.question_position)
-            for depth in options.depths_for(spec.depths):
+            before, after = frame_parts("multi_reasoning", spec.language, question, settings.question_position)
+            for depth in settings.depths_for(spec.depths):
                 depths = reasoning_depths(depth, count)
                 requests = [NeedleRequest(text, d) for text, d in zip(chain.needles, depths)]
                 context = build_context(corpus, target, requests, start)
                 yield {
                     "id": f"{spec.name}-L{cell.length}-d{depth:g}-n{count}-r{cell.repeat}",
-                    **base_row(cell, options, corpus, context, before, after),
+                    **base_row(cell, settings, corpus, context, before, after),
                     "depth_percent": float(depth),
                     "question": question,
                     "answer": chain.answer,
                     "keywords": [chain.answer],
                     "needles": list(chain.needles),
-                    "seed": derive_seed(options.release_seed, spec.name, cell.length, depth, cell.repeat, count),
+                    "seed": derive_seed(settings.release_seed, spec.name, cell.length, depth, cell.repeat, count),
                     "requested_depths": depths,
                     "num_needles": count,
                 }

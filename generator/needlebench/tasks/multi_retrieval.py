@@ -4,22 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from needlebench.dataset.options import BuildOptions
 from needlebench.seeding import derive_seed
-from needlebench.sources.haystacks import tokenized_corpus, window_start_hint
+from needlebench.sources.haystacks import window_start_hint
 from needlebench.tasks.grid import ConfigSpec
-from needlebench.tasks.haystack import base_row, cells_of, retrieval_needles
+from needlebench.tasks.haystack import (
+    base_row,
+    cells_of,
+    retrieval_needles,
+    tokenized_corpus,
+)
 from needlebench.tasks.needles import choose_distinct_needles, splice_guide
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import frame_parts, multi_retrieval_question
+from needlebench.tasks.settings import HaystackSettings
 
 
-def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
+def multi_retrieval_rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
     """M-RT: one distinct needle at every depth of the grid, all in one prompt, one question per needle."""
-    corpus = tokenized_corpus(spec, options)
-    bank = retrieval_needles(options.needles_file(), spec.language)
-    depths = list(options.depths_for(spec.depths))
-    for cell in cells_of(spec, options, lengths):
+    corpus = tokenized_corpus(spec, settings)
+    bank = retrieval_needles(settings.needles, spec.language)
+    depths = list(settings.depths_for(spec.depths))
+    for cell in cells_of(spec, settings, lengths):
         target = cell.length - cell.buffer
         needles = choose_distinct_needles(bank, len(depths), derive_seed(cell.seed, "needles"))
         question = splice_guide(
@@ -30,18 +35,18 @@ def multi_retrieval_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple
             ),
             spec.language,
         )
-        before, after = frame_parts("multi_retrieval", spec.language, question, options.question_position)
+        before, after = frame_parts("multi_retrieval", spec.language, question, settings.question_position)
         requests = [NeedleRequest(needle.text, depth) for needle, depth in zip(needles, depths)]
         context = build_context(corpus, target, requests, window_start_hint(corpus, target, cell.seed))
         yield {
             "id": f"{spec.name}-L{cell.length}-r{cell.repeat}",
-            **base_row(cell, options, corpus, context, before, after),
+            **base_row(cell, settings, corpus, context, before, after),
             "depth_percent": None,
             "question": question,
             "answer": "\n".join(needle.text for needle in needles),
             "keywords": [needle.keyword for needle in needles],
             "needles": [needle.text for needle in needles],
-            "seed": derive_seed(options.release_seed, spec.name, cell.length, None, cell.repeat),
+            "seed": derive_seed(settings.release_seed, spec.name, cell.length, None, cell.repeat),
             "requested_depths": [float(depth) for depth in depths],
             "num_needles": len(needles),
         }

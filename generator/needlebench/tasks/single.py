@@ -4,36 +4,41 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from needlebench.dataset.options import BuildOptions
 from needlebench.seeding import derive_seed
-from needlebench.sources.haystacks import tokenized_corpus, window_start_hint
+from needlebench.sources.haystacks import window_start_hint
 from needlebench.tasks.grid import ConfigSpec
-from needlebench.tasks.haystack import base_row, cells_of, retrieval_needles
+from needlebench.tasks.haystack import (
+    base_row,
+    cells_of,
+    retrieval_needles,
+    tokenized_corpus,
+)
 from needlebench.tasks.needles import choose_needle, splice_guide
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import frame_parts
+from needlebench.tasks.settings import HaystackSettings
 
 
-def single_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...]) -> Iterator[dict]:
+def single_rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
     """S-RT: one needle per prompt at each depth of the grid."""
-    corpus = tokenized_corpus(spec, options)
-    bank = retrieval_needles(options.needles_file(), spec.language)
-    for cell in cells_of(spec, options, lengths):
+    corpus = tokenized_corpus(spec, settings)
+    bank = retrieval_needles(settings.needles, spec.language)
+    for cell in cells_of(spec, settings, lengths):
         target = cell.length - cell.buffer
         needle = choose_needle(bank, derive_seed(cell.seed, "needle"))
         start = window_start_hint(corpus, target, cell.seed)
         question = splice_guide(needle.question, spec.language)
-        before, after = frame_parts("single", spec.language, question, options.question_position)
-        for depth in options.depths_for(spec.depths):
+        before, after = frame_parts("single", spec.language, question, settings.question_position)
+        for depth in settings.depths_for(spec.depths):
             context = build_context(corpus, target, [NeedleRequest(needle.text, depth)], start)
             yield {
                 "id": f"{spec.name}-L{cell.length}-d{depth:g}-r{cell.repeat}",
-                **base_row(cell, options, corpus, context, before, after),
+                **base_row(cell, settings, corpus, context, before, after),
                 "depth_percent": float(depth),
                 "question": question,
                 "answer": needle.text,
                 "keywords": [needle.keyword],
                 "needles": [needle.text],
-                "seed": derive_seed(options.release_seed, spec.name, cell.length, depth, cell.repeat),
+                "seed": derive_seed(settings.release_seed, spec.name, cell.length, depth, cell.repeat),
                 "requested_depths": [float(depth)],
             }
