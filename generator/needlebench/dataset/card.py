@@ -182,7 +182,7 @@ def dataset_info_entry(name: str, entry: Mapping[str, Any], folder: Path | None)
     splits = SplitDict()
     splits.add(SplitInfo(name=SPLIT, num_bytes=uncompressed, num_examples=int(entry["rows"])))
     info = DatasetInfo(
-        features=features_for(get_config(name).family),
+        features=features_for(get_config(name).schema_family),
         splits=splits,
         download_size=download,
         dataset_size=uncompressed,
