@@ -109,3 +109,23 @@ def test_v2_reasoning_rows_hide_a_leak_free_kinship_chain():
     for row in rows:
         by_count.setdefault(row["num_needles"], set()).add(tuple(row["needles"]))
     assert all(len(chains) == 1 for chains in by_count.values())
+
+
+def test_the_card_explains_v1_and_v2_only_when_v2_configs_are_present():
+    from needlebench.dataset import card
+    from needlebench.tasks.schema import features_for
+
+    def manifest(names):
+        entries = {name: {"rows": 5, "fingerprint": f"fp-{name}", "files": []} for name in names}
+        return {"format": "needlebench-dataset", "format_version": 1, "generator_version": "0.1.0",
+                "recipe": {"release_seed": 1, "tokenizer": "cl100k_base"}, "configs": entries}
+
+    both = card.render_card(manifest(["single_en_4k", "v2_single_en_4k", "v2_atc_zh"]))
+    assert "### NeedleBench v1 and v2" in both
+    assert "| Overall per size | 0.4 S-RT + 0.3 M-RT + 0.3 M-RS | mean of S-RT, M-RT and M-RS |" in both
+    assert "**S-RT** (`single_*` configs: 1)" in both and "**S-RT v2** (`v2_single_*` configs: 1)" in both
+    assert "**ATC v2** (`v2_atc_*` configs: 1)" in both
+    data = card.card_data(manifest(["v2_atc_zh"]))
+    assert data.dataset_info[0]["features"] == features_for("atc_v2")._to_yaml_list()
+    v1_only = card.render_card(manifest(["single_en_4k"]))
+    assert "v2" not in v1_only.split("## How the data was built")[0]
