@@ -108,3 +108,17 @@ def test_harness_hooks_and_oracle_for_v2_rows():
     srt = fixture_row("v2_single_en_4k", needles=["Hidden on Red Island is the Blue Gem."], keywords=["Blue Gem"])
     assert harness.process_single_v2(srt, [harness.oracle_answer(srt)]) == {"score": 100.0}
     assert harness.process_single_v2(srt, ["Hidden on Red Island is the Blue Ge."]) == {"score": 0.0}
+
+
+def test_scored_rows_take_the_headline_metric_of_their_family():
+    from support import fixture_row
+
+    mrt = fixture_row("v2_multi_retrieval_en_4k", depth_percent=None)
+    assert v2.scored_row(mrt, {"recall": 50.0, "needle_hits": [100.0, 0.0]})["score"] == 50.0
+    atc = fixture_row("v2_atc_en", num_needles=2)
+    assert v2.scored_row(atc, {"accuracy": 100.0, "weighted": (2, 100.0)})["score"] == 100.0
+    with pytest.raises(ValueError, match="not a NeedleBench v2 config"):
+        v2.scored_row(fixture_row("single_en_4k"), {"score": 1.0})
+    rows = [v2.scored_row(mrt, {"recall": 50.0}), v2.scored_row(fixture_row("v2_single_en_4k"), {"score": 100.0}),
+            v2.scored_row(fixture_row("v2_multi_reasoning_en_4k", num_needles=2), {"exact": 0.0})]
+    assert v2.v2_size_table(rows)["4k"] == {"S-RT": 100.0, "M-RT": 50.0, "M-RS": 0.0, "Overall": 50.0}

@@ -41,6 +41,7 @@ __all__ = [
     "extract_boxed",
     "last_boxed",
     "relation_weighted",
+    "scored_row",
     "single_retrieval_v2_score",
     "v2_overall",
     "v2_size_table",
@@ -119,6 +120,19 @@ def boxed_exact_score(prediction: str, answer: str) -> float:
 
 
 # --------------------------------------------------------------------------------------------- aggregation
+
+#: The per-row lm-eval metric of each v2 family that the tables average (see ``evaluation.harness``).
+V2_ROW_METRIC = {"single": "score", "multi_retrieval": "recall", "multi_reasoning": "exact", "atc": "accuracy"}
+
+
+def scored_row(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A v2 row (an lm-eval sample's ``doc``) with its family's headline metric as ``score``, ready for the
+    tables below; ``metrics`` are the sample's metric values (e.g. ``{"recall": 90.9, "needle_hits": [...]}``)."""
+    spec = get_config(str(doc["config"]))
+    if not spec.is_v2:
+        raise ValueError(f"config {spec.name!r} is not a NeedleBench v2 config")
+    return {**doc, "score": float(metrics[V2_ROW_METRIC[spec.family]])}
+
 
 
 def _mean(values: Iterable[float]) -> float:
