@@ -295,7 +295,16 @@ def test_groups_cover_families_and_sizes():
         "needlebench_256k",
         "needlebench_1000k",
     }
-    assert set(by_name) == expected
+    v2_expected = {f"needlebench_v2_{part}" for part in ("single", "multi_retrieval", "multi_reasoning", "atc")}
+    v2_expected |= {f"needlebench_v2_{size}" for size in ("4k", "8k", "32k", "128k", "200k", "256k", "1000k")}
+    assert set(by_name) == expected | v2_expected | {"needlebench_v2"}
+    # v1 groups hold no v2 task; the v2 groups hold every v2 task once
+    assert not any("_v2_" in task for group in expected for task in by_name[group]["task"])
+    families = ("single", "multi_retrieval", "multi_reasoning", "atc")
+    assert len(by_name["needlebench_v2"]["task"]) == 44 == sum(len(by_name[f"needlebench_v2_{f}"]["task"]) for f in families)
+    assert by_name["needlebench_v2_atc"]["task"] == ["needlebench_v2_atc_en", "needlebench_v2_atc_zh"]
+    assert len(by_name["needlebench_v2_4k"]["task"]) == 6
+    assert [m["metric"] for m in by_name["needlebench_v2_atc"]["aggregate_metric_list"]] == ["accuracy", "weighted"]
     assert "needlebench_counting_stars_reasoning_zh_128k_m64" in by_name["needlebench_128k"]["task"]
     assert "needlebench_counting_stars_acquisition_en_1000k" in by_name["needlebench_1000k"]["task"]
     assert all(t.endswith("_4k") for t in by_name["needlebench_4k"]["task"])

@@ -38,6 +38,8 @@ _DEFAULTS: dict[str, Any] = {
     "num_stars": 0,
     "star_counts": [],
     "wrong_counts": [],
+    "question_type": "ELDEST_ANCESTOR",
+    "generations": 2,
 }
 
 NEEDLE = "\nHidden on Emerald Island is the legendary Stardust Shard.\n"
@@ -50,7 +52,7 @@ def fixture_row(config: str, **values: Any) -> dict[str, Any]:
     """A row of ``config`` with exactly its family's columns; ``values`` override the defaults."""
     spec = get_config(config)
     row: dict[str, Any] = {}
-    for column in columns_for(spec.family):
+    for column in columns_for(spec.schema_family):
         if column in values:
             row[column] = values[column]
         elif column == "id":

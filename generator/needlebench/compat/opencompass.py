@@ -1,5 +1,8 @@
 """`--compat opencompass`: the reference NeedleBench v1 construction, byte for byte from the same inputs.
 
+S-RT and M-RT of v2 are built here too (the reference v2 loaders differ only in their frames and in asking the
+question without the guide sentence); v2 M-RS and ATC are in :mod:`needlebench.compat.opencompass_v2`.
+
 What the reference does and this module replays (spec §2-§5): the haystack documents are shuffled in place with
 ``random.seed(repeat)`` per repeat, so the order of repeat k results from the shuffles 0..k; documents are
 encoded one by one and concatenated without separators, cut to ``length - buffer - needle tokens`` and the
@@ -9,8 +12,8 @@ questions with '、' in both languages. Python's `random` is replayed on a local
 
 Differences from the default mode are listed in the README. One thing cannot be replayed exactly: the
 reference shuffles the M-RT needle file with whatever global random state earlier loaders left; within a run,
-every load leaves the same state (the last calls are seed(R-1) and two shuffles), and this module starts every
-load from that state, which is what OpenCompass produces for every length after the first of a run.
+every load leaves the same state (the last calls are seed(R-1) and the shuffle of its needles), and this module
+starts every load from that state, which is what OpenCompass produces for every length after the first of a run.
 """
 
 from __future__ import annotations
@@ -122,9 +125,9 @@ def _accumulate(inputs: _Inputs, order: list[int], target: int) -> list[int]:
     return tokens[:target]
 
 
-def _row(spec, settings, length, buffer, repeat, context, question, family, extra) -> dict:
+def _row(spec, settings, length, buffer, repeat, context, question, family, extra, fields=None) -> dict:
     encoding = get_tokenizer().encoding
-    before, after = frame_parts(family, spec.language, question, "end")
+    before, after = frame_parts(family, spec.language, question, "end", spec.edition, **(fields or {}))
     prompt = before + context + after
     return {
         "task": spec.task_label,
@@ -167,7 +170,9 @@ def single_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) -> Iterat
                 tokens = _accumulate(inputs, order, max(0, length - buffer - len(needle_tokens)))
                 point = int(len(tokens) * (depth / 100))
                 context = encoding.decode(tokens[:point] + needle_tokens + tokens[point:])
-                question = splice_guide(record["retrieval_question"], spec.language)
+                question = record["retrieval_question"]
+                if not spec.is_v2:  # v2 asks the question as it stands
+                    question = splice_guide(question, spec.language)
                 yield {
                     "id": f"{spec.name}-L{length}-d{depth:g}-r{repeat}",
                     **_row(spec, settings, length, buffer, repeat, context, question, "single", {}),
@@ -212,8 +217,8 @@ def multi_retrieval_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
     period = "." if spec.language == "en" else "。"
     for length in lengths:
         buffer = effective_buffer(spec, length, settings)
-        rnd = random.Random(spec.repeats - 1)  # the state every previous load leaves behind
-        rnd.shuffle(list(range(len(inputs.documents))))
+        # the state every previous load leaves behind: its last calls are seed(R-1) and the shuffle of its needles
+        rnd = random.Random(spec.repeats - 1)
         rnd.shuffle(list(range(len(depths))))
         chosen = _unique_entries(rnd, lines, len(depths), spec.language)
         order = list(range(len(inputs.documents)))
@@ -221,6 +226,7 @@ def multi_retrieval_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
             rnd.seed(repeat)
             rnd.shuffle(order)
             needles = list(chosen)
+            rnd.seed(repeat)  # the reference seeds again before shuffling the needles
             rnd.shuffle(needles)
             for item in needles:
                 if item["retrieval_question"].count("'") < 2:
@@ -231,7 +237,9 @@ def multi_retrieval_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
             wrapped = ["\n" + item["needle"] + "\n" for item in needles]
             questions = "、".join(item["retrieval_question"].split(stop)[0] + stop for item in needles)
             formats = "、".join(item["retrieval_question"].split("'")[1].split(period)[0] for item in needles)
-            question = splice_guide(questions + lead + formats + fmt, spec.language)
+            question = questions + lead + formats + fmt
+            if not spec.is_v2:
+                question = splice_guide(question, spec.language)
             needle_tokens = [encoding.encode_ordinary(text) for text in wrapped]
             tokens = _accumulate(inputs, order, max(0, length - buffer - sum(map(len, needle_tokens))))
             points = [int(len(tokens) * (depth / 100)) for depth in depths]

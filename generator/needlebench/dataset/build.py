@@ -106,7 +106,7 @@ def _build_shard(shard: Shard, options: BuildOptions, folder: str) -> ShardStats
 
     spec = get_config(shard.config)
     rows = _counted(iter_rows(spec, options, shard.lengths, utf8_prompts=True))
-    return write_shard(rows, spec.family, Path(folder) / shard.filename, _group_rows(spec), options.compression)
+    return write_shard(rows, spec.schema_family, Path(folder) / shard.filename, _group_rows(spec), options.compression)
 
 
 def read_manifest(folder: Path) -> dict | None:
@@ -276,7 +276,7 @@ def _preload(specs: list[ConfigSpec], options: BuildOptions) -> None:
     from needlebench.dataset.writer import schema_with_features
     from needlebench.tasks.haystack import tokenized_corpus
 
-    for family in {spec.family for spec in specs}:
+    for family in {spec.schema_family for spec in specs}:
         schema_with_features(family)
     for spec in specs:
         if spec.family in ("single", "multi_retrieval", "multi_reasoning", "counting_stars") and options.compat is None:

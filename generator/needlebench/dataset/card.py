@@ -60,6 +60,28 @@ TASK_DESCRIPTIONS = {
     ),
 }
 
+#: What each v2 family measures (v2 configs are listed apart from the v1 ones).
+V2_TASK_DESCRIPTIONS = {
+    "single": (
+        "NeedleBench v2 Single-Needle Retrieval: as v1 with the v2 grid and prompt frame and no guide sentence; scored "
+        "100 when the answer keyword is in the answer, else 0."
+    ),
+    "multi_retrieval": (
+        "NeedleBench v2 Multi-Needle Retrieval: one needle per depth (11), all questions answered at once; v2 grid "
+        "and frame."
+    ),
+    "multi_reasoning": (
+        "NeedleBench v2 Multi-Needle Reasoning: a kinship chain of 2 to 5 relation sentences (3 to 6 invented names) "
+        "hidden in the haystack, the first at the depth and then every 10%; the model names the eldest ancestor of "
+        "the youngest person in \\boxed{} (exact match)."
+    ),
+    "atc": (
+        "NeedleBench v2 Ancestral Trace Challenge: kinship chains of 2 to 512 relations with no filler text, 0-shot, "
+        "four question types (eldest ancestor, n-th ancestor, n-th descendant, relationship distance), answered in "
+        "\\boxed{} (exact match); scores are weighted by the number of relations."
+    ),
+}
+
 #: Size category thresholds of the Hub (upper bound exclusive, label).
 _SIZE_CATEGORIES = (
     (1_000, "n<1K"),
@@ -183,7 +205,7 @@ def dataset_info_entry(name: str, entry: Mapping[str, Any], folder: Path | None)
 
     download, uncompressed = _file_sizes(folder, entry.get("files", []))
     split = {"name": SPLIT, "num_bytes": uncompressed, "num_examples": int(entry["rows"])}
-    entry_yaml: dict[str, Any] = {"features": features_yaml(get_config(name).family), "splits": [split]}
+    entry_yaml: dict[str, Any] = {"features": features_yaml(get_config(name).schema_family), "splits": [split]}
     if download:
         entry_yaml.update(download_size=download, dataset_size=uncompressed)
     else:  # sizes unknown (files not in `folder`): record only the row count
@@ -277,14 +299,23 @@ def _config_rows(manifest: Mapping[str, Any], names: list[str]) -> list[dict[str
 
 def _task_rows(names: list[str]) -> list[dict[str, Any]]:
     counts: dict[str, int] = {}
+    v2_counts: dict[str, int] = {}
     for name in names:
-        family = get_config(name).family
-        counts[family] = counts.get(family, 0) + 1
-    return [
+        spec = get_config(name)
+        target = v2_counts if spec.is_v2 else counts
+        target[spec.family] = target.get(spec.family, 0) + 1
+    rows = [
         {"family": family, "label": label, "count": counts[family], "description": TASK_DESCRIPTIONS[family]}
         for family, label in FAMILIES.items()
         if family in counts
     ]
+    rows += [
+        {"family": f"v2_{family}", "label": f"{label} v2", "count": v2_counts[family],
+         "description": V2_TASK_DESCRIPTIONS[family]}
+        for family, label in FAMILIES.items()
+        if family in v2_counts
+    ]
+    return rows
 
 
 def default_changelog(manifest: Mapping[str, Any], version: str | None) -> list[dict[str, Any]]:
@@ -326,6 +357,7 @@ def template_context(
         "recipe_options": [(key, _format_value(value)) for key, value in sorted(recipe.items())],
         "corpora": _corpus_rows(corpora),
         "tasks": _task_rows(names),
+        "v2": any(get_config(name).is_v2 for name in names),
         "configs": _config_rows(manifest, names),
         "total_rows": f"{sum(int(e['rows']) for e in entries):,}",
         "total_haystack_tokens": f"{sum(int(e.get('haystack_tokens', 0)) for e in entries):,}",

@@ -106,7 +106,9 @@ class BuildOptions:
         opencompass reads the paper's files as local files, the default mode reads haystack specs itself."""
         language = spec.language
         compat = self.compat == "opencompass"
-        if spec.family == "multi_reasoning":
+        if spec.family == "multi_reasoning" and spec.is_v2:
+            needles = self.names_file()  # v2 M-RS builds its chains from the names list
+        elif spec.family == "multi_reasoning":
             needles = self.reasoning_needles(language)
         elif spec.family in ("single", "multi_retrieval"):
             needles = self.needles_file()

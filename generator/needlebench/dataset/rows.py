@@ -27,6 +27,14 @@ def iter_rows(
         return _counting_stars_rows(spec, options, lengths)
     if options.compat == "counting-stars":
         raise NeedlebenchError(f"compat mode counting-stars does not apply to {spec.name}; use --compat opencompass")
+    if spec.family == "atc" and spec.is_v2:
+        if options.compat == "opencompass":
+            from needlebench.compat.opencompass_v2 import atc_v2_rows
+
+            return atc_v2_rows(spec, names_path=options.names_file())
+        from needlebench.tasks.atc_v2 import iter_atc_v2_rows
+
+        return iter_atc_v2_rows(spec, release_seed=options.release_seed, version=__version__, names_path=options.names_file())
     if spec.family == "atc":
         from needlebench.tasks.atc import iter_atc_rows
 
@@ -36,6 +44,10 @@ def iter_rows(
     selected = spec.select_lengths(lengths)
     settings = options.settings_for(spec)
     if options.compat == "opencompass":
+        if spec.is_v2:
+            from needlebench.compat import opencompass_v2
+
+            return opencompass_v2.rows(spec, settings, selected)
         from needlebench.compat import opencompass
 
         return opencompass.rows(spec, settings, selected)
@@ -47,6 +59,10 @@ def iter_rows(
         from needlebench.tasks.multi_retrieval import multi_retrieval_rows
 
         return multi_retrieval_rows(spec, settings, selected, utf8_prompts)
+    if spec.is_v2:
+        from needlebench.tasks.multi_reasoning_v2 import multi_reasoning_v2_rows
+
+        return multi_reasoning_v2_rows(spec, settings, selected)
     from needlebench.tasks.multi_reasoning import multi_reasoning_rows
 
     return multi_reasoning_rows(spec, settings, selected, utf8_prompts)

@@ -10,8 +10,9 @@ The task folder's ``utils.py`` is a thin wrapper that re-exports the hooks defin
   :mod:`needlebench.evaluation.subset`). The Hub keys carry a ``data_`` prefix because model args share the namespace
   (``hf`` and ``vllm`` take ``pretrained`` and ``revision``).
 * ``process_*`` are the per-family ``process_results`` hooks, returning the metrics of one row.
-* :func:`agg_perf_4` and :func:`agg_flat_mean` are the custom aggregations (CircularEval over
-  ``(item_id, rotation, correct)`` tuples, and the mean over per-needle / per-star lists).
+* :func:`agg_perf_4`, :func:`agg_flat_mean` and :func:`agg_relation_weighted` are the custom aggregations
+  (CircularEval over ``(item_id, rotation, correct)`` tuples, the mean over per-needle / per-star lists, and the
+  v2 ATC score weighted by relation count over ``(relations, score)`` pairs).
 * :func:`oracle_answer` is the perfect answer to a row (used by the ``needlebench-oracle`` model).
 * :func:`task_files` renders every YAML file of the task folder (``scripts/gen_harness_tasks.py`` writes them).
 
@@ -98,6 +99,19 @@ FAMILY_TEMPLATES: dict[str, FamilyTemplate] = {
         (("star_score", "mean"), ("per_star", "agg_flat_mean")),
         8 * 32 + 64,
     ),
+    # NeedleBench v2 (M-RT v2 uses the v1 M-RT template: same hook, metrics and budget). M-RS and ATC ask for
+    # reasoning ending in \boxed{}; ATC chains run up to 512 relations.
+    "v2_single": FamilyTemplate("v2_single", "S-RT v2 (single-needle retrieval)", "process_single_v2", (("score", "mean"),), 256),
+    "v2_multi_reasoning": FamilyTemplate(
+        "v2_multi_reasoning", "M-RS v2 (multi-needle reasoning)", "process_multi_reasoning_v2", (("exact", "mean"),), 1024
+    ),
+    "v2_atc": FamilyTemplate(
+        "v2_atc",
+        "ATC v2 (ancestral trace challenge, four question types)",
+        "process_atc_v2",
+        (("accuracy", "mean"), ("weighted", "agg_relation_weighted")),
+        2048,
+    ),
 }
 
 #: Generation budget of the chain-of-thought ATC prompts.
@@ -115,6 +129,17 @@ FAMILY_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "counting_stars": ("needlebench_counting_stars", ("star_score",)),
 }
 
+#: NeedleBench v2 groups by family, the metrics of the v2 size groups, and the group of every v2 task.
+V2_PREFIX = f"{TASK_PREFIX}v2"
+V2_FAMILY_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "single": (f"{V2_PREFIX}_single", ("score",)),
+    "multi_retrieval": (f"{V2_PREFIX}_multi_retrieval", ("recall",)),
+    "multi_reasoning": (f"{V2_PREFIX}_multi_reasoning", ("exact",)),
+    "atc": (f"{V2_PREFIX}_atc", ("accuracy", "weighted")),
+}
+V2_SIZE_GROUP_METRICS = ("score", "recall", "exact")
+V2_ALL_METRICS = ("score", "recall", "exact", "accuracy", "weighted")
+
 #: Metrics aggregated by the per-size groups (each over the member tasks that report it).
 SIZE_GROUP_METRICS = {
     "single": ("score",),
@@ -125,7 +150,10 @@ SIZE_GROUP_METRICS = {
 
 
 def template_key(spec: ConfigSpec) -> str:
-    """The base template a config's YAML includes (the family, or ``atc_open`` for open-ended ATC)."""
+    """The base template a config's YAML includes (the family, ``atc_open`` for open-ended ATC, ``v2_<family>``
+    for v2 configs except M-RT, which shares the v1 template)."""
+    if spec.is_v2:
+        return "multi_retrieval" if spec.family == "multi_retrieval" else f"v2_{spec.family}"
     if spec.family == "atc" and spec.variant == "open":
         return "atc_open"
     return spec.family
@@ -146,11 +174,13 @@ def task_name(config: str) -> str:
 
 
 def size_group_members(size: str) -> list[str]:
-    """Configs of a size group: NeedleBench S-RT/M-RT/M-RS of that size, plus Counting-Stars of that size."""
+    """Configs of a size group: NeedleBench v1 S-RT/M-RT/M-RS of that size, plus Counting-Stars of that size."""
     return [
         spec.name
         for spec in registry().values()
-        if spec.size == size and spec.family in ("single", "multi_retrieval", "multi_reasoning", "counting_stars")
+        if spec.size == size
+        and not spec.is_v2
+        and spec.family in ("single", "multi_retrieval", "multi_reasoning", "counting_stars")
     ]
 
 
@@ -158,6 +188,20 @@ def size_group_metrics(members: Iterable[str]) -> list[str]:
     """Metrics a size group aggregates: those of its members' families, in family order."""
     families = {get_config(member).family for member in members}
     return [metric for family, metrics in SIZE_GROUP_METRICS.items() if family in families for metric in metrics]
+
+
+def v2_groups() -> dict[str, tuple[list[str], tuple[str, ...]]]:
+    """The NeedleBench v2 groups: ``needlebench_v2`` (every v2 task), one per family and one per size, each with
+    its member configs and the metrics it aggregates."""
+    specs = [spec for spec in registry().values() if spec.is_v2]
+    groups: dict[str, tuple[list[str], tuple[str, ...]]] = {V2_PREFIX: ([spec.name for spec in specs], V2_ALL_METRICS)}
+    for family, (group, metrics) in V2_FAMILY_GROUPS.items():
+        groups[group] = ([spec.name for spec in specs if spec.family == family], metrics)
+    for size in SIZES:
+        members = [spec.name for spec in specs if spec.size == size]
+        if members:
+            groups[f"{V2_PREFIX}_{size}"] = (members, V2_SIZE_GROUP_METRICS)
+    return groups
 
 
 def size_groups() -> dict[str, list[str]]:
@@ -307,6 +351,23 @@ def _prediction(results: Sequence[Any]) -> str:
     return strip_reasoning(value if isinstance(value, str) else str(value))
 
 
+def process_single_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
+    """v2 S-RT: 100 when the answer keyword is in the prediction, else 0."""
+    keyword = doc["keywords"][0] if doc["keywords"] else ""
+    return {"score": scoring.single_retrieval_v2_score(_prediction(results), keyword)}
+
+
+def process_multi_reasoning_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
+    """v2 M-RS: 100 when the last ``\\boxed{}`` of the prediction, cleaned, is the eldest name."""
+    return {"exact": scoring.boxed_exact_score(_prediction(results), doc["answer"])}
+
+
+def process_atc_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
+    """v2 ATC: boxed exact match (0/100) and the ``(relations, score)`` pair of the relation-weighted score."""
+    score = scoring.boxed_exact_score(_prediction(results), doc["answer"])
+    return {"accuracy": score, "weighted": (int(doc["num_needles"]), score)}
+
+
 def process_single(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
     """S-RT: the paper score (Levenshtein similarity to the needle, 100 when the keyword is present)."""
     prediction = _prediction(results)
@@ -378,6 +439,12 @@ def agg_perf_4(items: Iterable[Sequence[Any]]) -> float:
     return scoring.circular_scores(rows)["perf_4"]
 
 
+def agg_relation_weighted(items: Iterable[Sequence[Any]]) -> float:
+    """v2 ATC (0..100): the mean score per relation count, weighted by the count; 0.0 without items."""
+    pairs = [(int(item[0]), float(item[1])) for item in items]
+    return scoring.relation_weighted(pairs) if pairs else 0.0
+
+
 def agg_flat_mean(items: Iterable[Sequence[float]]) -> float:
     """Mean over every element of per-row lists (per-needle hits, per-star scores)."""
     values = [float(value) for item in items for value in item]
@@ -390,6 +457,8 @@ def agg_flat_mean(items: Iterable[Sequence[float]]) -> float:
 def oracle_answer(doc: Mapping[str, Any]) -> str:
     """The answer that scores full marks on a row (proves the pipeline end to end)."""
     task = doc["task"]
+    if task in ("M-RS", "ATC") and get_config(str(doc["config"])).is_v2:
+        return f"\\boxed{{{doc['answer']}}}"
     if task == "S-RT":
         return str(doc["needles"][0]).strip()
     if task == "M-RT":
@@ -509,12 +578,15 @@ def task_files() -> dict[str, str]:
     for spec in specs:
         files[f"{spec.name}.yaml"] = render_task(spec)
     for family, (group, metrics) in FAMILY_GROUPS.items():
-        members = [spec.name for spec in specs if spec.family == family]
+        members = [spec.name for spec in specs if spec.family == family and not spec.is_v2]
         label = FAMILY_TEMPLATES[family].label.split(" (")[0]
         files[f"_{group}.yaml"] = render_group(group, f"NeedleBench {label}", members, metrics)
     for group, members in size_groups().items():
         size = group.removeprefix(TASK_PREFIX)
         files[f"_{group}.yaml"] = render_group(group, f"NeedleBench {size}", members, size_group_metrics(members))
+    for group, (members, metrics) in v2_groups().items():
+        alias = "NeedleBench v2" + (" " + group.removeprefix(V2_PREFIX + "_") if group != V2_PREFIX else "")
+        files[f"_{group}.yaml"] = render_group(group, alias, members, metrics)
     return files
 
 
@@ -524,5 +596,5 @@ def all_task_names() -> list[str]:
 
 
 def all_group_names() -> list[str]:
-    """Every group name: the family groups, then the size groups."""
-    return [group for group, _metrics in FAMILY_GROUPS.values()] + list(size_groups())
+    """Every group name: the family groups, the size groups, then the v2 groups."""
+    return [group for group, _metrics in FAMILY_GROUPS.values()] + list(size_groups()) + list(v2_groups())

@@ -2,7 +2,9 @@
 
 Every config of the dataset is a :class:`ConfigSpec`; its name is the Hub config name and, prefixed with
 ``needlebench_``, the lm-eval task name. The NeedleBench numbers are the reference v1 table (lengths, depth lists,
-buffers per task and language, repeats); the Counting-Stars numbers are the paper's.
+buffers per task and language, repeats); the Counting-Stars numbers are the paper's. NeedleBench v2 (the version
+OpenCompass runs today, reference ``configs/datasets/needlebench_v2/``) has its own configs, named ``v2_*``, with
+the v2 lengths, the 11 depths 0, 10, ..., 100 at every size and one buffer per language and size.
 """
 
 from __future__ import annotations
@@ -51,6 +53,26 @@ ZH_BUFFER = 200
 
 REPEATS = {"single": 10, "multi_retrieval": 25, "multi_reasoning": 10, "atc": 10, "counting_stars": 1}
 
+#: NeedleBench v2 grid (reference `needlebench_v2_<size>/needlebench_v2_single_<size>.py`; M-RT and M-RS import it).
+V2_CONTEXT_LENGTHS = {
+    "4k": (1000, 2000, 3000, 4000),
+    "8k": tuple(range(1000, 8001, 1000)),
+    "32k": (1000, *range(4000, 32001, 4000)),
+    "128k": (1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000),
+    "200k": (1000, *range(25000, 200001, 25000)),
+    "256k": (32000, 128000, 256000),
+    "1000k": (1000, *range(125000, 1000001, 125000)),
+}
+V2_DEPTHS = tuple(range(0, 101, 10))
+#: v2 buffers: English 500 at 4k/8k and 3000 from 32k, Chinese 200, the same for S-RT, M-RT and M-RS.
+V2_BUFFERS_EN = {"4k": 500, "8k": 500}
+V2_BUFFER_EN_DEFAULT = 3000
+#: v2 ATC: relation counts (a chain of n relations has n+1 names) and the four question types, in the
+#: reference's order (its seeds are ``(repeat + 1) + 10000 * type index``).
+V2_ATC_RELATION_COUNTS = tuple(2**k for k in range(1, 10))  # 2 .. 512
+V2_ATC_QUESTION_TYPES = ("ELDEST_ANCESTOR", "NTH_ANCESTOR", "NTH_DESCENDANT", "RELATIONSHIP_DISTANCE")
+EDITIONS = ("v1", "v2")
+
 #: M-RS needle counts and the spacing between consecutive needles in percent of the haystack.
 REASONING_NEEDLE_COUNTS = (2, 3, 4, 5)
 REASONING_NEEDLE_SPACING = 10
@@ -86,10 +108,12 @@ def depths_for(size: str) -> tuple[int, ...]:
     return DEPTHS_LINEAR_20 if size in ("4k", "8k") else DEPTHS_SPARSE_11
 
 
-def buffer_for(family: str, language: str, size: str) -> int:
-    """Length buffer (tokens kept free for the prompt frame and question) of the reference v1 configs."""
+def buffer_for(family: str, language: str, size: str, edition: str = "v1") -> int:
+    """Length buffer (tokens kept free for the prompt frame and question) of the reference configs."""
     if language == "zh":
         return ZH_BUFFER
+    if edition == "v2":
+        return V2_BUFFERS_EN.get(size, V2_BUFFER_EN_DEFAULT)
     return _BUFFERS_EN[family].get(size, _BUFFERS_EN_DEFAULT[family])
 
 
@@ -104,10 +128,21 @@ class ConfigSpec:
     #: ATC: "direct", "reasoning", "extended", "open"; Counting-Stars: "acquisition", "reasoning".
     variant: str = ""
     stars: int | None = None
+    #: NeedleBench edition: "v1" (the paper's) or "v2" (OpenCompass's current one).
+    edition: str = "v1"
 
     @property
     def task_label(self) -> str:
         return FAMILIES[self.family]
+
+    @property
+    def is_v2(self) -> bool:
+        return self.edition == "v2"
+
+    @property
+    def schema_family(self) -> str:
+        """The row schema of the config (:mod:`needlebench.tasks.schema`): its family, ``atc_v2`` for v2 ATC."""
+        return "atc_v2" if self.family == "atc" and self.is_v2 else self.family
 
     @property
     def lengths(self) -> tuple[int, ...]:
@@ -115,7 +150,7 @@ class ConfigSpec:
             return counting_stars_lengths(self.size, self.variant, self.stars)
         if self.size is None:
             return ()
-        return CONTEXT_LENGTHS[self.size]
+        return V2_CONTEXT_LENGTHS[self.size] if self.is_v2 else CONTEXT_LENGTHS[self.size]
 
     def select_lengths(self, lengths: tuple[int, ...] | None) -> tuple[int, ...]:
         """The config's lengths, or the given ones (which must be among them) in grid order."""
@@ -133,13 +168,13 @@ class ConfigSpec:
     @property
     def depths(self) -> tuple[int, ...]:
         if self.family in ("single", "multi_retrieval", "multi_reasoning"):
-            return depths_for(self.size)
+            return V2_DEPTHS if self.is_v2 else depths_for(self.size)
         return ()
 
     @property
     def buffer(self) -> int:
         if self.family in ("single", "multi_retrieval", "multi_reasoning"):
-            return buffer_for(self.family, self.language, self.size)
+            return buffer_for(self.family, self.language, self.size, self.edition)
         return 0
 
     @property
@@ -151,6 +186,8 @@ class ConfigSpec:
         if self.family == "multi_reasoning":
             return REASONING_NEEDLE_COUNTS
         if self.family == "atc":
+            if self.is_v2:
+                return V2_ATC_RELATION_COUNTS
             return ATC_EXTENDED_NEEDLE_COUNTS if self.variant == "extended" else ATC_NEEDLE_COUNTS
         if self.family == "multi_retrieval":
             return (len(self.depths),)
@@ -165,6 +202,8 @@ class ConfigSpec:
             return len(self.lengths) * self.repeats
         if self.family == "multi_reasoning":
             return len(self.lengths) * len(self.depths) * len(self.needle_counts) * self.repeats
+        if self.family == "atc" and self.is_v2:
+            return len(self.needle_counts) * self.repeats * len(V2_ATC_QUESTION_TYPES)
         if self.family == "atc":
             rotations = 1 if self.variant == "open" else len(ATC_ROTATIONS)
             return len(self.needle_counts) * self.repeats * rotations
@@ -172,14 +211,18 @@ class ConfigSpec:
             return len(self.lengths)
         raise AssertionError(self.family)
 
+    def _context_tokens(self, length: int) -> int:
+        """Haystack + needles of a length in the default build (a buffer not below the length is halved)."""
+        return length - self.buffer if self.buffer < length else length // 2
+
     @property
     def approx_tokens(self) -> int:
         """Approximate context tokens of the split (haystack + needles), for `needlebench list`."""
         if self.family in ("single", "multi_reasoning"):
             per_length = len(self.depths) * self.repeats * len(self.needle_counts)
-            return sum(length - self.buffer for length in self.lengths) * per_length
+            return sum(self._context_tokens(length) for length in self.lengths) * per_length
         if self.family == "multi_retrieval":
-            return sum(length - self.buffer for length in self.lengths) * self.repeats
+            return sum(self._context_tokens(length) for length in self.lengths) * self.repeats
         if self.family == "counting_stars":
             return sum(self.lengths)
         return 0
@@ -205,6 +248,13 @@ def _build_registry() -> dict[str, ConfigSpec]:
                     suffix = "" if stars == DEFAULT_STARS else f"_m{stars}"
                     name = f"counting_stars_{task}_{language}_{size}{suffix}"
                     specs.append(ConfigSpec(name, "counting_stars", language, size, variant=task, stars=stars))
+    # NeedleBench v2, after every v1 config (so v1 listings and builds keep their order)
+    for family in ("single", "multi_retrieval", "multi_reasoning"):
+        for language in LANGUAGES:
+            for size in SIZES:
+                specs.append(ConfigSpec(f"v2_{family}_{language}_{size}", family, language, size, edition="v2"))
+    for language in LANGUAGES:
+        specs.append(ConfigSpec(f"v2_atc_{language}", "atc", language, variant="v2", edition="v2"))
     return {spec.name: spec for spec in specs}
 
 
@@ -222,7 +272,7 @@ def get_config(name: str) -> ConfigSpec:
         hint = f"did you mean {suggestion}? " if suggestion else ""
         raise NeedlebenchError(
             f"unknown config {name!r}; {hint}run `needlebench list` for the allowed names "
-            "(e.g. single_en_4k, multi_retrieval_zh_128k, atc_en, counting_stars_acquisition_en_128k)"
+            "(e.g. single_en_4k, multi_retrieval_zh_128k, atc_en, counting_stars_acquisition_en_128k, v2_single_en_4k)"
         ) from None
 
 

@@ -1,4 +1,7 @@
-"""M-RT (multi-needle retrieval), default mode: one distinct needle at every depth, one question per needle."""
+"""M-RT (multi-needle retrieval), default mode: one distinct needle at every depth, one question per needle.
+
+v1 splices the guide sentence into the joined question; v2 does not and uses the v2 frame ("answer the final
+questions one by one")."""
 
 from __future__ import annotations
 
@@ -50,15 +53,14 @@ def multi_retrieval_rows(
     for cell in cells_of(spec, settings, lengths):
         target = cell.length - cell.buffer
         needles = _distinct_needles(bank, len(depths), derive_seed(cell.seed, "needles"), settings, spec)
-        question = splice_guide(
-            multi_retrieval_question(
-                [needle.question_only for needle in needles],
-                [needle.answer_template for needle in needles],
-                spec.language,
-            ),
+        question = multi_retrieval_question(
+            [needle.question_only for needle in needles],
+            [needle.answer_template for needle in needles],
             spec.language,
         )
-        before, after = frame_parts("multi_retrieval", spec.language, question, settings.question_position)
+        if not spec.is_v2:
+            question = splice_guide(question, spec.language)
+        before, after = frame_parts("multi_retrieval", spec.language, question, settings.question_position, spec.edition)
         requests = [NeedleRequest(needle.text, depth) for needle, depth in zip(needles, depths)]
         context = build_context(corpus, target, requests, window_start_hint(corpus, target, cell.seed))
         yield {

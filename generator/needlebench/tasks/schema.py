@@ -65,6 +65,13 @@ FAMILY_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "prompt_style": pa.string(),  # direct, reasoning, open
         "compat": pa.string(),
     },
+    # NeedleBench v2 ATC: no options (0-shot, answer in \boxed{}), four question types
+    "atc_v2": {
+        "num_needles": pa.int64(),  # relation sentences; the chain has num_needles + 1 names
+        "question_type": pa.string(),  # ELDEST_ANCESTOR, NTH_ANCESTOR, NTH_DESCENDANT, RELATIONSHIP_DISTANCE
+        "generations": pa.int64(),  # generations between the chain's ends (parents 1, grandparents 2)
+        "compat": pa.string(),
+    },
     "counting_stars": {
         "buffer": pa.int64(),
         "task_variant": pa.string(),  # acquisition, reasoning

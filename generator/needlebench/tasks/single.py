@@ -1,4 +1,7 @@
-"""S-RT (single-needle retrieval), default mode: one needle per prompt at each depth of the grid."""
+"""S-RT (single-needle retrieval), default mode: one needle per prompt at each depth of the grid.
+
+v1 splices the guide sentence into the question and uses the v1 frame; v2 keeps the question as it stands in the
+v2 frame (``<Document>...</Document>``)."""
 
 from __future__ import annotations
 
@@ -29,8 +32,8 @@ def single_rows(
         target = cell.length - cell.buffer
         needle = choose_needle(bank, derive_seed(cell.seed, "needle"))
         start = window_start_hint(corpus, target, cell.seed)
-        question = splice_guide(needle.question, spec.language)
-        before, after = frame_parts("single", spec.language, question, settings.question_position)
+        question = needle.question if spec.is_v2 else splice_guide(needle.question, spec.language)
+        before, after = frame_parts("single", spec.language, question, settings.question_position, spec.edition)
         for depth in settings.depths_for(spec.depths):
             context = build_context(corpus, target, [NeedleRequest(needle.text, depth)], start)
             yield {

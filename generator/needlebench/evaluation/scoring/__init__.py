@@ -37,6 +37,18 @@ from needlebench.evaluation.scoring.retrieval import (
     multi_retrieval_recall,
     single_retrieval_score,
 )
+from needlebench.evaluation.scoring.v2 import (
+    atc_v2_table,
+    boxed_answer,
+    boxed_exact_score,
+    clean_boxed_answer,
+    extract_boxed,
+    relation_weighted,
+    single_retrieval_v2_score,
+    v2_overall,
+    v2_size_table,
+    v2_task_table,
+)
 
 __all__ = [
     # retrieval (S-RT / M-RT)
@@ -67,6 +79,17 @@ __all__ = [
     "star_scores",
     "counting_stars_score",
     "normalize_task",
+    # NeedleBench v2
+    "single_retrieval_v2_score",
+    "boxed_answer",
+    "boxed_exact_score",
+    "clean_boxed_answer",
+    "extract_boxed",
+    "relation_weighted",
+    "v2_overall",
+    "v2_size_table",
+    "v2_task_table",
+    "atc_v2_table",
     # overall
     "NEEDLEBENCH_WEIGHTS",
     "needlebench_overall",
