@@ -38,6 +38,7 @@ from typing import Any
 
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation import scoring
+from needlebench.evaluation.scoring import v2 as scoring_v2
 from needlebench.tasks.grid import SIZES, ConfigSpec, registry
 
 SAMPLES_FILE_RE = re.compile(
@@ -54,6 +55,15 @@ HEADLINE_METRIC = {
     "multi_reasoning": "reference",
 }
 FAMILY_LABEL = {"single": "S-RT", "multi_retrieval": "M-RT", "multi_reasoning": "M-RS"}
+#: NeedleBench v2: the per-row metric of each family (M-RS is the boxed exact match, ATC its accuracy).
+V2_HEADLINE_METRIC = scoring_v2.V2_ROW_METRIC
+#: v2 ATC question types, in table order.
+ATC_V2_QUESTION_TYPES = ("ELDEST_ANCESTOR", "NTH_ANCESTOR", "NTH_DESCENDANT", "RELATIONSHIP_DISTANCE")
+
+
+def headline_metric(spec: ConfigSpec) -> str:
+    """The per-row metric the tables and heatmaps average for a NeedleBench haystack config (v1 or v2)."""
+    return (V2_HEADLINE_METRIC if spec.is_v2 else HEADLINE_METRIC)[spec.family]
 #: The four categories whose plain mean is the paper's ATC-CE-Overall.
 ATC_OVERALL_CATEGORIES = (
     "EN-Direct-CE",
@@ -555,7 +565,9 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
     runs = [
         run
         for run in results.runs
-        if run.spec.family in HEADLINE_METRIC and run.spec.size == size
+        if run.spec.family in HEADLINE_METRIC
+        and run.spec.size == size
+        and not run.spec.is_v2
     ]
     if not runs:
         return None
@@ -596,7 +608,9 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
             [
                 spec.name
                 for spec in registry().values()
-                if spec.size == size and spec.family in HEADLINE_METRIC
+                if spec.size == size
+                and spec.family in HEADLINE_METRIC
+                and not spec.is_v2
             ]
             if standard
             else []
@@ -675,7 +689,9 @@ def atc_overall_cell(categories: Mapping[str, Cell]) -> Cell:
 
 
 def atc_tables(results: Results) -> list[Table]:
-    runs = [run for run in results.runs if run.spec.family == "atc"]
+    runs = [
+        run for run in results.runs if run.spec.family == "atc" and not run.spec.is_v2
+    ]
     if not runs:
         return []
     entities = sorted({run.entity for run in runs}, key=_entity_order(runs))
@@ -744,6 +760,152 @@ def atc_tables(results: Results) -> list[Table]:
             )
         )
     return tables
+
+
+# --------------------------------------------------------------------------------------------- v2 tables
+
+
+def v2_scored_rows(samples: Iterable[Sample]) -> list[dict[str, Any]]:
+    """The v2 samples as scored rows (:func:`needlebench.evaluation.scoring.v2.scored_row`); rows without their
+    family's metric are left out."""
+    return [
+        scoring_v2.scored_row(s.doc, s.metrics)
+        for s in samples
+        if s.spec.is_v2 and V2_HEADLINE_METRIC[s.spec.family] in s.metrics
+    ]
+
+
+def atc_v2_cell(samples: Iterable[Sample]) -> Cell:
+    """v2 ATC: the mean score per relation count weighted by the count (n = rows)."""
+    pairs = [
+        (int(row["num_needles"]), float(row["score"])) for row in v2_scored_rows(samples)
+    ]
+    return Cell(scoring_v2.relation_weighted(pairs) if pairs else None, len(pairs))
+
+
+def needlebench_v2_size_table(results: Results, size: str) -> Table | None:
+    """NeedleBench v2 at one size, models as rows: S-RT, M-RT, M-RS per language and both (each the mean over
+    grid cells), and Overall = the plain mean of the three (:mod:`needlebench.evaluation.scoring.v2`)."""
+    runs = [
+        run
+        for run in results.runs
+        if run.spec.is_v2 and run.spec.family in HEADLINE_METRIC and run.spec.size == size
+    ]
+    if not runs:
+        return None
+    labels = [FAMILY_LABEL[family] for family in HEADLINE_METRIC]
+    header = ["Model"]
+    for label in (*labels, "Overall"):
+        header += [f"{label} ZH", f"{label} EN", label]
+    header.append("Coverage")
+    rows = []
+    for entity in sorted({run.entity for run in runs}, key=_entity_order(runs)):
+        mine = [run for run in runs if run.entity == entity]
+        scored = v2_scored_rows(s for run in mine for s in run.samples)
+        by_task = scoring_v2.v2_task_table(scored)
+        both = scoring_v2.v2_size_table(scored).get(size, {})
+        counts: dict[tuple[str, str], int] = defaultdict(int)
+        for row in scored:
+            spec = registry()[str(row["config"])]
+            counts[(spec.task_label, spec.language)] += 1
+        line: list[Any] = [entity]
+        for label in labels:
+            zh, en = (Cell(by_task.get((size, label, lang)), counts[(label, lang)]) for lang in ("zh", "en"))
+            line += [zh, en, Cell(both.get(label), zh.n + en.n)]
+        for lang in ("zh", "en"):
+            values = [by_task.get((size, label, lang)) for label in labels]
+            line.append(
+                Cell(
+                    scoring_v2.v2_overall(*values) if None not in values else None,  # type: ignore[arg-type]
+                    sum(counts[(label, lang)] for label in labels),
+                )
+            )
+        line.append(Cell(both.get("Overall"), len(scored)))
+        standard = all(run.standard for run in mine)
+        expected = (
+            [
+                spec.name
+                for spec in registry().values()
+                if spec.is_v2 and spec.size == size and spec.family in HEADLINE_METRIC
+            ]
+            if standard
+            else []
+        )
+        line.append(coverage_text(mine, expected))
+        rows.append(line)
+    return Table(
+        f"needlebench_v2_{size}",
+        f"NeedleBench v2 {size} (mean per grid cell, 0-100; Overall = mean of S-RT, M-RT and M-RS)",
+        header,
+        rows,
+        note="Each cell: mean over grid cells of the cells' mean row score (n = samples). S-RT is a binary keyword "
+        "match, M-RT the share of needles found, M-RS the exact match of the last \\boxed{} answer. ZH/EN: one "
+        "language; the third column: both languages. Computed from the rows, not with the reference summariser.",
+    )
+
+
+def atc_v2_tables(results: Results) -> list[Table]:
+    """v2 ATC, models as rows: per language the score weighted by relation count over all question types and per
+    question type; and the mean per relation count (detail table)."""
+    runs = [run for run in results.runs if run.spec.is_v2 and run.spec.family == "atc"]
+    if not runs:
+        return []
+    languages = [lang for lang, _ in LANGUAGE_COLUMNS[::-1] if any(r.spec.language == lang for r in runs)]
+    header = ["Model"]
+    for lang in languages:
+        header += [f"{lang.upper()} weighted", *(f"{lang.upper()} {t}" for t in ATC_V2_QUESTION_TYPES)]
+    header.append("Coverage")
+    relation_counts = sorted(
+        {int(s.doc["num_needles"]) for run in runs for s in run.samples}
+    )
+    main_rows, detail_rows = [], []
+    for entity in sorted({run.entity for run in runs}, key=_entity_order(runs)):
+        mine = [run for run in runs if run.entity == entity]
+        scored = v2_scored_rows(s for run in mine for s in run.samples)
+        table = scoring_v2.atc_v2_table(scored)
+        counts: dict[tuple[str, str], int] = defaultdict(int)
+        by_relations: dict[tuple[str, int], list[float]] = defaultdict(list)
+        for row in scored:
+            lang = registry()[str(row["config"])].language
+            counts[(lang, "weighted")] += 1
+            counts[(lang, str(row["question_type"]))] += 1
+            by_relations[(lang, int(row["num_needles"]))].append(float(row["score"]))
+        line: list[Any] = [entity]
+        for lang in languages:
+            entry = table.get(lang, {})
+            for key in ("weighted", *ATC_V2_QUESTION_TYPES):
+                line.append(Cell(entry.get(key), counts[(lang, key)]))
+        line.append(coverage_text(mine))
+        main_rows.append(line)
+        for lang in languages:
+            if (lang, "weighted") in counts:
+                detail_rows.append(
+                    [
+                        entity,
+                        lang.upper(),
+                        *(
+                            Cell(_mean(by_relations.get((lang, n), [])), len(by_relations.get((lang, n), [])))
+                            for n in relation_counts
+                        ),
+                    ]
+                )
+    return [
+        Table(
+            "atc_v2",
+            "Ancestral Trace Challenge v2 (boxed exact match, mean per relation count weighted by relation count; 0-100)",
+            header,
+            main_rows,
+            note="n = rows. 'weighted' covers all four question types; each question type is weighted by relation "
+            "count on its own rows.",
+        ),
+        Table(
+            "atc_v2_by_relations",
+            "ATC v2 mean score by relation count (0-100)",
+            ["Model", "Language", *map(str, relation_counts)],
+            detail_rows,
+            note="n = rows (all question types).",
+        ),
+    ]
 
 
 def _star_cell(sample: Sample, index: int) -> tuple[Any, ...]:
@@ -827,6 +989,10 @@ def counting_stars_table(results: Results) -> Table | None:
 
 #: (metric, paper mean of a task run) per family; the lm-eval row mean of the same metric sits beside it.
 def _paper_mean(run: TaskRun, metric: str) -> Cell:
+    if run.spec.is_v2:
+        if run.spec.family == "atc":
+            return atc_v2_cell(run.samples)
+        return cell_mean(run.samples, metric)
     if run.spec.family in HEADLINE_METRIC or (
         run.spec.family == "multi_reasoning" and metric == "strict"
     ):
@@ -842,6 +1008,8 @@ def _paper_mean(run: TaskRun, metric: str) -> Cell:
 
 def _task_metrics(run: TaskRun) -> list[str]:
     family = run.spec.family
+    if run.spec.is_v2:
+        return [V2_HEADLINE_METRIC[family]]
     if family == "multi_reasoning":
         return ["reference", "strict"]
     if family == "atc":
@@ -881,6 +1049,9 @@ PAPER_MEAN_NAME = {
 }
 
 
+PAPER_MEAN_V2_ATC = "v2: mean per relation count, weighted by relation count"
+
+
 def scores_table(results: Results) -> Table:
     """Per task: the paper mean and lm-eval's row mean side by side, with coverage."""
     rows = []
@@ -888,7 +1059,14 @@ def scores_table(results: Results) -> Table:
         results.runs, key=lambda r: (_entity_order(results.runs)(r.entity), r.task)
     ):
         for metric in _task_metrics(run):
-            if run.spec.family == "atc" and metric == "acc":
+            if run.spec.is_v2:
+                paper = _paper_mean(run, metric)
+                how = (
+                    PAPER_MEAN_V2_ATC
+                    if run.spec.family == "atc"
+                    else "v2: " + PAPER_MEAN_NAME[run.spec.family]
+                )
+            elif run.spec.family == "atc" and metric == "acc":
                 paper = Cell(None, 0)
                 how = "(row accuracy, no paper mean)"
             elif run.spec.family == "atc" and run.spec.variant == "open":
@@ -972,7 +1150,12 @@ def build_tables(results: Results) -> list[Table]:
         table = needlebench_size_table(results, size)
         if table:
             tables.append(table)
+    for size in SIZES:
+        table = needlebench_v2_size_table(results, size)
+        if table:
+            tables.append(table)
     tables += atc_tables(results)
+    tables += atc_v2_tables(results)
     stars = counting_stars_table(results)
     if stars:
         tables.append(stars)
@@ -1094,7 +1277,9 @@ EXPLANATION = (
     "Headline numbers are the papers' means: NeedleBench averages per grid cell (S-RT per length and depth, "
     "M-RT per length, M-RS per length, depth and needle count; each cell the mean of its repeats) and weights the "
     "per-size overall 0.4 S-RT + 0.3 M-RT + 0.3 M-RS; ATC is CircularEval perf_4 per needle count weighted by "
-    "needle count; Counting-Stars is the mean over the star x length grid. lm-eval's own number (the mean over "
+    "needle count; Counting-Stars is the mean over the star x length grid. NeedleBench v2 results have their own "
+    "tables (needlebench_v2_<size>: each task the mean per grid cell, Overall the plain mean of S-RT, M-RT and M-RS; "
+    "atc_v2: weighted by relation count). lm-eval's own number (the mean over "
     "rows) is in the 'scores' table under 'lm-eval row mean'. n = samples behind a value; 'partial' marks rows "
     "built from part of a config."
 )

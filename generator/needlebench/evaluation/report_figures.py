@@ -31,6 +31,7 @@ from needlebench.evaluation.report import (
     _k,
     cell_mean,
     counting_stars_cell,
+    headline_metric,
 )
 
 DPI = 200
@@ -60,6 +61,18 @@ METRIC_LABEL = {
     "multi_reasoning": "M-RS score (0-100)",
     "counting_stars": "Counting-Stars star score (0-1)",
 }
+#: NeedleBench v2 where its metric differs from v1's.
+V2_METRIC_LABEL = {
+    "single": "S-RT v2 score (keyword match, 0-100)",
+    "multi_reasoning": "M-RS v2 score (boxed exact match, 0-100)",
+}
+
+
+def metric_label(spec: Any) -> str:
+    """The colorbar / axis label of a config's heatmap or length plot."""
+    if spec.is_v2 and spec.family in V2_METRIC_LABEL:
+        return V2_METRIC_LABEL[spec.family]
+    return METRIC_LABEL[spec.family]
 
 
 @dataclass
@@ -133,7 +146,7 @@ def heatmap_points(
                 for d, hit in zip(depths, hits, strict=False)
             ]
         elif spec.family in HEADLINE_METRIC and doc.get("depth_percent") is not None:
-            metric = HEADLINE_METRIC[spec.family]
+            metric = headline_metric(spec)
             if metric in metrics:
                 points.append(
                     (float(doc["depth_percent"]), length, float(metrics[metric]))
@@ -163,7 +176,7 @@ def build_heatmap(run: TaskRun) -> Heatmap | None:
     paper = (
         counting_stars_cell(run.samples)
         if stars
-        else cell_mean(run.samples, HEADLINE_METRIC[spec.family])
+        else cell_mean(run.samples, headline_metric(spec))
     )
     score = "-" if paper.value is None else f"{paper.value:.3g}"
     if spec.family == "multi_retrieval":
@@ -176,11 +189,11 @@ def build_heatmap(run: TaskRun) -> Heatmap | None:
         name=f"heatmap_{_safe(run.model)}_{_safe(run.task)}",
         model=run.model,
         task=run.task,
-        subtitle=f"{spec.task_label} {spec.language.upper()} {spec.size}, paper mean {score} "
+        subtitle=f"{spec.task_label}{' v2' if spec.is_v2 else ''} {spec.language.upper()} {spec.size}, {'mean per cell' if spec.is_v2 else 'paper mean'} {score} "
         f"(n={len(run.samples)} rows); cell counts: {unit}",
         row_label="Star index" if stars else "Depth (%)",
         column_label="Context length" + ("" if stars else " (cl100k tokens)"),
-        metric_label=METRIC_LABEL[spec.family],
+        metric_label=metric_label(spec),
         rows=rows,
         columns=columns,
         values=values,
@@ -203,7 +216,7 @@ def length_series(run: TaskRun) -> list[tuple[int, float, int]]:
         if run.spec.family == "counting_stars":
             cell = counting_stars_cell(samples)
         else:
-            cell = cell_mean(samples, HEADLINE_METRIC[run.spec.family])
+            cell = cell_mean(samples, headline_metric(run.spec))
         if cell.value is not None:
             series.append((length, cell.value, len(samples)))
     return series
@@ -246,7 +259,7 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
         if series:
             label = run.model if run.standard else run.entity
             panels[run.spec.name][label] = series
-            ylabels[run.spec.name] = METRIC_LABEL[run.spec.family]
+            ylabels[run.spec.name] = metric_label(run.spec)
     if panels:
         ordered = dict(sorted(panels.items()))
         figures.append(
