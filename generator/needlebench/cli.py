@@ -177,7 +177,7 @@ def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
     raise typer.Exit(code)
 
 
-@app.command("tasks-path")
+@app.command("tasks-path", short_help="Print the lm-eval task folder, for lm_eval --include_path.")
 def tasks_path() -> None:
     """Print the lm-eval task folder (for `lm_eval --include_path "$(needlebench tasks-path)"`)."""
     from needlebench.resources import tasks_path as find_tasks
