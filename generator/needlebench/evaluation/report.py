@@ -1130,8 +1130,11 @@ def health_table(results: Results) -> Table | None:
             samples[(model, task)] = count
     if not health:
         return None
+    def shown(key: str, value: Any) -> Any:  # counts as whole numbers, the share as a fraction
+        return int(value) if key != "no_final_answer" and isinstance(value, float) and value.is_integer() else value
+
     rows = [
-        [model, task, samples[(model, task)], *(values.get(key) for key in HEALTH)]
+        [model, task, samples[(model, task)], *(shown(key, values.get(key)) for key in HEALTH)]
         for (model, task), values in sorted(health.items())
     ]
     return Table(
