@@ -34,6 +34,7 @@ all deliberate; on every other answer the two pick the same letter:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -141,6 +142,23 @@ def _last_match(patterns, text: str) -> str | None:
     return best
 
 
+def _statement_patterns(answer_statements, plain: str) -> list:
+    """Early exit: the answer-statement patterns that can match `plain` (each needs its lead word; after NFKC the
+    case-insensitive "answer" is plain ASCII, so ``lower()`` finds every spelling the pattern matches)."""
+    needed = ("answer" in plain.lower(), "答" in plain, "\\boxed{" in plain)
+    return [pattern for pattern, need in zip(answer_statements, needed) if need]
+
+
+def _mention_patterns(mentions, text: str) -> list:
+    """Early exit: the mention patterns that can match `text` ("option"/"choice", 选/選, ``**``)."""
+    lowered = text.lower()
+    needed = ("option" in lowered or "choice" in lowered, "选" in text or "選" in text, "**" in text)
+    return [pattern for pattern, need in zip(mentions, needed) if need]
+
+
+_WORD_AFTER = re.compile(r"[ \t]+[A-Za-z]")
+
+
 def extract_option(prediction: str, options: str = "ABCD", names: Sequence[str] | None = None) -> str | None:
     """Return the option letter chosen in ``prediction`` or ``None``.
 
@@ -171,7 +189,7 @@ def extract_option(prediction: str, options: str = "ABCD", names: Sequence[str] 
     plain = text.replace("*", "")
     answer_statements, bare_line, labelled_start, mentions, standalone = _patterns(letters)
 
-    found = _last_match(answer_statements, plain)
+    found = _last_match(_statement_patterns(answer_statements, plain), plain)
     if found:
         return found
 
@@ -184,15 +202,14 @@ def extract_option(prediction: str, options: str = "ABCD", names: Sequence[str] 
     if m:
         return m.group(1) or m.group(2) or m.group(3)
 
-    found = _last_match(mentions, text)
+    found = _last_match(_mention_patterns(mentions, text), text)
     if found:
         return found
 
     seen = set()
     for m in standalone.finditer(plain):
         letter = m.group(1)
-        rest = plain[m.end():]
-        if letter in ("A", "I") and re.match(r"[ \t]+[A-Za-z]", rest):
+        if letter in ("A", "I") and _WORD_AFTER.match(plain, m.end()):
             continue  # English article / pronoun, not an answer
         seen.add(letter)
     if len(seen) == 1:
@@ -205,12 +222,14 @@ def extract_option(prediction: str, options: str = "ABCD", names: Sequence[str] 
 def _named_option(text: str, letters: str, names: Sequence[str]) -> str | None:
     """The letter of the one option whose name (NFKC, casefolded) the answer contains, if exactly one does."""
     answer = unicodedata.normalize("NFKC", text).casefold()
-    found = {
-        letter
-        for letter, name in zip(letters, names)
-        if (key := unicodedata.normalize("NFKC", str(name)).casefold().strip()) and key in answer
-    }
+    found = {letter for letter, key in zip(letters, _name_keys(tuple(map(str, names)))) if key and key in answer}
     return found.pop() if len(found) == 1 else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _name_keys(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The options' names as matched by :func:`_named_option` (NFKC, casefolded, stripped)."""
+    return tuple(unicodedata.normalize("NFKC", name).casefold().strip() for name in names)
 
 
 def option_letter_for(answer_name: str, options: list[str]) -> str:
@@ -317,21 +336,19 @@ def normalize_name(text: str) -> str:
     return text[start:end] if end > start else ""
 
 
+_BRACES = re.compile(r"[{}]")
+
+
 def _last_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` (balanced braces), or None."""
     start = text.rfind("\\boxed{")
     while start != -1:
         i = start + len("\\boxed{")
         depth = 1
-        j = i
-        while j < len(text) and depth:
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-            j += 1
-        if depth == 0:
-            return text[i : j - 1]
+        for brace in _BRACES.finditer(text, i):
+            depth += 1 if brace.group() == "{" else -1
+            if depth == 0:
+                return text[i : brace.start()]
         start = text.rfind("\\boxed{", 0, start)
     return None
 
@@ -375,10 +392,13 @@ def extract_open_answer(prediction: str) -> str:
     return ""
 
 
+_normalized_gold = functools.lru_cache(maxsize=1024)(normalize_name)
+
+
 def open_answer_score(prediction: str, answer: str) -> float:
     """100 if the normalised gold name equals the normalised extracted final answer
     (or the whole normalised prediction), else 0."""
-    gold = normalize_name(answer)
+    gold = _normalized_gold(answer)
     if not gold:
         return 0.0
     final = normalize_name(extract_open_answer(prediction))

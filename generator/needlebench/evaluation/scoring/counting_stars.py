@@ -21,6 +21,8 @@ match, and neither do booleans, although ``True == 1`` in Python):
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
 import unicodedata
@@ -124,8 +126,20 @@ def _cut_deep_nesting(text: str) -> str:
 
 
 def _repair(text: str):
+    """``json_repair.loads`` of `text` cut to :data:`_MAX_DEPTH` nesting, or None.
+
+    Fast path: valid JSON is read by ``json.loads`` and json_repair is not called (json_repair itself starts with
+    ``json.loads`` and returns its result for valid JSON, so the result is the same).
+    """
+    text = _cut_deep_nesting(text)
     try:
-        return json_repair.loads(_cut_deep_nesting(text))
+        return json.loads(text)
+    except (ValueError, TypeError):  # what json_repair catches around its own json.loads
+        pass
+    except RecursionError:
+        return None
+    try:
+        return json_repair.loads(text, skip_json_loads=True)
     except Exception:  # json_repair is lenient, but never let parsing crash scoring
         return None
 
@@ -138,6 +152,9 @@ _MAX_CANDIDATES = 4
 _MAX_PARSE_CHARS = 1 << 18
 
 
+_BRACE = re.compile(r"\{")
+
+
 def _ends(items: list, count: int) -> list:
     return items if len(items) <= 2 * count else items[:count] + items[-count:]
 
@@ -147,9 +164,13 @@ def _candidates(text: str):
     (at most :data:`_MAX_CANDIDATES` of each from either end of the text)."""
     if len(text) <= _MAX_PARSE_CHARS:
         yield text
-    braces = [m.start() for m in re.finditer(r"\{", text) if m.start() > 0]
+    braces = [m.start() for m in _BRACE.finditer(text, 1)]
     for start in _ends(braces, _MAX_CANDIDATES):
-        yield text[start : start + _MAX_PARSE_CHARS]
+        candidate = text[start : start + _MAX_PARSE_CHARS]
+        # Cheap pre-check: a parse can only produce a count key the candidate spells (plainly, escaped as in
+        # _ANY_KEY, or through other \\u escapes); without one the parse cannot find the counts.
+        if _ANY_KEY.search(candidate) or "\\u" in candidate:
+            yield candidate
     for m in _ends(list(_KEY_RE.finditer(text)), _MAX_CANDIDATES):
         yield '{"' + m.group(1) + '":' + text[m.end() : m.end() + _MAX_PARSE_CHARS]
 
@@ -164,17 +185,28 @@ def parse_answer_list(prediction: str, language: str) -> list[Any]:
     normalize_language(language)
     if not prediction:
         return []
+    return list(_parse_cached(prediction))
+
+
+#: Predictions whose parse is remembered: scoring one output for several metrics or tasks (both Counting-Stars
+#: tasks, :func:`parse_counts` for display next to the score) parses it once.
+_CACHE_SIZE = 256
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _parse_cached(prediction: str) -> tuple:
+    """The parsed answer list of `prediction` as a tuple (independent of the language)."""
     text = unicodedata.normalize("NFKC", prediction)
     text = _FENCE.sub("", text).strip()
     if not text:
-        return []
+        return ()
     if not _ANY_KEY.search(text):
-        return []  # the answer is read from the key: without it nothing can parse (and junk is not parsed at all)
+        return ()  # the answer is read from the key: without it nothing can parse (and junk is not parsed at all)
     for candidate in _candidates(text):
         values = _find_counts(_repair(candidate))
         if values is not None:
-            return values
-    return []
+            return tuple(values)
+    return ()
 
 
 def _is_count(value: Any) -> bool:

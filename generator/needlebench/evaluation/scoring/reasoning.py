@@ -18,6 +18,7 @@ Two scores are offered:
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 import regex
@@ -79,6 +80,10 @@ def normalize_for_match(text: str) -> str:
     return _NOISE.sub("", unicodedata.normalize("NFKC", text).lower())
 
 
+#: The gold answers' normalisation, remembered (a run scores many predictions against few answers).
+_normalized_answer = functools.lru_cache(maxsize=1024)(normalize_for_match)
+
+
 def reasoning_strict_score(prediction: str, answer: str, language: str) -> float:
     """100 if the normalised answer is contained in the normalised prediction, else 0.
 
@@ -86,7 +91,7 @@ def reasoning_strict_score(prediction: str, answer: str, language: str) -> float
     removed.  An answer that normalises to the empty string scores 0.
     """
     normalize_language(language)  # validate
-    gold = normalize_for_match(answer)
+    gold = _normalized_answer(answer)
     if not gold:
         return 0.0
     return 100.0 if gold in normalize_for_match(prediction) else 0.0
