@@ -215,8 +215,9 @@ class TokenizedCorpus:
         return None if len(self.text_utf8) == len(self.text) else _utf8_offsets(self.text)
 
     def render_utf8(self, segments: list) -> bytes:
-        """``render(segments).encode("utf-8")``, joined from byte spans of the corpus (no text is transcoded)."""
-        data, offsets = self.text_utf8, self._byte_offsets
+        """``render(segments).encode("utf-8")``, joined from byte spans of the corpus (no text is transcoded; the
+        spans are memoryviews, so each byte is copied once, into the result)."""
+        data, offsets = memoryview(self.text_utf8), self._byte_offsets
         parts = []
         for segment in segments:
             if isinstance(segment, str):
