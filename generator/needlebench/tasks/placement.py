@@ -368,8 +368,18 @@ def _exact_end(corpus: TokenizedCorpus, start: int, end: int, target: int, posit
     """The cut point at or near `end` where haystack + needles is exactly `target` tokens, with its count."""
     last_inner = max([p for p in positions if p >= 0], default=start)
 
+    prefixes: dict[tuple, tuple[int, list[str]]] = {}
+
     def total(at: int) -> int:
-        return corpus.count(assemble(corpus, start, at, positions, texts))
+        # only the last corpus span (up to `at`) and what follows it change between candidates: the count of the
+        # segments before it is kept (count is a left-to-right fold, so resuming from its state is exact)
+        segments = assemble(corpus, start, at, positions, texts)
+        last = max((i for i, segment in enumerate(segments) if not isinstance(segment, str)), default=0)
+        key = tuple(segments[:last])
+        state = prefixes.get(key)
+        if state is None:
+            state = prefixes[key] = corpus.count_state(segments[:last])
+        return corpus.count(segments[last:], state)
 
     if end <= last_inner:
         end = next(_cut_points(corpus, last_inner, +1, 1), None)
