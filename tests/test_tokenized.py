@@ -38,6 +38,10 @@ def test_random_splices_count_exactly(corpus_name, request, cl100k):
         expected = cl100k.count(corpus.render(segments))
         assert corpus.count(segments) == expected, segments
         assert corpus.count(segments) == expected  # again, from the memo of glue counts and sync points
+        split = int(generator.integers(0, len(segments) + 1))  # resumed from the state after a prefix
+        state = corpus.count_state(segments[:split])
+        assert corpus.count(segments[split:], state) == expected, (split, segments)
+        assert corpus.count(segments[split:], state) == expected  # the state is not consumed
         assert corpus.render_utf8(segments) == corpus.render(segments).encode("utf-8")
 
 

@@ -176,13 +176,18 @@ class TokenizedCorpus:
                 return position
         return None
 
-    def count(self, segments: list) -> int:
+    def count(self, segments: list, state: tuple[int, list[str]] | None = None) -> int:
         """Exact token count of the concatenation of `segments`: strings and `(start, end)` corpus spans.
 
-        Long spans contribute through the token table; only glue windows around junctions are encoded.
+        Long spans contribute through the token table; only glue windows around junctions are encoded. With
+        `state` (from :meth:`count_state` of the segments before these) the count is that of all of them.
         """
-        total = 0
-        glue: list[str] = []
+        total, glue = self.count_state(segments, state)
+        return total + self.encode_count("".join(glue))
+
+    def count_state(self, segments: list, state: tuple[int, list[str]] | None = None) -> tuple[int, list[str]]:
+        """Where :meth:`count` stands after `segments`: (tokens counted so far, glue text not yet encoded)."""
+        total, glue = (0, []) if state is None else (state[0], list(state[1]))
         for segment in segments:
             if isinstance(segment, str):
                 glue.append(segment)
@@ -200,7 +205,7 @@ class TokenizedCorpus:
             total += self.encode_count(glue_text + self.text[start:sync])
             total += int(self.hard_tokens[last] - self.hard_tokens[self.hard_at_or_after(sync)])
             glue = [self.text[last_char:end]]
-        return total + self.encode_count("".join(glue))
+        return total, glue
 
     def render(self, segments: list) -> str:
         return "".join(s if isinstance(s, str) else self.text[s[0] : s[1]] for s in segments)
@@ -215,8 +220,9 @@ class TokenizedCorpus:
         return None if len(self.text_utf8) == len(self.text) else _utf8_offsets(self.text)
 
     def render_utf8(self, segments: list) -> bytes:
-        """``render(segments).encode("utf-8")``, joined from byte spans of the corpus (no text is transcoded)."""
-        data, offsets = self.text_utf8, self._byte_offsets
+        """``render(segments).encode("utf-8")``, joined from byte spans of the corpus (no text is transcoded; the
+        spans are memoryviews, so each byte is copied once, into the result)."""
+        data, offsets = memoryview(self.text_utf8), self._byte_offsets
         parts = []
         for segment in segments:
             if isinstance(segment, str):

@@ -120,8 +120,8 @@ def window_start_at_or_after(corpus: TokenizedCorpus, char: int) -> int:
     """The window start for a hint: the first sentence start at or after `char` (else the first clause,
     paragraph, line or word start; see :func:`needlebench.tasks.boundaries.start_at_or_after`)."""
     text = corpus.text
-    for point in _sentences(corpus, char, min(len(text), char + _START_SPAN)):  # the common case, from the table
-        position = point
+    for point in _sentence_array(corpus, char, min(len(text), char + _START_SPAN)):  # the common case, from the table
+        position = int(point)
         while position < len(text) and text[position].isspace():
             position += 1
         if position < len(text):
@@ -183,8 +183,8 @@ def _best_point(
             near = (max(lo, centre - _WORD_NEAR_CHARS), min(hi, centre + _WORD_NEAR_CHARS))
             windows = [near, (lo, hi)] if near[0] <= near[1] else [(lo, hi)]
         for a, b in windows:
-            found = boundaries.points(kind, text, a, b) if kind != boundaries.SENTENCE else _sentences(corpus, a, b)
-            if not found:
+            found = boundaries.points(kind, text, a, b) if kind != boundaries.SENTENCE else _sentence_array(corpus, a, b)
+            if len(found) == 0:
                 continue
             best = _nearest(offsets, found, target, reach)
             if best is not None:
@@ -192,7 +192,7 @@ def _best_point(
     return None
 
 
-def _nearest(offsets: _Offsets, found: list[int], target: float, reach: float) -> int | None:
+def _nearest(offsets: _Offsets, found: list[int] | np.ndarray, target: float, reach: float) -> int | None:
     """The point of `found` nearest `target` within `reach` tokens (the earliest of equals). Candidates are
     refined in order of their lowest possible distance, so only the few near the target are encoded."""
     low, high, hard = offsets.bounds(found)
@@ -201,20 +201,23 @@ def _nearest(offsets: _Offsets, found: list[int], target: float, reach: float) -
     for i in np.argsort(floor, kind="stable"):
         if floor[i] > reach or floor[i] > best_distance:
             break
-        distance = abs(offsets.exact(found[i], float(low[i]), int(hard[i])) - target)
-        if distance <= reach and (distance < best_distance or (distance == best_distance and found[i] < best)):
-            best, best_distance = found[i], distance
-    return None if best is None else int(best)
+        point = int(found[i])
+        distance = abs(offsets.exact(point, float(low[i]), int(hard[i])) - target)
+        if distance <= reach and (distance < best_distance or (distance == best_distance and point < best)):
+            best, best_distance = point, distance
+    return best
 
 
-def _sentences(corpus: TokenizedCorpus, lo: int, hi: int) -> list[int]:
-    """Sentence points in [lo, hi], from a table of the whole stream computed once per corpus (the same points
-    :func:`needlebench.tasks.boundaries.points` finds in any chunk: its patterns look one character around)."""
+def _sentence_array(corpus: TokenizedCorpus, lo: int, hi: int) -> np.ndarray:
+    """Sentence points in [lo, hi] (a read-only slice), from a table of the whole stream computed once per corpus
+    (the same points :func:`needlebench.tasks.boundaries.points` finds in any chunk: its patterns look one
+    character around)."""
     table = corpus.__dict__.get("_sentence_points")
     if table is None:
         table = np.asarray(boundaries.points(boundaries.SENTENCE, corpus.text, 0, len(corpus.text)), dtype=np.int64)
+        table.flags.writeable = False
         corpus.__dict__["_sentence_points"] = table
-    return table[np.searchsorted(table, lo, side="left") : np.searchsorted(table, hi, side="right")].tolist()
+    return table[table.searchsorted(lo, side="left") : table.searchsorted(hi, side="right")]
 
 
 def choose_positions(
@@ -368,8 +371,18 @@ def _exact_end(corpus: TokenizedCorpus, start: int, end: int, target: int, posit
     """The cut point at or near `end` where haystack + needles is exactly `target` tokens, with its count."""
     last_inner = max([p for p in positions if p >= 0], default=start)
 
+    prefixes: dict[tuple, tuple[int, list[str]]] = {}
+
     def total(at: int) -> int:
-        return corpus.count(assemble(corpus, start, at, positions, texts))
+        # only the last corpus span (up to `at`) and what follows it change between candidates: the count of the
+        # segments before it is kept (count is a left-to-right fold, so resuming from its state is exact)
+        segments = assemble(corpus, start, at, positions, texts)
+        last = max((i for i, segment in enumerate(segments) if not isinstance(segment, str)), default=0)
+        key = tuple(segments[:last])
+        state = prefixes.get(key)
+        if state is None:
+            state = prefixes[key] = corpus.count_state(segments[:last])
+        return corpus.count(segments[last:], state)
 
     if end <= last_inner:
         end = next(_cut_points(corpus, last_inner, +1, 1), None)
