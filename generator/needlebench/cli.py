@@ -78,6 +78,7 @@ def build(
     compression: Annotated[str, typer.Option(help="Parquet codec: zstd, snappy or none (fastest, largest).")] = "zstd",
     num_proc: Annotated[int, typer.Option("--num-proc", help="Worker processes.")] = 1,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    experiment: Annotated[Optional[Path], typer.Option("--experiment", help="Experiment YAML: your own needle test as a named config (see README).")] = None,
 ) -> None:
     """Build configs into a dataset folder (Parquet + card), byte-identical for the same version and seed."""
     from needlebench.dataset.build import build_dataset
@@ -85,6 +86,16 @@ def build(
     from needlebench.seeding import RELEASE_SEED
     from needlebench.tasks.grid import match_configs, registry
 
+    if experiment is not None:
+        from needlebench.dataset.experiment import build_experiment
+
+        if configs or all_configs:
+            raise NeedlebenchError("--experiment builds the experiment's own config; name no other configs with it")
+        spec, manifest = build_experiment(experiment, out, num_proc=num_proc, overwrite=overwrite, compression=compression)
+        entry = manifest["configs"][spec.name]
+        console.print(f"{spec.name}: {entry['rows']:,} rows, {entry['haystack_tokens']:,} haystack tokens")
+        console.print(f"wrote {out}")
+        return
     if all_configs:
         names_list = list(registry())
     elif configs:

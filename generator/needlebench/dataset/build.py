@@ -87,6 +87,10 @@ def read_manifest(folder: Path) -> dict | None:
         raise NeedlebenchError(f"{path} is not a readable needlebench manifest: {error}") from error
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise NeedlebenchError(f"{path} is not a needlebench manifest (format {FORMAT!r} expected)")
+    if manifest.get("experiments"):
+        from needlebench.tasks.experiment import register_manifest_experiments
+
+        register_manifest_experiments(manifest)
     return manifest
 
 
@@ -129,6 +133,7 @@ def build_dataset(
     num_proc: int = 1,
     overwrite: bool = False,
     progress: bool = True,
+    experiments: dict | None = None,
 ) -> dict:
     """Build `configs` into `out_dir`; returns the manifest. Existing configs of the same recipe are kept."""
     if num_proc < 1:
@@ -145,6 +150,9 @@ def build_dataset(
     try:
         stats = _build_all(specs, options, staging, num_proc, progress)
         manifest = _merge_manifest(previous, options, corpora, stats, staging)
+        if experiments or (previous and previous.get("experiments")):
+            recorded = {**((previous or {}).get("experiments") or {}), **(experiments or {})}
+            manifest["experiments"] = {name: recorded[name] for name in sorted(recorded) if name in manifest["configs"]}
         _install(out_dir, staging, specs, manifest, overwrite)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -145,6 +145,10 @@ def check_files(folder: Path, manifest: Mapping[str, Any], configs: Iterable[str
 def rebuild_fingerprints(manifest: Mapping[str, Any], configs: list[str], *, num_proc: int = 1) -> dict[str, str]:
     """Fingerprints of ``configs`` rebuilt into a temporary folder from the manifest's recipe."""
     options = BuildOptions.from_recipe(dict(manifest.get("recipe", {})))
+    if manifest.get("experiments"):
+        from needlebench.tasks.experiment import register_manifest_experiments
+
+        register_manifest_experiments(dict(manifest))
     with tempfile.TemporaryDirectory(prefix="needlebench-verify-") as temp:
         rebuilt = build_dataset(configs, Path(temp) / "rebuild", options, num_proc=num_proc)
     return {name: rebuilt["configs"][name]["fingerprint"] for name in configs}
