@@ -161,6 +161,18 @@ def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
 
 
 @app.command()
+def tasks(
+    folder: Annotated[Path, typer.Argument(help="Dataset folder written by `needlebench build` (built-in configs and experiments).")],
+    out: Annotated[Path, typer.Option("--out", help="Task folder to write, for `lm_eval --include_path`.")] = Path("needlebench-tasks"),
+) -> None:
+    """Write lm-eval tasks (needlebench_<config>) for every config of a dataset folder, and a group per experiment."""
+    from needlebench.evaluation.task_export import write_task_folder
+
+    files = write_task_folder(folder, out)
+    console.print(f"wrote {len(files)} files to {out}; run: lm_eval --include_path {out} --tasks needlebench_<config> ...")
+
+
+@app.command()
 def budget(
     configs: Annotated[list[str], typer.Argument(help="Config names or globs.")],
     tokenizer: Annotated[str, typer.Option(help="The model's tokenizer (name or local path).")],

@@ -134,7 +134,7 @@ def run_budget(
     specs = [get_config(name) for name in configs]
     budgets = [_task_budget(spec, max_gen_toks, max_length) for spec in specs]
     tok = load_tokenizer(tokenizer)
-    from needlebench.dataset.load.load import (
+    from needlebench.dataset.load import (
         load_split,  # imported lazily: it pulls in the builders
     )
 
