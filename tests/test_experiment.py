@@ -106,7 +106,8 @@ def test_cdme_zh_8k_builds_exactly_and_verify_rebuilds_it(tmp_path, cl100k):
         assert "小明最喜欢的实习的地点就是上海人工智能实验室。" in row["prompt"]
         assert abs(row["needle_depths"][0] - row["depth_percent"]) < 1.5
     assert len({row["seed"] for row in rows}) == 800
-    assert "cdme_zh_8k" in (out / "README.md").read_text(encoding="utf-8")
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "### cdme_zh_8k" in card and "上海人工智能实验室 |" in card and "runs: 10" in card
     from needlebench.dataset.verify import verify_folder
 
     assert verify_folder(out) == {}  # rebuilt from the manifest alone: same fingerprint, byte for byte
@@ -222,3 +223,13 @@ def test_cli_bad_experiment_exits_2_and_writes_nothing(tmp_path):
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and "bad.yaml" in result.stderr
         assert not out.exists()
+
+
+def test_readme_example_is_a_valid_experiment():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("```yaml\nname: my_test", 1)[1].split("```", 1)[0]
+    data = yaml.safe_load("name: my_test" + block)
+    data.pop("haystack")  # a folder of the reader's
+    exp = parse_experiment(data)
+    assert exp.lengths == (1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000) and len(exp.depths) == 10
+    assert exp.num_rows == 8 * 10 * 3

@@ -361,7 +361,12 @@ def render_card(
         template_path=str(template_path()),
         **template_context(manifest, repo_id=repo_id, version=version, changelog=changelog),
     )
-    return str(card).rstrip("\n") + "\n"
+    text = str(card).rstrip("\n") + "\n"
+    if manifest.get("experiments"):
+        from needlebench.dataset.experiment import experiments_markdown
+
+        text += experiments_markdown(manifest["experiments"])
+    return text
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -7,10 +7,12 @@ validated experiment (needles inline) is recorded in the manifest's ``experiment
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from needlebench.dataset.build import build_dataset
 from needlebench.dataset.options import BuildOptions
+from needlebench.tasks.grid import FAMILIES
 from needlebench.tasks.experiment import Experiment, load_experiment, register_experiment
 
 
@@ -31,3 +33,54 @@ def build_experiment(
         overwrite=overwrite, progress=progress, experiments={experiment.name: experiment.to_record()},
     )
     return experiment, manifest
+
+
+def _cell(value: object) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text.replace("|", "\\|").replace("\n", "\\n")
+
+
+def experiments_markdown(experiments: dict) -> str:
+    """The card section describing the folder's experiment configs (user-defined needle tests)."""
+    lines = [
+        "",
+        "## Experiments",
+        "",
+        "These configs were defined by experiment files (`needlebench build --experiment FILE`); each is recorded",
+        "in full in `needlebench.json` (`experiments`), so `needlebench verify` rebuilds it byte for byte.",
+    ]
+    for name, record in experiments.items():
+        lengths, depths = record["lengths"], record["depths"]
+        lines += [
+            "",
+            f"### {name}",
+            "",
+            f"- kind: {record['kind']} ({FAMILIES[record['kind']]}), language: {record['language']}, "
+            f"haystack: {record.get('haystack') or 'embedded default'}",
+            f"- lengths ({len(lengths)}): {', '.join(f'{n:,}' for n in lengths)} cl100k tokens; "
+            f"length buffer {record['length_buffer']}, start/end buffers {record['start_buffer']}/{record['end_buffer']}",
+            f"- depths ({len(depths)}): {', '.join(f'{d:g}' for d in depths)} percent"
+            + (f"; each further needle {record['diff']:g}% deeper" if "diff" in record else ""),
+            f"- runs: {record['runs']}"
+            + (f"; needles sampled {record['sample_method']} (fixed_index {record['fixed_index']}, "
+               f"{record['n_needles']} per cell)" if record["kind"] == "single" else ""),
+            f"- prompt: {'the paper frame, question at the ' + record['question_position'] if record['prompt'] == 'default' else 'custom template'}"
+            f"; guide sentence: {'yes' if record['guide'] else 'no'}; release seed {record['seed']}",
+            "",
+            "| needle | question | answer | keyword |",
+            "|---|---|---|---|",
+        ]
+        if record["kind"] == "multi_reasoning":
+            for i, needle in enumerate(record["needles"]):
+                first = i == 0
+                lines.append(
+                    f"| {_cell(needle)} | {_cell(record['question']) if first else ''} | "
+                    f"{_cell(record['answer']) if first else ''} | {_cell(record['keyword']) if first else ''} |"
+                )
+        else:
+            for needle in record["needles"]:
+                lines.append(
+                    f"| {_cell(needle['needle'])} | {_cell(needle['question'])} | {_cell(needle['answer'])} | "
+                    f"{_cell(needle['keyword'])} |"
+                )
+    return "\n".join(lines) + "\n"
