@@ -173,6 +173,28 @@ def tasks(
 
 
 @app.command()
+def judge(
+    results: Annotated[Path, typer.Argument(help="lm-eval --output_path of a run with --log_samples.")],
+    base_url: Annotated[str, typer.Option("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (vllm serve).")],
+    model: Annotated[str, typer.Option("--model", help="Judge model name as the endpoint knows it.")],
+    api_key_env: Annotated[str, typer.Option("--api-key-env", help="Environment variable holding the API key (if any).")] = "OPENAI_API_KEY",
+    concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 4,
+    retries: Annotated[int, typer.Option(help="Retries per sample (errors and replies without a rating).")] = 3,
+) -> None:
+    """Rescore logged samples on the 1-10 rubric with a model judge; writes judged_samples_*.jsonl beside them."""
+    import os
+
+    from needlebench.evaluation.judge import JudgeConfig, judge_results
+
+    config = JudgeConfig(base_url, model, os.environ.get(api_key_env) or None, concurrency, retries)
+    counts = judge_results(results, config)
+    console.print(
+        f"judged {counts['samples']} samples in {counts['files']} files ({counts['requested']} requested, "
+        f"{counts['cached']} from cache, {counts['unrated']} without a usable rating)"
+    )
+
+
+@app.command()
 def budget(
     configs: Annotated[list[str], typer.Argument(help="Config names or globs.")],
     tokenizer: Annotated[str, typer.Option(help="The model's tokenizer (name or local path).")],
