@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from hub_server import client_env, make_dataset_folder, run_client
-from needlebench.dataset.load import card
+from needlebench.dataset import card
 from needlebench.errors import NeedlebenchError
 from needlebench.tasks.schema import features_for
 

@@ -223,6 +223,9 @@ def test_cli_bad_experiment_exits_2_and_writes_nothing(tmp_path):
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and "bad.yaml" in result.stderr
         assert not out.exists()
+    path = write(tmp_path, small())
+    result = run("build", "--experiment", str(path), "--seed", "7", "--out", str(out))
+    assert result.returncode == 2 and "--seed does not apply with --experiment" in result.stderr and not out.exists()
 
 
 def test_readme_example_is_a_valid_experiment():
@@ -233,3 +236,18 @@ def test_readme_example_is_a_valid_experiment():
     exp = parse_experiment(data)
     assert exp.lengths == (1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000) and len(exp.depths) == 10
     assert exp.num_rows == 8 * 10 * 3
+
+
+def test_multi_retrieval_experiment_places_every_needle(cl100k):
+    needles = [{"needle": f"Locker {i} holds a {w} umbrella.", "question": f"What does locker {i} hold?", "keyword": w}
+               for i, w in ((1, "red"), (2, "green"), (3, "blue"))]
+    exp = parse_experiment(small(name="lockers", kind="multi_retrieval", needles=needles, diff=30, lengths=[1500], depths=[10, 60], length_buffer=200))
+    rows = list(iter_rows(register_experiment(exp), BuildOptions()))
+    assert len(rows) == 2 and set(rows[0]) == set(columns_for("multi_retrieval"))
+    assert rows[0]["requested_depths"] == [10.0, 40.0, 70.0] and rows[1]["requested_depths"] == [60.0, 90.0, 100.0]
+    for row in rows:
+        assert row["keywords"] == ["red", "green", "blue"] and row["num_needles"] == 3
+        assert all(n in row["prompt"] for n in row["needles"]) and row["haystack_tokens"] == 1300
+        assert row["prompt_tokens"] == len(cl100k.encode(row["prompt"]))
+        assert all(abs(a - r) < 3 for a, r in zip(row["needle_depths"], row["requested_depths"]))
+        assert "What does locker 1 hold?" in row["question"] and "What does locker 3 hold?" in row["question"]

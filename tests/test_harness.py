@@ -212,7 +212,7 @@ def test_model_args_do_not_change_the_data_source(monkeypatch):
 
 def test_load_split_errors_are_one_line(tmp_path):
     from hub_server import make_dataset_folder
-    from needlebench.dataset.load.load import load_split
+    from needlebench.dataset.load import load_split
 
     folder = tmp_path / "built"
     make_dataset_folder(folder, {"atc_en": 4})

@@ -104,7 +104,7 @@ def test_parse_hub_spec() -> None:
 
 
 def test_one_repo_id_rule_for_haystack_specs_and_publishing() -> None:
-    from needlebench.dataset.load import verify
+    from needlebench.dataset import verify
     from needlebench.sources import hub as hub_module
 
     assert verify.REPO_ID is hub_module.REPO_ID and not hasattr(verify, "_REPO_ID")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from hub_server import make_dataset_folder
-from needlebench.dataset.load import build, verify, writer
+from needlebench.dataset import build, verify, writer
 from needlebench.dataset.verify import read_manifest, verify_folder
 from needlebench.errors import NeedlebenchError
 

@@ -91,6 +91,19 @@ def build(
 
         if configs or all_configs:
             raise NeedlebenchError("--experiment builds the experiment's own config; name no other configs with it")
+        given = {
+            "--seed": seed, "--haystack-en": haystack_en, "--haystack-zh": haystack_zh, "--corpus": corpus,
+            "--needles": needles, "--reasoning-needles-en": reasoning_needles_en,
+            "--reasoning-needles-zh": reasoning_needles_zh, "--names": names, "--compat": compat,
+            "--buffer": buffer, "--depths": depths,
+            "--question-position": None if question_position == "end" else question_position,
+        }
+        clash = [option for option, value in given.items() if value is not None]
+        if clash:
+            raise NeedlebenchError(
+                f"{clash[0]} does not apply with --experiment; set it in the experiment file "
+                "(keys seed, haystack, needles, depths, length_buffer, question_position)"
+            )
         spec, manifest = build_experiment(experiment, out, num_proc=num_proc, overwrite=overwrite, compression=compression)
         entry = manifest["configs"][spec.name]
         console.print(f"{spec.name}: {entry['rows']:,} rows, {entry['haystack_tokens']:,} haystack tokens")

@@ -21,7 +21,7 @@ from pathlib import Path
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED, derive_seed
 from needlebench.sources.haystacks import window_start_hint
-from needlebench.tasks.grid import ConfigSpec, registry
+from needlebench.tasks.grid import ConfigSpec, register_config, registry
 from needlebench.tasks.haystack import base_row, cells_of, tokenized_corpus
 from needlebench.tasks.needles import splice_guide
 from needlebench.tasks.placement import NeedleRequest, build_context
@@ -173,15 +173,13 @@ class ExperimentSpec(ConfigSpec):
 
 def register_experiment(experiment: Experiment) -> ExperimentSpec:
     """Add the experiment's config to the registry (beside the built-in configs); a built-in name is an error."""
-    configs = registry()
-    existing = configs.get(experiment.name)
-    if existing is not None and not isinstance(existing, ExperimentSpec):
+    if experiment.name in registry():
         raise NeedlebenchError(
             f"experiment key name: {experiment.name!r} is a built-in config; allowed: any other name matching "
             "^[a-z][a-z0-9_]*$"
         )
     spec = ExperimentSpec(experiment.name, experiment.kind, experiment.language, SIZE_LABEL, experiment=experiment)
-    configs[experiment.name] = spec
+    register_config(spec)
     return spec
 
 
