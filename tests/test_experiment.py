@@ -10,7 +10,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from needlebench.dataset.build import BuildOptions
 from needlebench.dataset.rows import iter_rows
 from needlebench.errors import NeedlebenchError

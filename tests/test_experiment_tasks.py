@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from needlebench.dataset.experiment import build_experiment
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval

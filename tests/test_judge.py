@@ -8,7 +8,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
 from needlebench.evaluation.judge import JudgeConfig, judge_results, parse_rating
 
 LONG_CONTEXT = "haystack " * 2000
@@ -18,7 +17,7 @@ class FakeJudge(BaseHTTPRequestHandler):
     requests: list[dict] = []
     flaky: dict[str, int] = {}
 
-    def do_POST(self):  # noqa: N802 - http.server API
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         FakeJudge.requests.append(body)
         prompt = body["messages"][0]["content"]

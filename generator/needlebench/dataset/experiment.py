@@ -12,8 +12,12 @@ from pathlib import Path
 
 from needlebench.dataset.build import build_dataset
 from needlebench.dataset.options import BuildOptions
+from needlebench.tasks.experiment import (
+    Experiment,
+    load_experiment,
+    register_experiment,
+)
 from needlebench.tasks.grid import FAMILIES
-from needlebench.tasks.experiment import Experiment, load_experiment, register_experiment
 
 
 def experiment_options(experiment: Experiment, compression: str = "zstd") -> BuildOptions:

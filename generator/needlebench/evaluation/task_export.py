@@ -105,4 +105,4 @@ def _ours(path: Path) -> bool:
     return head.startswith("# Written by `needlebench tasks`") or head.startswith('"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by')
 
 
-__all__ = ["task_files_for_folder", "write_task_folder", "experiment_group", "task_name"]
+__all__ = ["experiment_group", "task_files_for_folder", "task_name", "write_task_folder"]
