@@ -14,10 +14,9 @@ import unicodedata
 import json_repair
 import numpy as np
 import pytest
-from support.scoring_fuzz import outputs
-
 from needlebench.evaluation.scoring import atc, counting_stars
 from needlebench.evaluation.scoring.counting_stars import parse_answer_list
+from support.scoring_fuzz import outputs
 
 
 def _oracle_parse(prediction: str) -> list:

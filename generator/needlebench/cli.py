@@ -94,6 +94,7 @@ def build(
     compression: Annotated[str, typer.Option(help="Parquet codec: zstd, snappy or none (fastest, largest).")] = "zstd",
     num_proc: Annotated[int, typer.Option("--num-proc", help="Worker processes.")] = 1,
     overwrite: Annotated[bool, typer.Option(help="Replace a needlebench dataset of another recipe (only the files it lists).")] = False,
+    experiment: Annotated[Optional[Path], typer.Option("--experiment", help="Experiment YAML: your own needle test as a named config (see README).")] = None,
 ) -> None:
     """Build configs into a dataset folder (Parquet + card), byte-identical for the same version and seed."""
     from needlebench.dataset.build import build_dataset
@@ -101,6 +102,29 @@ def build(
     from needlebench.seeding import RELEASE_SEED
     from needlebench.tasks.grid import match_configs, registry
 
+    if experiment is not None:
+        from needlebench.dataset.experiment import build_experiment
+
+        if configs or all_configs:
+            raise NeedlebenchError("--experiment builds the experiment's own config; name no other configs with it")
+        given = {
+            "--seed": seed, "--haystack-en": haystack_en, "--haystack-zh": haystack_zh, "--corpus": corpus,
+            "--needles": needles, "--reasoning-needles-en": reasoning_needles_en,
+            "--reasoning-needles-zh": reasoning_needles_zh, "--names": names, "--compat": compat,
+            "--buffer": buffer, "--depths": depths,
+            "--question-position": None if question_position == "end" else question_position,
+        }
+        clash = [option for option, value in given.items() if value is not None]
+        if clash:
+            raise NeedlebenchError(
+                f"{clash[0]} does not apply with --experiment; set it in the experiment file "
+                "(keys seed, haystack, needles, depths, length_buffer, question_position)"
+            )
+        spec, manifest = build_experiment(experiment, out, num_proc=num_proc, overwrite=overwrite, compression=compression)
+        entry = manifest["configs"][spec.name]
+        console.print(f"{spec.name}: {entry['rows']:,} rows, {entry['haystack_tokens']:,} haystack tokens")
+        console.print(f"wrote {out}")
+        return
     if all_configs:
         names_list = list(registry())
     elif configs:
@@ -175,6 +199,40 @@ def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
     with working("lm-eval is indexing its tasks (a minute or more)") if listing else contextlib.nullcontext():
         code = run_eval(list(ctx.args))
     raise typer.Exit(code)
+
+
+@app.command(short_help="Write lm-eval tasks for every config of a dataset folder.")
+def tasks(
+    folder: Annotated[Path, typer.Argument(help="Dataset folder written by `needlebench build` (built-in configs and experiments).")],
+    out: Annotated[Path, typer.Option("--out", help="Task folder to write, for `lm_eval --include_path`.")] = Path("needlebench-tasks"),
+) -> None:
+    """Write lm-eval tasks (needlebench_<config>) for every config of a dataset folder, and a group per experiment."""
+    from needlebench.evaluation.task_export import write_task_folder
+
+    files = write_task_folder(folder, out)
+    console.print(f"wrote {len(files)} files to {out}; run: lm_eval --include_path {out} --tasks needlebench_<config> ...")
+
+
+@app.command(short_help="Rescore logged samples with a model judge (1-10 rubric).")
+def judge(
+    results: Annotated[Path, typer.Argument(help="lm-eval --output_path of a run with --log_samples.")],
+    base_url: Annotated[str, typer.Option("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (vllm serve).")],
+    model: Annotated[str, typer.Option("--model", help="Judge model name as the endpoint knows it.")],
+    api_key_env: Annotated[str, typer.Option("--api-key-env", help="Environment variable holding the API key (if any).")] = "OPENAI_API_KEY",
+    concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 4,
+    retries: Annotated[int, typer.Option(help="Retries per sample (errors and replies without a rating).")] = 3,
+) -> None:
+    """Rescore logged samples on the 1-10 rubric with a model judge; writes judged_samples_*.jsonl beside them."""
+    import os
+
+    from needlebench.evaluation.judge import JudgeConfig, judge_results
+
+    config = JudgeConfig(base_url, model, os.environ.get(api_key_env) or None, concurrency, retries)
+    counts = judge_results(results, config)
+    console.print(
+        f"judged {counts['samples']} samples in {counts['files']} files ({counts['requested']} requested, "
+        f"{counts['cached']} from cache, {counts['unrated']} without a usable rating)"
+    )
 
 
 @app.command("tasks-path", short_help="Print the lm-eval task folder, for lm_eval --include_path.")

@@ -120,6 +120,10 @@ def read_manifest(folder: Path) -> dict | None:
         raise NeedlebenchError(f"{path} is not a readable needlebench manifest: {error}") from error
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise NeedlebenchError(f"{path} is not a needlebench manifest (format {FORMAT!r} expected)")
+    if manifest.get("experiments"):
+        from needlebench.tasks.experiment import register_manifest_experiments
+
+        register_manifest_experiments(manifest)
     return manifest
 
 
@@ -176,6 +180,7 @@ def build_dataset(
     num_proc: int = 1,
     overwrite: bool = False,
     progress: bool = True,
+    experiments: dict | None = None,
 ) -> dict:
     """Build `configs` into `out_dir`; returns the manifest. Existing configs of the same recipe are kept."""
     if num_proc < 1:
@@ -205,7 +210,9 @@ def build_dataset(
             raise NeedlebenchError(
                 f"cannot write output folder {out_dir}: {error.strerror}; choose another --out"
             ) from None
-        return _build_into(specs, out_dir, options, corpora, previous, created, num_proc, overwrite, progress)
+        return _build_into(
+            specs, out_dir, options, corpora, previous, created, num_proc, overwrite, progress, experiments
+        )
     finally:
         if lock is not None:
             os.close(lock)
@@ -213,7 +220,7 @@ def build_dataset(
 
 def _build_into(
     specs: list[ConfigSpec], out_dir: Path, options: BuildOptions, corpora: dict, previous: dict | None,
-    created: bool, num_proc: int, overwrite: bool, progress: bool,
+    created: bool, num_proc: int, overwrite: bool, progress: bool, experiments: dict | None = None,
 ) -> dict:
     """Build into a staging folder inside `out_dir` (locked), then swap it in (:func:`.replace.commit`)."""
     from needlebench import interrupts
@@ -230,7 +237,11 @@ def _build_into(
     try:
         stats = _build_all(specs, options, staging / "data", num_proc, progress)
         replace.step()
-        manifest = _merge_manifest(None if overwrite else previous, options, corpora, stats, staging / "data")
+        kept = None if overwrite else previous
+        manifest = _merge_manifest(kept, options, corpora, stats, staging / "data")
+        if experiments or (kept and kept.get("experiments")):
+            recorded = {**((kept or {}).get("experiments") or {}), **(experiments or {})}
+            manifest["experiments"] = {name: recorded[name] for name in sorted(recorded) if name in manifest["configs"]}
         replace.prepare(out_dir, staging, manifest, previous)
     except BaseException:
         discard()

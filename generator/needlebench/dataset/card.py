@@ -391,7 +391,12 @@ def render_card(
         from huggingface_hub import DatasetCard
 
         text = str(DatasetCard.from_template(data, template_str=template, **context))
-    return text.rstrip("\n") + "\n"
+    text = text.rstrip("\n") + "\n"
+    if manifest.get("experiments"):
+        from needlebench.dataset.experiment import experiments_markdown
+
+        text += experiments_markdown(manifest["experiments"])
+    return text
 
 
 #: The YAML block at the top of a card (``huggingface_hub.repocard.REGEX_YAML_BLOCK``).

@@ -104,6 +104,10 @@ class BuildOptions:
     def settings_for(self, spec: ConfigSpec) -> HaystackSettings:
         """What the family of a haystack config reads from these options, its inputs resolved: compat mode
         opencompass reads the paper's files as local files, the default mode reads haystack specs itself."""
+        from needlebench.tasks.experiment import ExperimentSpec
+
+        if isinstance(spec, ExperimentSpec):
+            return spec.settings()
         language = spec.language
         compat = self.compat == "opencompass"
         if spec.family == "multi_reasoning" and spec.is_v2:

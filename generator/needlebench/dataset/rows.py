@@ -25,6 +25,14 @@ def iter_rows(
         raise ValueError("ATC configs have no context lengths to select")
     if spec.family == "counting_stars":
         return _counting_stars_rows(spec, options, lengths)
+    from needlebench.tasks.experiment import ExperimentSpec
+
+    if isinstance(spec, ExperimentSpec):
+        if options.compat is not None:
+            raise NeedlebenchError(f"compat mode {options.compat} does not apply to experiment {spec.name}")
+        from needlebench.tasks.experiment import experiment_rows
+
+        return experiment_rows(spec, options.settings_for(spec), spec.select_lengths(lengths))
     if options.compat == "counting-stars":
         raise NeedlebenchError(f"compat mode counting-stars does not apply to {spec.name}; use --compat opencompass")
     if spec.family == "atc" and spec.is_v2:

@@ -83,6 +83,10 @@ def validate_manifest(manifest: Mapping[str, Any], where: str) -> dict[str, Any]
         check_recipe(manifest.get("recipe", {}))
     except RecipeError as error:
         raise NeedlebenchError(f"{where} is invalid: {error}") from None
+    if manifest.get("experiments"):
+        from needlebench.tasks.experiment import register_manifest_experiments
+
+        register_manifest_experiments(dict(manifest))
     return dict(manifest)
 
 

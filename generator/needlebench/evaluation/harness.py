@@ -308,9 +308,13 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
             "task metadata has no needlebench_config; use the YAMLs of harness_tasks/needlebench "
             "(regenerate them with scripts/gen_harness_tasks.py)"
         )
+    source = resolve_source(metadata)
+    if source["data_dir"] is not None:
+        from needlebench.dataset.build import read_manifest
+
+        read_manifest(Path(source["data_dir"]))  # registers the folder's experiment configs by name
     spec = get_config(str(config))
     lengths = _context_length_filter(metadata.get("context_lengths"), spec)
-    source = resolve_source(metadata)
     from needlebench.dataset.load import (
         load_split,  # imported lazily: it pulls in the builders
     )

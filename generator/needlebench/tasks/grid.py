@@ -264,7 +264,21 @@ def registry() -> dict[str, ConfigSpec]:
     return _build_registry()
 
 
+#: Configs registered at run time (experiment files), looked up by name after the built-in ones; they are not
+#: part of :func:`registry` (so the shipped task files, `list` and globs only see built-in configs).
+_REGISTERED: dict[str, ConfigSpec] = {}
+
+
+def register_config(spec: ConfigSpec) -> None:
+    """Make a run-time config (an experiment) resolvable by :func:`get_config`; a built-in name is refused."""
+    if spec.name in registry():
+        raise NeedlebenchError(f"config name {spec.name!r} is a built-in config; choose another name")
+    _REGISTERED[spec.name] = spec
+
+
 def get_config(name: str) -> ConfigSpec:
+    if name in _REGISTERED:
+        return _REGISTERED[name]
     try:
         return registry()[name]
     except KeyError:

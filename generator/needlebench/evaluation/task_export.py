@@ -1,0 +1,108 @@
+"""``needlebench tasks DIR --out TASKDIR``: lm-eval tasks for the configs of a dataset folder, no YAML editing.
+
+TASKDIR gets, for ``lm_eval --include_path TASKDIR``: the families' base templates and hooks (the same files as
+``harness_tasks/needlebench``), one ``<config>.yaml`` per config of the folder (task ``needlebench_<config>``, its
+``data_dir`` pointing at the folder), and one group ``needlebench_experiment_<name>`` per experiment of the folder.
+Only files this command writes are replaced; a TASKDIR holding other files is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from needlebench.dataset.verify import read_manifest
+from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.harness import (
+    FAMILY_TEMPLATES,
+    SIZE_GROUP_METRICS,
+    base_template_filename,
+    render_base_template,
+    render_group,
+    render_task,
+    task_name,
+    template_key,
+)
+from needlebench.tasks.grid import get_config
+
+#: The hooks module every task YAML refers to (``!function utils.<hook>``): a thin import of the library.
+UTILS_PY = '''"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by `needlebench tasks`)."""
+
+from needlebench.evaluation.harness import (  # noqa: F401
+    agg_flat_mean,
+    agg_perf_4,
+    load_dataset,
+    process_atc,
+    process_atc_open,
+    process_counting_stars,
+    process_multi_reasoning,
+    process_multi_retrieval,
+    process_single,
+)
+'''
+NOTE = "# Written by `needlebench tasks` for the dataset folder {folder}; rerun it instead of editing.\n"
+GROUP_PREFIX = "needlebench_experiment_"
+
+
+def experiment_group(name: str) -> str:
+    return f"{GROUP_PREFIX}{name}"
+
+
+def task_files_for_folder(folder: Path) -> dict[str, str]:
+    """File name -> text of the task folder for the dataset `folder` (absolute ``data_dir`` in every task)."""
+    folder = Path(folder).resolve()
+    manifest = read_manifest(folder)  # registers the folder's experiments
+    note = NOTE.format(folder=folder)
+    files = {"utils.py": UTILS_PY}
+    specs = [get_config(name) for name in manifest["configs"]]
+    for key in sorted({template_key(spec) for spec in specs}):
+        files[base_template_filename(key)] = note + render_base_template(FAMILY_TEMPLATES[key]).split("\n", 1)[1]
+    for spec in specs:
+        text = render_task(spec).rstrip("\n") + f"\n  data_dir: {json.dumps(str(folder))}\n"
+        files[f"{spec.name}.yaml"] = note + text.split("\n", 1)[1]
+    for name in manifest.get("experiments") or {}:
+        family = get_config(name).family
+        text = render_group(experiment_group(name), f"experiment {name}", [name], SIZE_GROUP_METRICS[family])
+        files[f"_{experiment_group(name)}.yaml"] = note + text.split("\n", 1)[1]
+    return files
+
+
+def write_task_folder(folder: Path, out: Path) -> dict[str, str]:
+    """Write the task folder; returns what was written. Each file is replaced atomically."""
+    files = task_files_for_folder(folder)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise NeedlebenchError(f"--out {out} exists and is not a folder; choose a task folder")
+    if out.is_dir():
+        foreign = [p.name for p in out.iterdir() if not _ours(p)]
+        if foreign:
+            raise NeedlebenchError(
+                f"--out {out} holds files needlebench did not write (e.g. {foreign[0]}); choose an empty or new folder"
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in [p for p in out.iterdir() if p.name not in files and _ours(p)]:
+        stale.unlink()
+    for name, text in files.items():
+        handle, temp = tempfile.mkstemp(dir=out, prefix=f".{name}.")
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.chmod(temp, 0o644)
+        os.replace(temp, out / name)
+    return files
+
+
+def _ours(path: Path) -> bool:
+    if path.name == "__pycache__":
+        return True
+    if not path.is_file():
+        return False
+    try:
+        head = path.read_text(encoding="utf-8")[:200]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return head.startswith("# Written by `needlebench tasks`") or head.startswith('"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by')
+
+
+__all__ = ["experiment_group", "task_files_for_folder", "task_name", "write_task_folder"]

@@ -1,0 +1,488 @@
+"""User-defined needle tests (an *experiment file*): the CDME and Inspect NIAH knobs as a named config.
+
+An experiment file is a small YAML (schema: ``data/experiment.schema.json``) naming a config and giving its task
+kind, language, haystack, needles and sampling method, lengths, depths (list or linear/sigmoid spacing), start/end
+buffers, runs, length buffer, question position and prompt frame. :func:`parse_experiment` validates it (one-line
+errors naming the key, the value and what is allowed) into an :class:`Experiment`; :class:`ExperimentSpec` is its
+:class:`ConfigSpec` (registered beside the built-in configs) and :func:`experiment_rows` its rows, built with the
+same stages as the families (cells and seeds, exact-count placement, prompt frames, row columns).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from needlebench.errors import NeedlebenchError
+from needlebench.seeding import RELEASE_SEED, derive_seed
+from needlebench.sources.haystacks import window_start_hint
+from needlebench.tasks.grid import ConfigSpec, register_config, registry
+from needlebench.tasks.haystack import base_row, cells_of, tokenized_corpus
+from needlebench.tasks.needles import splice_guide
+from needlebench.tasks.placement import NeedleRequest, build_context
+from needlebench.tasks.prompts import CONTEXT_SLOT, frame_parts, prompt_data
+from needlebench.tasks.settings import HaystackSettings
+
+KINDS = ("single", "multi_retrieval", "multi_reasoning")
+SAMPLE_METHODS = ("fixed", "sequential", "random")
+SIZE_LABEL = "custom"
+
+
+@cache
+def experiment_schema() -> dict:
+    """The JSON Schema of an experiment file (shipped in the package)."""
+    text = resources.files("needlebench").joinpath("data/experiment.schema.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def generate_depth_percents(n: int, spacing: str = "linear") -> tuple[float, ...]:
+    """`n` depths from 0 to 100: linear, or the reference's sigmoid of the linear points (spec §2)."""
+    if n == 1:
+        linear = [0.0]
+    else:
+        linear = [100 * i / (n - 1) for i in range(n)]
+    if spacing == "sigmoid":
+        return tuple(round(100 / (1 + math.exp(-0.1 * (x - 50))), 3) for x in linear)
+    return tuple(round(x, 3) for x in linear)
+
+
+def spaced_lengths(low: int, high: int, n: int) -> tuple[int, ...]:
+    """`n` lengths evenly spaced from `low` to `high` (Inspect's min_context/max_context/n_contexts), rounded."""
+    if n == 1:
+        return (high,)
+    return tuple(round(low + (high - low) * i / (n - 1)) for i in range(n))
+
+
+@dataclass(frozen=True)
+class ExperimentNeedle:
+    text: str
+    question: str
+    answer: str
+    keyword: str
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A validated experiment file, every default filled in and every needle inline."""
+
+    name: str
+    kind: str
+    language: str
+    lengths: tuple[int, ...]
+    depths: tuple[float, ...]
+    needles: tuple[ExperimentNeedle, ...]
+    haystack: str | None = None
+    question: str = ""  # multi_reasoning
+    answer: str = ""
+    keyword: str = ""
+    sample_method: str = "fixed"
+    fixed_index: int = 0
+    n_needles: int = 1
+    diff: float = 10.0
+    start_buffer: int = 0
+    end_buffer: int = 0
+    runs: int = 1
+    length_buffer: int = 0
+    guide: bool = True
+    question_position: str = "end"
+    prompt: str = "default"
+    seed: int = RELEASE_SEED
+
+    def to_record(self) -> dict:
+        """The experiment as an experiment-file mapping with every default filled in and the needles inline, as
+        recorded in the manifest (it rebuilds the config without the original file)."""
+        skip = {"needles", "haystack", "question", "answer", "keyword", "sample_method", "fixed_index", "n_needles", "diff"}
+        record = {key: getattr(self, key) for key in self.__dataclass_fields__ if key not in skip}
+        record["lengths"] = list(self.lengths)
+        record["depths"] = list(self.depths)
+        if self.haystack is not None:
+            record["haystack"] = self.haystack
+        if self.kind == "multi_reasoning":
+            record.update(needles=[n.text for n in self.needles], question=self.question, answer=self.answer,
+                          keyword=self.keyword)
+        else:
+            record["needles"] = [
+                {"needle": n.text, "question": n.question, "answer": n.answer, "keyword": n.keyword}
+                for n in self.needles
+            ]
+        if self.kind == "single":
+            record.update(sample_method=self.sample_method, fixed_index=self.fixed_index, n_needles=self.n_needles)
+        else:
+            record["diff"] = self.diff
+        return {key: record[key] for key in sorted(record)}
+
+    @property
+    def samples_per_cell(self) -> int:
+        """Repeats of a (length) cell: runs x needles sampled (single), runs otherwise."""
+        return self.runs * (self.n_needles if self.kind == "single" else 1)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.lengths) * len(self.depths) * self.samples_per_cell
+
+
+@dataclass(frozen=True)
+class ExperimentSpec(ConfigSpec):
+    """The config of an experiment: its own lengths, depths, buffer and repeats."""
+
+    experiment: Experiment | None = field(default=None, compare=False)
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        return self.experiment.lengths
+
+    @property
+    def depths(self) -> tuple[float, ...]:
+        return self.experiment.depths
+
+    @property
+    def buffer(self) -> int:
+        return self.experiment.length_buffer
+
+    @property
+    def repeats(self) -> int:
+        return self.experiment.samples_per_cell
+
+    @property
+    def needle_counts(self) -> tuple[int, ...]:
+        return (1,) if self.family == "single" else (len(self.experiment.needles),)
+
+    @property
+    def num_rows(self) -> int:
+        return self.experiment.num_rows
+
+    @property
+    def approx_tokens(self) -> int:
+        return sum(length - self.buffer for length in self.lengths) * len(self.depths) * self.repeats
+
+    def settings(self) -> HaystackSettings:
+        exp = self.experiment
+        return HaystackSettings(
+            release_seed=exp.seed,
+            haystack=exp.haystack,
+            question_position=exp.question_position,
+            buffer=exp.length_buffer,
+            depths=exp.depths,
+        )
+
+
+def register_experiment(experiment: Experiment) -> ExperimentSpec:
+    """Add the experiment's config to the registry (beside the built-in configs); a built-in name is an error."""
+    if experiment.name in registry():
+        raise NeedlebenchError(
+            f"experiment key name: {experiment.name!r} is a built-in config; allowed: any other name matching "
+            "^[a-z][a-z0-9_]*$"
+        )
+    spec = ExperimentSpec(experiment.name, experiment.kind, experiment.language, SIZE_LABEL, experiment=experiment)
+    register_config(spec)
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------------- parsing
+
+
+def _fail(where: str, key: str, value: object, allowed: str) -> NeedlebenchError:
+    shown = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return NeedlebenchError(f"{where}: key {key}: {shown} is not allowed; allowed: {allowed}")
+
+
+def _schema_allowed(error) -> str:
+    schema = error.schema
+    if "enum" in schema:
+        return ", ".join(map(str, schema["enum"]))
+    if error.validator == "additionalProperties":
+        return "the keys " + ", ".join(sorted(schema.get("properties", {})))
+    if error.validator == "required":
+        return "a mapping with " + ", ".join(schema["required"])
+    if error.validator == "oneOf":
+        return " or ".join(_describe(option) for option in schema["oneOf"])
+    return _describe(schema)
+
+
+def _describe(schema: dict) -> str:
+    kind = schema.get("type")
+    if "enum" in schema:
+        return "one of " + ", ".join(map(str, schema["enum"]))
+    if kind == "array":
+        return f"a list of {_describe(schema.get('items', {}))}"
+    if kind == "object":
+        return "a mapping with " + ", ".join(schema.get("properties", {}))
+    if "oneOf" in schema:
+        return " or ".join(_describe(option) for option in schema["oneOf"])
+    bounds = []
+    if "minimum" in schema:
+        bounds.append(f">= {schema['minimum']}")
+    if "exclusiveMinimum" in schema:
+        bounds.append(f"> {schema['exclusiveMinimum']}")
+    if "maximum" in schema:
+        bounds.append(f"<= {schema['maximum']}")
+    if "pattern" in schema:
+        bounds.append(f"matching {schema['pattern']}")
+    if "minLength" in schema:
+        bounds.append("non-empty")
+    text = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false"}.get(
+        kind, "a value"
+    )
+    return text + (" " + " and ".join(bounds) if bounds else "")
+
+
+def _schema_check(data: object, where: str) -> None:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(experiment_schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if not errors:
+        return
+    error = errors[0]
+    while error.validator == "oneOf" and error.context:
+        # the branch the value was meant for (a mapping for a mapping, a list for a list), not its type errors
+        meant = [sub for sub in error.context if sub.validator != "type" or sub.relative_path]
+        if not meant:
+            break
+        error = max(meant, key=lambda sub: len(sub.absolute_path))
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        path = ".".join(map(str, list(error.absolute_path) + extra[:1])) or "(top)"
+        raise NeedlebenchError(f"{where}: unknown key {path}; allowed: {_schema_allowed(error)}")
+    if error.validator == "required":
+        missing = [key for key in error.schema["required"] if key not in error.instance]
+        path = ".".join(map(str, list(error.absolute_path) + missing[:1]))
+        raise NeedlebenchError(f"{where}: missing key {path}; required: {', '.join(error.schema['required'])}")
+    key = ".".join(map(str, error.absolute_path)) or "(top)"
+    raise _fail(where, key, error.instance, _schema_allowed(error))
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment YAML file."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise NeedlebenchError(f"cannot read experiment file {path}: {error}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        line = getattr(getattr(error, "problem_mark", None), "line", None)
+        at = f" line {line + 1}" if line is not None else ""
+        raise NeedlebenchError(f"{path}{at}: not valid YAML; an experiment file is a YAML mapping") from None
+    if not isinstance(data, dict):
+        raise NeedlebenchError(f"{path}: an experiment file is a YAML mapping of keys (name, kind, ...), not {type(data).__name__}")
+    return parse_experiment(data, str(path), base=path.parent)
+
+
+def parse_experiment(data: dict, where: str = "experiment", base: Path | None = None) -> Experiment:
+    """Validate an experiment mapping against the schema and the rules the schema cannot say."""
+    _schema_check(data, where)
+    kind = data["kind"]
+    language = data["language"]
+    lengths_value = data["lengths"]
+    if isinstance(lengths_value, dict):
+        if lengths_value["min"] > lengths_value["max"]:
+            raise _fail(where, "lengths.min", lengths_value["min"], f"at most lengths.max ({lengths_value['max']})")
+        lengths = spaced_lengths(lengths_value["min"], lengths_value["max"], lengths_value["n"])
+    else:
+        lengths = tuple(lengths_value)
+    if len(set(lengths)) != len(lengths):
+        raise _fail(where, "lengths", lengths_value, "distinct lengths")
+    depths_value = data["depths"]
+    if isinstance(depths_value, dict):
+        depths = generate_depth_percents(depths_value["n"], depths_value.get("spacing", "linear"))
+    else:
+        depths = tuple(float(d) for d in depths_value)
+    if len(set(depths)) != len(depths):
+        raise _fail(where, "depths", depths_value, "distinct depths")
+    start_buffer, end_buffer = data.get("start_buffer", 0), data.get("end_buffer", 0)
+    length_buffer = data.get("length_buffer", 0)
+    shortest = min(lengths)
+    if length_buffer + start_buffer + end_buffer >= shortest:
+        raise _fail(
+            where, "length_buffer" if length_buffer else "start_buffer", length_buffer or start_buffer,
+            f"length_buffer + start_buffer + end_buffer below the shortest length ({shortest})",
+        )
+    prompt = data.get("prompt", "default")
+    if prompt != "default" and (prompt.count(CONTEXT_SLOT) != 1 or "{question}" not in prompt):
+        raise _fail(where, "prompt", prompt, "'default' or a template with {context} once and {question}")
+    needles = _parse_needles(data, kind, language, where, base)
+    sample_method = data.get("sample_method", "fixed")
+    fixed_index = data.get("fixed_index", 0)
+    n_needles = data.get("n_needles", 1)
+    if kind == "single":
+        if fixed_index >= len(needles):
+            raise _fail(where, "fixed_index", fixed_index, f"an index below the {len(needles)} needle(s)")
+        if sample_method == "fixed" and n_needles > 1:
+            raise _fail(where, "n_needles", n_needles, "1 with sample_method fixed (use sequential or random)")
+    else:
+        for key in ("sample_method", "fixed_index", "n_needles"):
+            if key in data:
+                raise _fail(where, key, data[key], f"nothing for kind {kind} (every needle goes into each prompt)")
+    if kind != "multi_reasoning":
+        for key in ("question", "answer", "keyword"):
+            if key in data:
+                raise _fail(where, key, data[key], f"nothing for kind {kind}; give question/answer/keyword per needle")
+    if kind == "single" and "diff" in data:
+        raise _fail(where, "diff", data["diff"], "nothing for kind single (diff spaces the needles of multi kinds)")
+    return Experiment(
+        name=data["name"],
+        kind=kind,
+        language=language,
+        lengths=lengths,
+        depths=depths,
+        needles=needles,
+        haystack=data.get("haystack"),
+        question=data.get("question", ""),
+        answer=data.get("answer", data.get("keyword", "")),
+        keyword=data.get("keyword", ""),
+        sample_method=sample_method,
+        fixed_index=fixed_index,
+        n_needles=n_needles,
+        diff=float(data.get("diff", 10)),
+        start_buffer=start_buffer,
+        end_buffer=end_buffer,
+        runs=data.get("runs", 1),
+        length_buffer=length_buffer,
+        guide=data.get("guide", True),
+        question_position=data.get("question_position", "end"),
+        prompt=prompt,
+        seed=data.get("seed", RELEASE_SEED),
+    )
+
+
+def _parse_needles(data: dict, kind: str, language: str, where: str, base: Path | None) -> tuple[ExperimentNeedle, ...]:
+    has_inline, has_file = "needles" in data, "needles_file" in data
+    if has_inline == has_file:
+        raise NeedlebenchError(f"{where}: give exactly one of the keys needles, needles_file")
+    if kind == "multi_reasoning":
+        if has_file:
+            raise _fail(where, "needles_file", data["needles_file"], "inline needles (a list of strings) for multi_reasoning")
+        for key in ("question", "keyword"):
+            if key not in data:
+                raise NeedlebenchError(f"{where}: missing key {key}; required for kind multi_reasoning")
+        for i, item in enumerate(data["needles"]):
+            if not isinstance(item, str):
+                raise _fail(where, f"needles.{i}", item, "a needle sentence (string) for multi_reasoning")
+        return tuple(ExperimentNeedle(text.strip(), "", "", "") for text in data["needles"])
+    if has_file:
+        from needlebench.tasks.needle_file import load_needles_file
+
+        path = Path(data["needles_file"])
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        if not path.is_file():
+            raise _fail(where, "needles_file", data["needles_file"], "an existing needles.jsonl file")
+        loaded = load_needles_file(path, language)
+        return tuple(ExperimentNeedle(n.text, n.question, n.keyword, n.keyword) for n in loaded)
+    needles = []
+    for i, item in enumerate(data["needles"]):
+        if not isinstance(item, dict):
+            raise _fail(where, f"needles.{i}", item, "a mapping with needle, question, answer, keyword")
+        keyword = item.get("keyword") or item.get("answer")
+        if not keyword:
+            raise NeedlebenchError(f"{where}: missing key needles.{i}.keyword; required: keyword or answer")
+        needles.append(ExperimentNeedle(item["needle"].strip(), item["question"], item.get("answer", keyword), keyword))
+    return tuple(needles)
+
+
+def experiment_from_record(record: dict) -> Experiment:
+    """An experiment recorded in a manifest (:meth:`Experiment.to_record`)."""
+    return parse_experiment(dict(record), "manifest experiment")
+
+
+# ---------------------------------------------------------------------------------------------------- rows
+
+
+def pick_needle(exp: Experiment, repeat: int, seed: int) -> ExperimentNeedle:
+    """The needle of one sample: Inspect's fixed (always `fixed_index`), sequential (from `fixed_index` on,
+    cycling) or random (seeded by the cell) sampling."""
+    import random
+
+    count = len(exp.needles)
+    if exp.sample_method == "fixed":
+        return exp.needles[exp.fixed_index]
+    if exp.sample_method == "sequential":
+        return exp.needles[(exp.fixed_index + repeat % exp.n_needles) % count]
+    return exp.needles[random.Random(seed).randrange(count)]
+
+
+def placement_depth(depth: float, target: int, exp: Experiment) -> float:
+    """Where a needle of grid depth `depth` goes, in percent of the whole haystack: the depth spans the part
+    between the start and end buffers (Inspect's start_buffer/end_buffer), clamped to [0, 100]."""
+    if not exp.start_buffer and not exp.end_buffer:
+        return float(depth)
+    usable = target - exp.start_buffer - exp.end_buffer
+    return round(100 * (exp.start_buffer + depth / 100 * usable) / target, 6)
+
+
+def _frame(exp: Experiment, family: str, question: str) -> tuple[str, str]:
+    if exp.prompt == "default":
+        return frame_parts(family, exp.language, question, exp.question_position)
+    before, after = exp.prompt.split(CONTEXT_SLOT)
+    return before.replace("{question}", question), after.replace("{question}", question)
+
+
+def _question(exp: Experiment, needles: list[ExperimentNeedle]) -> str:
+    if exp.kind == "multi_reasoning":
+        from needlebench.tasks.multi_reasoning import reasoning_question
+
+        return reasoning_question(exp.question, exp.language) if exp.guide else exp.question
+    if exp.kind == "multi_retrieval":
+        question = prompt_data()["multi_retrieval_join"][exp.language].join(n.question for n in needles)
+    else:
+        question = needles[0].question
+    return splice_guide(question, exp.language) if exp.guide else question
+
+
+def experiment_rows(spec: ExperimentSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
+    """Rows of an experiment: the family's columns, one row per (length, depth, sample)."""
+    exp = spec.experiment
+    corpus = tokenized_corpus(spec, settings)
+    family = exp.kind
+    for cell in cells_of(spec, settings, lengths):
+        target = cell.length - cell.buffer
+        start = window_start_hint(corpus, target, cell.seed)
+        if family == "single":
+            needles = [pick_needle(exp, cell.repeat, derive_seed(cell.seed, "needle"))]
+        else:
+            needles = list(exp.needles)
+        question = _question(exp, needles)
+        before, after = _frame(exp, family, question)
+        for depth in exp.depths:
+            depths = [min(100.0, depth + exp.diff * i) for i in range(len(needles))]
+            requests = [
+                NeedleRequest(n.text, placement_depth(d, target, exp)) for n, d in zip(needles, depths)
+            ]
+            context = build_context(corpus, target, requests, start)
+            row = {
+                "id": f"{spec.name}-L{cell.length}-d{depth:g}-r{cell.repeat}",
+                **base_row(cell, settings, corpus, context, before, after),
+                "depth_percent": float(depth),
+                "question": question,
+                "needles": [n.text for n in needles],
+                "seed": derive_seed(settings.release_seed, spec.name, cell.length, depth, cell.repeat),
+                "requested_depths": [request.depth for request in requests],
+            }
+            if family == "multi_reasoning":
+                row.update(answer=exp.answer, keywords=[exp.keyword], num_needles=len(needles))
+            elif family == "multi_retrieval":
+                row.update(
+                    answer="\n".join(n.answer for n in needles),
+                    keywords=[n.keyword for n in needles],
+                    num_needles=len(needles),
+                )
+            else:
+                row.update(answer=needles[0].answer, keywords=[needles[0].keyword])
+            yield row
+
+
+def register_manifest_experiments(manifest: dict) -> None:
+    """Register the experiments recorded in a dataset manifest, so their configs resolve by name."""
+    for record in (manifest.get("experiments") or {}).values():
+        register_experiment(experiment_from_record(record))
