@@ -136,10 +136,10 @@ def reference_seconds(specs, options, samples: int) -> tuple[float, float, int, 
 
 def warm_cache(specs, options) -> None:
     """Tokenise the haystacks of `specs` into the token cache (the targets are measured with a warm cache)."""
-    from needlebench.sources.haystacks import tokenized_corpus
+    from needlebench.tasks.haystack import tokenized_corpus
 
     for spec in specs:
-        tokenized_corpus(spec, options)
+        tokenized_corpus(spec, options.settings_for(spec))
 
 
 def bench_build(

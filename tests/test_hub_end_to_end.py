@@ -98,7 +98,7 @@ def test_lm_eval_task_reads_a_published_release_by_data_repo(hub: HubServer, rel
 
 
 def test_hub_load_failures_are_one_line_errors(hub: HubServer, release: str):
-    load = "needlebench.dataset:load_split"
+    load = "needlebench.dataset.load:load_split"
     missing_repo, missing_revision, missing_config, renamed_key = hub.calls(
         [
             (load, ("atc_en",), {"repo_id": "org/no-such-dataset", "revision": "v1.0.0"}),

@@ -14,9 +14,11 @@ def boundary_counts(folder: Path, config: str) -> Counter:
     """How many needles of a built config sit on each boundary kind (empty for configs without needles)."""
     counts: Counter = Counter()
     for path in sorted((Path(folder) / "data" / config).glob("*.parquet")):
-        if "needle_boundaries" not in pq.read_schema(path).names:
-            return Counter()
-        column = pq.read_table(path, columns=["needle_boundaries"]).column("needle_boundaries")
+        with open(path, "rb") as handle:  # a file object: pyarrow cannot take a non-UTF-8 path (ASCII locales)
+            parquet = pq.ParquetFile(handle)
+            if "needle_boundaries" not in parquet.schema_arrow.names:
+                return Counter()
+            column = parquet.read(columns=["needle_boundaries"]).column("needle_boundaries")
         counts.update(kind for kinds in column.to_pylist() for kind in kinds or ())
     return counts
 

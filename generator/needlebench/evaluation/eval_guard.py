@@ -478,7 +478,9 @@ def prepare(argv: Sequence[str], include_path: Path | None) -> PreparedRun:
     if args.reasoning is not None and include_path is not None:
         temp = Path(tempfile.mkdtemp(prefix="needlebench-reasoning-"))
         prepared.cleanup.append(temp)
-        reasoning_task_dir(include_path / "needlebench", args.reasoning, temp)
+        # the task folder itself (`needlebench tasks-path`), or a root holding it as needlebench/
+        source = include_path if any(include_path.glob("*.yaml")) else include_path / "needlebench"
+        reasoning_task_dir(source, args.reasoning, temp)
         out = _replace_option(out, "--include_path", str(temp))
     prepared.argv = out
     return prepared
