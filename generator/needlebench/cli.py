@@ -372,4 +372,12 @@ def main() -> None:
         sys.exit(1)
     if interrupts.interrupted():  # typer turns KeyboardInterrupt into exit status 130
         interrupts.exit_now()
-    sys.exit(code if isinstance(code, int) else 0)
+    status = code if isinstance(code, int) else 0
+    if _FAST_EXIT_COMMANDS.intersection(sys.argv[1:2]):  # everything is written and closed: skip the teardown
+        interrupts.exit_now(status)
+    sys.exit(status)
+
+
+#: Commands that own no background processes or libraries with exit hooks (unlike `eval`, whose vLLM engine
+#: is shut down by its own exit hooks), so they end with :func:`interrupts.exit_now` once their work is done.
+_FAST_EXIT_COMMANDS = {"build", "verify", "list"}

@@ -130,15 +130,20 @@ def interrupted() -> bool:
     return _interrupted.is_set()
 
 
-def exit_now() -> None:
-    """Exit with status 130 once the cleanup is done, skipping the interpreter's shutdown (collecting a large
-    build's objects can take seconds)."""
+def exit_now(status: int = EXIT_STATUS) -> None:
+    """Exit with `status` (130: interrupted) once the work and its cleanup are done, skipping the interpreter's
+    shutdown: collecting a large build's objects can take seconds, and the teardown of native thread pools after
+    a large build aborted the process now and then ("terminate called without an active exception", exit 134)
+    after every file was in place."""
+    import logging
+
+    logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(EXIT_STATUS)
+    os._exit(status)
 
 
 def register(cleanup: Callable[[], None]) -> int:
