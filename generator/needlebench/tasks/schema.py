@@ -31,31 +31,20 @@ BASE_COLUMNS: dict[str, pa.DataType] = {
     "version": pa.string(),
 }
 
+#: Columns every haystack family (S-RT, M-RT, M-RS) adds, in schema order.
+_HAYSTACK_COLUMNS = {
+    "buffer": pa.int64(),
+    "requested_depths": pa.list_(pa.float64()),
+    "needle_boundaries": pa.list_(pa.string()),  # per needle: sentence, clause, paragraph, line, word; compat
+    "corpus_cycles": pa.int64(),  # > 0 when the haystack wrapped around the corpus
+    "compat": pa.string(),
+}
+
 #: Extra columns by family.
 FAMILY_COLUMNS: dict[str, dict[str, pa.DataType]] = {
-    "single": {
-        "buffer": pa.int64(),
-        "requested_depths": pa.list_(pa.float64()),
-        "needle_boundaries": pa.list_(pa.string()),  # per needle: sentence, clause, paragraph, line, word; compat
-        "corpus_cycles": pa.int64(),  # > 0 when the haystack wrapped around the corpus
-        "compat": pa.string(),
-    },
-    "multi_retrieval": {
-        "buffer": pa.int64(),
-        "requested_depths": pa.list_(pa.float64()),
-        "needle_boundaries": pa.list_(pa.string()),  # per needle: sentence, clause, paragraph, line, word; compat
-        "corpus_cycles": pa.int64(),
-        "compat": pa.string(),
-        "num_needles": pa.int64(),
-    },
-    "multi_reasoning": {
-        "buffer": pa.int64(),
-        "requested_depths": pa.list_(pa.float64()),
-        "needle_boundaries": pa.list_(pa.string()),  # per needle: sentence, clause, paragraph, line, word; compat
-        "corpus_cycles": pa.int64(),
-        "compat": pa.string(),
-        "num_needles": pa.int64(),
-    },
+    "single": dict(_HAYSTACK_COLUMNS),
+    "multi_retrieval": {**_HAYSTACK_COLUMNS, "num_needles": pa.int64()},
+    "multi_reasoning": {**_HAYSTACK_COLUMNS, "num_needles": pa.int64()},
     "atc": {
         "num_needles": pa.int64(),
         "item_id": pa.string(),
