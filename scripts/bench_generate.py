@@ -17,11 +17,14 @@ default, and the median shown, since wall times on a shared virtual machine swin
 * ``hftok128k`` (only with ``--hf-tokenizer DIR``): `needlebench build single_en_128k` counted in cl100k_base and
   with `--tokenizer hf:DIR`, one after the other in this run: both wall times, their ratio and peak RSS.
 
-The reference algorithm is timed on samples of the same cells: per sample, re-tokenise the haystack documents
-until the target is reached, cut, insert the needle tokens at the depth's token offset and decode (what
-OpenCompass NeedleBench v1 does for every sample); its mean time per sample is extrapolated to all rows of the
-configs, length by length. Both figures come from this run. On a busy machine wall times swing with the load
-of the moment, so the CPU ratio is printed too (CPU seconds of the whole CLI process tree, workers included,
+The reference is OpenCompass' NeedleBench v1 single-needle loader, one call per (length, depth) cell, emulated
+step by step from the reference spec (see `reference_cell_seconds`): the cell reads its haystack JSONL file, and
+for every repeat shuffles the documents, reads the needles file for its needle, re-encodes documents until the
+target is reached, inserts the needle tokens at the depth's token offset, decodes and frames the prompt; the cell's
+rows end in a `datasets.Dataset`. Its inputs are the same haystack and the built-in needle bank written as the
+reference's JSONL files. `--reference-cells` whole cells (all repeats) are timed per length and their mean time
+stands for every cell of that length. Both figures come from this run. On a busy machine wall times swing with the
+load of the moment, so the CPU ratio is printed too (CPU seconds of the whole CLI process tree, workers included,
 against the reference's CPU seconds): it does not credit the build's use of both cores.
 """
 
@@ -103,49 +106,105 @@ def write_custom_haystack(path: Path) -> Path:
     return path
 
 
-def reference_sample_seconds(spec, options, length: int, depth: int, repeat: int, encoding) -> tuple[float, float]:
-    """Wall and CPU seconds of one sample built the reference way (documents re-encoded for the sample)."""
-    from needlebench.sources.haystacks import corpus_for
-    from needlebench.tasks.haystack import effective_buffer
-    from needlebench.tasks.needle_bank import needle_bank
+class ReferenceInputs:
+    """The reference loader's input files for one build: its haystack as a JSONL file of documents (the user's own
+    file for a custom haystack, else the default corpus written out the same way) and a ``needles.jsonl`` of the
+    built-in needle bank (every language, the reference's record fields)."""
 
-    documents = corpus_for(options.haystack(spec.language), spec.language).documents
-    needle = "\n" + needle_bank(spec.language)[repeat].text + "\n"
+    def __init__(self, options, folder: Path) -> None:
+        self.options, self.folder, self._haystacks = options, folder, {}
+        from needlebench.tasks.needle_bank import needle_bank
+
+        self.needles = folder / "needles.jsonl"
+        with open(self.needles, "w", encoding="utf-8") as handle:
+            for language in ("en", "zh"):
+                records = (needle.as_record() for needle in needle_bank(language))
+                handle.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+
+    def haystack(self, language: str) -> Path:
+        given = self.options.haystack(language)
+        if given and Path(given).suffix == ".jsonl":
+            return Path(given)
+        if language not in self._haystacks:
+            from needlebench.sources.haystacks import corpus_for
+
+            path = self._haystacks[language] = self.folder / f"haystack_{language}.jsonl"
+            documents = corpus_for(given, language).documents
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.writelines(json.dumps({"text": document}, ensure_ascii=False) + "\n" for document in documents)
+        return self._haystacks[language]
+
+
+def reference_cell_seconds(spec, options, inputs: ReferenceInputs, length: int, depth: int, encoding) -> tuple[float, float]:
+    """Wall and CPU seconds of one (length, depth) cell of `spec` built the reference's way: one call of
+    OpenCompass' v1 single-needle loader, step by step as the reference spec describes it (§2, §3).
+
+    The cell reads and parses its haystack file, then for each repeat ``counter``: ``random.seed(counter)`` and
+    an in-place shuffle of the documents (cumulative), the needle record of the language drawn from the needles
+    file (read again for each repeat, every line parsed), the documents encoded one by one (``encode``, with its
+    special-token check) until the target is reached (cycled when the corpus is too short, like our default
+    mode), the needle's tokens inserted at ``int(len * depth / 100)``, the whole decoded and framed. The cell
+    ends with its rows in a ``datasets.Dataset``."""
+    import random
+
+    from datasets import Dataset
+    from needlebench.tasks.haystack import effective_buffer
+    from needlebench.tasks.needles import LANGUAGE_NAMES
+    from needlebench.tasks.prompts import frame_parts
+
+    language = LANGUAGE_NAMES[spec.language]
+    buffer = effective_buffer(spec, length, options.settings_for(spec))
     started, cpu = time.perf_counter(), time.process_time()
-    order = list(range(len(documents)))
-    np.random.default_rng(repeat).shuffle(order)
-    needle_tokens = encoding.encode_ordinary(needle)
-    target = max(0, length - effective_buffer(spec, length, options.settings_for(spec)) - len(needle_tokens))
-    tokens: list[int] = []
-    position = 0
-    while len(tokens) < target:  # cycle the corpus like the default mode when it is too short
-        tokens.extend(encoding.encode_ordinary(documents[order[position % len(order)]]))
-        position += 1
-    tokens = tokens[:target]
-    point = int(len(tokens) * depth / 100)
-    context = encoding.decode(tokens[:point] + needle_tokens + tokens[point:])
-    _prompt = f"The document given to you by the user is {context}\n\nNow, the question is: ?"
+    with open(inputs.haystack(spec.language), encoding="utf-8") as handle:
+        lines = [json.loads(line.strip()) for line in handle]
+    data: dict[str, list[str]] = {"prompt": [], "answer": []}
+    for counter in range(spec.repeats):
+        random.seed(counter)
+        random.shuffle(lines)
+        with open(inputs.needles, encoding="utf-8") as handle:
+            records = [json.loads(line.strip()) for line in handle if json.loads(line.strip())["language"] == language]
+        random.seed(counter)
+        record = random.choice(records)
+        needle = "\n" + record["needle"] + "\n"
+        needle_tokens = encoding.encode(needle)
+        target = max(0, length - buffer - len(needle_tokens))
+        tokens: list[int] = []
+        position = 0
+        while len(tokens) < target:
+            tokens.extend(encoding.encode(lines[position % len(lines)]["text"]))
+            position += 1
+        tokens = tokens[:target]
+        point = int(len(tokens) * (depth / 100))
+        context = encoding.decode(tokens[:point] + needle_tokens + tokens[point:])
+        before, after = frame_parts("single", spec.language, record["retrieval_question"])
+        data["prompt"].append(before + context + after)
+        data["answer"].append(needle + "*" + record["arg2"])
+    Dataset.from_dict(data)
     return time.perf_counter() - started, time.process_time() - cpu
 
 
-def reference_seconds(specs, options, samples: int) -> tuple[float, float, int, float]:
-    """Extrapolated reference wall and CPU time for all rows of `specs`, the samples timed and their seconds."""
+def reference_seconds(specs, options, cells: int) -> tuple[float, float, int, float]:
+    """Extrapolated reference wall and CPU time for all rows of `specs`, the samples (rows) timed and their
+    seconds: `cells` whole (length, depth) cells are timed per length (depths spread over the grid), and their
+    mean time stands for every cell of that length."""
+    import datasets  # imported once before timing: the reference process imports it once too
     from needlebench.sources.tokenizer import get_tokenizer
 
+    del datasets
     encoding = get_tokenizer().encoding
     estimate = cpu_estimate = timed_seconds = 0.0
     timed = 0
-    for spec in specs:
-        depths = spec.depths or (50,)
-        for length in spec.lengths:
-            times = [
-                reference_sample_seconds(spec, options, length, depths[i % len(depths)], i, encoding)
-                for i in range(samples)
-            ]
-            timed += len(times)
-            timed_seconds += sum(wall for wall, _ in times)
-            estimate += float(np.mean([wall for wall, _ in times])) * (spec.num_rows // len(spec.lengths))
-            cpu_estimate += float(np.mean([cpu for _, cpu in times])) * (spec.num_rows // len(spec.lengths))
+    with tempfile.TemporaryDirectory(prefix="nb-bench-reference-") as folder:
+        inputs = ReferenceInputs(options, Path(folder))
+        for spec in specs:
+            depths = spec.depths or (50,)
+            for length in spec.lengths:
+                chosen = [depths[(i * len(depths)) // cells] for i in range(min(cells, len(depths)))]
+                times = [reference_cell_seconds(spec, options, inputs, length, depth, encoding) for depth in chosen]
+                timed += len(times) * spec.repeats
+                timed_seconds += sum(wall for wall, _ in times)
+                estimate += float(np.mean([wall for wall, _ in times])) * len(depths)
+                cpu_estimate += float(np.mean([cpu for _, cpu in times])) * len(depths)
     return estimate, cpu_estimate, timed, timed_seconds
 
 
@@ -153,7 +212,6 @@ def warm_cache(specs, options) -> None:
     """Tokenise the haystacks of `specs` into the token cache, with their sentence tables (the targets are measured
     with a warm cache)."""
     from needlebench.tasks.haystack import tokenized_corpus
-
     from needlebench.tasks.sentence_table import sentence_points
 
     for spec in specs:
@@ -264,7 +322,7 @@ def bench_cli(repeats: int) -> list[dict]:
 def main(
     target: Annotated[list[str] | None, typer.Option(help=f"Targets to run (default: all): {', '.join(TARGETS)}.")] = None,
     num_proc: Annotated[int, typer.Option(help="Worker processes of the builds.")] = 2,
-    reference_samples: Annotated[int, typer.Option(help="Reference samples timed per (config, length).")] = 3,
+    reference_cells: Annotated[int, typer.Option(help="Reference (length, depth) cells timed per length, each with all its repeats.")] = 1,
     repeats: Annotated[int, typer.Option(help="Runs of each quick command (the median is shown).")] = 7,
     builds: Annotated[int, typer.Option(help="Runs of each timed build (the median is shown; the machine's noise).")] = 3,
     compression: Annotated[str, typer.Option(help="Parquet codec of the builds: zstd, snappy or none.")] = "zstd",
@@ -287,14 +345,14 @@ def main(
             haystack = write_custom_haystack(folder / "my_haystack.jsonl")
             options = BuildOptions(haystack_en=str(haystack), compression=compression)
             result = bench_build("custom128k", ["single_en_128k"], ["--haystack-en", str(haystack)], options,
-                                 reference_samples, num_proc, cold, builds)
+                                 reference_cells, num_proc, cold, builds)
             result["haystack_bytes"] = haystack.stat().st_size
             results.append(result)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     if "1000k" in chosen:
         options = BuildOptions(compression=compression)
-        results.append(bench_build("1000k", ["single_*_1000k"], [], options, reference_samples, num_proc, cold, builds))
+        results.append(bench_build("1000k", ["single_*_1000k"], [], options, reference_cells, num_proc, cold, builds))
     if "cli" in chosen:
         results.extend(bench_cli(repeats))
     if "hftok128k" in chosen:

@@ -289,3 +289,26 @@ def test_choose_distinct_needles_rejects_clashes() -> None:
     assert set(choose_distinct_needles([EMERALD, POLARIS], 2, seed=0)) == {EMERALD, POLARIS}
     with pytest.raises(NeedlebenchError, match="count 0"):
         choose_distinct_needles([EMERALD], 0, seed=0)
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_bank_leak_index_agrees_with_leaks_into(language: str) -> None:
+    """The bank's indexed leak check answers as the pairwise `leaks_into` over every earlier needle, on needles that
+    leak (shared subject, keyword inside another keyword, text or question) and on the bank's clean ones."""
+    from dataclasses import replace
+
+    from needlebench.tasks.needle_bank import _LeakIndex
+    from needlebench.tasks.needles import leaks_into
+
+    bank = needle_bank(language, seed=SEEDS[0], size=60)
+    index = _LeakIndex()
+    for needle in bank[:40]:
+        index.add(needle)
+    earlier = bank[:40]
+    probes = list(bank[40:])
+    probes += [replace(bank[45], subject=bank[3].subject), replace(bank[46], keyword=bank[5].keyword[1:])]
+    probes += [replace(bank[47], text=bank[47].text + bank[7].keyword), replace(bank[48], keyword=bank[9].question[2:9])]
+    probes += [replace(bank[49], question=bank[49].question + "\0"), replace(bank[50], text=bank[11].keyword + "\0")]
+    answers = [index.leaks(probe) for probe in probes]
+    assert answers == [any(leaks_into(probe, other) for other in earlier) for probe in probes]
+    assert not any(answers[:20]) and all(answers[20:22]) and answers[22] and answers[23]

@@ -192,3 +192,45 @@ def test_the_cli_warns_in_one_line_and_builds_right(tmp_path):
 
     reference = build_dataset(["single_zh_4k"], tmp_path / "ref", BuildOptions(), progress=False)
     assert manifest["configs"]["single_zh_4k"] == reference["configs"]["single_zh_4k"]
+
+
+def test_parsed_cl100k_ranks_are_cached_and_checked(tmp_path, monkeypatch, cl100k):
+    """The parsed BPE ranks are kept in the cache: the next load reads them (same tokens); a damaged copy is
+    ignored and written again."""
+    from needlebench.sources import tokenizer
+
+    monkeypatch.setenv("NEEDLEBENCH_CACHE", str(tmp_path))
+    path = Path(tokenizer._ranks_cache_path())
+    assert path.parent == tmp_path / "tokens" and tokenizer._cached_ranks() is None
+    first = tokenizer._fast_cl100k()  # parses the BPE file, stores the ranks
+    stored = path.read_bytes()
+    ranks = tokenizer._cached_ranks()
+    assert ranks is not None and len(ranks) == 100_256 and ranks == first._mergeable_ranks
+    text = "Needles, haystacks and 滚滚长江东逝水 — counted the same."
+    assert tokenizer._fast_cl100k().encode_ordinary(text) == cl100k.encode(text)
+    path.write_bytes(stored[:-10] + b"0123456789")  # damaged: the checksum no longer matches
+    assert tokenizer._cached_ranks() is None
+    assert tokenizer._fast_cl100k().encode_ordinary(text) == cl100k.encode(text)
+    assert path.read_bytes() == stored  # written again from the BPE file
+
+
+def test_prefetched_cl100k_is_the_loaded_one_and_errors_reach_the_caller(monkeypatch):
+    from needlebench.errors import NeedlebenchError
+    from needlebench.sources import tokenizer
+
+    monkeypatch.setattr(tokenizer, "_cl100k_loading", None)
+    tokenizer.get_tokenizer.cache_clear()
+    tokenizer.prefetch_cl100k()
+    assert tokenizer.get_tokenizer("cl100k_base") is tokenizer.load_cl100k()
+
+    def broken():
+        raise NeedlebenchError("tokenizer cl100k_base is not cached")
+
+    monkeypatch.setattr(tokenizer, "_cl100k_loading", None)
+    monkeypatch.setattr(tokenizer, "load_cl100k", broken)
+    tokenizer.get_tokenizer.cache_clear()
+    tokenizer.prefetch_cl100k()
+    with pytest.raises(NeedlebenchError, match="not cached"):
+        tokenizer.get_tokenizer()
+    monkeypatch.undo()
+    tokenizer.get_tokenizer.cache_clear()

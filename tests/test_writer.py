@@ -73,3 +73,21 @@ def test_neighbouring_prompts_compress_together_within_the_window(tmp_path, prom
         assert path.stat().st_size < 1.5 * single
     else:  # level 1 beyond the window: every prompt costs its own bytes
         assert path.stat().st_size > 3.5 * single
+
+
+def test_writing_in_turn_gives_the_same_bytes_as_writing_in_a_thread(tmp_path):
+    """Workers write row groups in turn (`overlap=False`), a lone process in a thread: the files are identical, and
+    an error raised while writing reaches the caller either way."""
+    rows = _rows(50_000, 7)
+    paths = []
+    for overlap in (True, False):
+        paths.append(tmp_path / f"overlap-{overlap}.parquet")
+        writer.write_shard(iter(rows), "single", paths[-1], group_rows=3, overlap=overlap)
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    assert pq.read_table(paths[1]).column("prompt").to_pylist() == [row["prompt"] for row in rows]
+    bad = [*rows[:4], {**rows[4], "context_length": "not a number"}]
+    for overlap in (True, False):
+        path = tmp_path / f"bad-{overlap}.parquet"
+        with pytest.raises((TypeError, ValueError)):
+            writer.write_shard(iter(bad), "single", path, group_rows=3, overlap=overlap)
+        assert not path.exists() and not list(tmp_path.glob(".bad-*"))

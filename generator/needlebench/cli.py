@@ -97,6 +97,10 @@ def build(
     experiment: Annotated[Optional[Path], typer.Option("--experiment", help="Experiment YAML: your own needle test as a named config (see README).")] = None,
 ) -> None:
     """Build configs into a dataset folder (Parquet + card), byte-identical for the same version and seed."""
+    if experiment is None and tokenizer == "cl100k_base":
+        from needlebench.sources.tokenizer import prefetch_cl100k
+
+        prefetch_cl100k()  # loads while the build's modules are imported and its inputs checked
     from needlebench.dataset.build import build_dataset
     from needlebench.dataset.options import BuildOptions
     from needlebench.seeding import RELEASE_SEED

@@ -101,12 +101,14 @@ def _counted(rows):
                 counter.value += 1
 
 
-def _build_shard(shard: Shard, options: BuildOptions, folder: str) -> ShardStats:
+def _build_shard(shard: Shard, options: BuildOptions, folder: str, overlap: bool = True) -> ShardStats:
+    """Write one shard; `overlap`: compress in a thread while generating (off in workers that share the cores)."""
     from needlebench.dataset.rows import iter_rows
 
     spec = get_config(shard.config)
     rows = _counted(iter_rows(spec, options, shard.lengths, utf8_prompts=True))
-    return write_shard(rows, spec.schema_family, Path(folder) / shard.filename, _group_rows(spec), options.compression)
+    path = Path(folder) / shard.filename
+    return write_shard(rows, spec.schema_family, path, _group_rows(spec), options.compression, overlap=overlap)
 
 
 def read_manifest(folder: Path) -> dict | None:
@@ -334,14 +336,17 @@ def _build_all(
             try:
                 # largest shards first, so the workers finish together (the bytes do not depend on the order)
                 pending = {
-                    pool.submit(_build_shard, shard, options, str(folders[shard.config])): shard
+                    pool.submit(_build_shard, shard, options, str(folders[shard.config]), False): shard
                     for shard in sorted(shards, key=_shard_cost, reverse=True)
                 }
+                warming = False
                 while pending:
                     done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in done:
                         totals[pending.pop(future).config].add(future.result())
                     bar.update(counter.value - bar.n)
+                    if not warming and len(pending) < num_proc:  # a core is free: prepare the card meanwhile
+                        warming = _warm_card_in_background()
             except BaseException:
                 interrupts.terminate_pool(pool)  # an error or Ctrl-C: never wait for the running shards
                 raise
@@ -349,6 +354,21 @@ def _build_all(
                 interrupts.unregister(key)
             pool.shutdown(wait=True)
     return totals
+
+
+def _warm_card_in_background() -> bool:
+    import threading
+
+    def warm() -> None:
+        from needlebench.dataset.card import warm_up
+
+        try:
+            warm_up()
+        except Exception:  # noqa: BLE001 - only a head start: rendering the card raises the same error itself
+            return
+
+    threading.Thread(target=warm, name="needlebench-card-warm-up", daemon=True).start()
+    return True
 
 
 def _shard_cost(shard: Shard) -> int:

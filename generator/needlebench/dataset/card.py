@@ -16,6 +16,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -408,12 +409,11 @@ def _card_from_template(data: Any, template: str, **context: Any) -> str | None:
     breaks (None otherwise), without importing ``huggingface_hub.repocard``, which pulls in the Hub client (about
     a second of a small build): render the template, then re-serialise its YAML block from the parsed card data,
     as ``RepoCard`` does. A test checks both give the same text."""
-    import jinja2
     import yaml
     from huggingface_hub.repocard_data import DatasetCardData
 
     kwargs = {**data.to_dict(), **context}
-    content = jinja2.Template(template).render(card_data=data.to_yaml(), **kwargs)
+    content = _compiled(template).render(card_data=data.to_yaml(), **kwargs)
     match = _YAML_BLOCK.search(content)
     if "\r" in content or match is None:
         return None
@@ -422,6 +422,22 @@ def _card_from_template(data: Any, template: str, **context: Any) -> str | None:
         return None
     block = DatasetCardData(**parsed).to_yaml(line_break="\n", original_order=list(parsed))
     return "---\n" + block + "\n---\n" + content[match.end() :]
+
+
+@cache
+def _compiled(template: str):
+    import jinja2
+
+    return jinja2.Template(template)
+
+
+def warm_up() -> None:
+    """Import what rendering a card needs and compile the card template (a tenth of a second), so that a build
+    can do it while its workers run instead of after them."""
+    import yaml  # noqa: F401
+    from huggingface_hub.repocard_data import DatasetCardData  # noqa: F401
+
+    _compiled(Path(template_path()).read_text(encoding="utf-8"))
 
 
 def write_text_atomic(path: Path, text: str) -> None:

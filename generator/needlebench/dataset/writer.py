@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -142,12 +142,27 @@ def _first_prompt_bytes(row: dict) -> int:
     return len(prompt) if isinstance(prompt, (bytes, Utf8Text)) else len(prompt.encode("utf-8"))
 
 
+class _InlineExecutor(Executor):
+    """Runs each call when it is submitted."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as error:  # noqa: BLE001 - raised where the result is asked for, as from a thread
+            future.set_exception(error)
+        return future
+
+
 def write_shard(
-    rows: Iterable[dict], family: str, path: Path, group_rows: int, compression: str = "zstd"
+    rows: Iterable[dict], family: str, path: Path, group_rows: int, compression: str = "zstd", *, overlap: bool = True
 ) -> ShardStats:
     """Write `rows` to `path` (via a temporary file renamed at the end) in row groups of `group_rows`.
 
-    The file is opened with the first row group (zstd's level depends on the first prompt's size)."""
+    The file is opened with the first row group (zstd's level depends on the first prompt's size). With `overlap`,
+    a row group is encoded and compressed in a thread while the next one is generated: right for a process that
+    has the cores to itself; worker processes that already keep every core busy write in turn (measured on the
+    2-core benchmark machine: a tenth less CPU and wall time for `single_en_128k` with two workers)."""
     schema = schema_with_features(family)
     stats = ShardStats()
     temporary = path.with_name(f".{path.name}.tmp")
@@ -157,7 +172,7 @@ def write_shard(
         with contextlib.ExitStack() as stack:
             sink = stack.enter_context(_sink(temporary))
             # pyarrow encodes and compresses a row group without the GIL: the next group is generated meanwhile
-            compressor = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+            compressor = stack.enter_context(ThreadPoolExecutor(max_workers=1) if overlap else _InlineExecutor())
             writer: pq.ParquetWriter | None = None
             pending: Future | None = None
 

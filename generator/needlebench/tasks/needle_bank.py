@@ -100,6 +100,40 @@ def _is_denied(needle: RetrievalNeedle, deny: Sequence[str]) -> bool:
     return any(item in needle.subject or item in needle.keyword for item in deny)
 
 
+class _LeakIndex:
+    """``any(leaks_into(candidate, other) for other in added)`` answered at once: the subjects in a set, the
+    keywords, texts and questions of the added needles joined by NUL, so that a keyword is looked for in all of
+    them with one substring search (the loop of :func:`leaks_into` is kept for a field holding a NUL)."""
+
+    def __init__(self) -> None:
+        self._needles: list[RetrievalNeedle] = []
+        self._subjects: set[str] = set()
+        self._keywords: list[str] = []
+        self._fields: list[str] = []
+        self._joined: str | None = None
+        self._nul = False
+
+    def add(self, needle: RetrievalNeedle) -> None:
+        fields = (needle.keyword, needle.text, needle.question)
+        self._needles.append(needle)
+        self._subjects.add(needle.subject)
+        self._keywords.append(needle.keyword)
+        self._fields.extend(fields)
+        self._joined = None
+        self._nul = self._nul or any("\0" in field for field in fields)
+
+    def leaks(self, candidate: RetrievalNeedle) -> bool:
+        fields = (candidate.keyword, candidate.text, candidate.question)
+        if self._nul or any("\0" in field for field in fields):
+            return any(leaks_into(candidate, other) for other in self._needles)
+        if candidate.subject in self._subjects:
+            return True
+        if self._joined is None:
+            self._joined = "\0".join(self._fields)
+        own = "\0".join(fields)
+        return candidate.keyword in self._joined or any(keyword in own for keyword in self._keywords)
+
+
 def _build_bank(code: str, seed: int, size: int) -> tuple[RetrievalNeedle, ...]:
     """Draw the bank: relation ``i % R`` for needle ``i``, redrawn until it passes every check.
 
@@ -109,6 +143,7 @@ def _build_bank(code: str, seed: int, size: int) -> tuple[RetrievalNeedle, ...]:
     generator = rng("needle-bank", code, seed)
     needles: list[RetrievalNeedle] = []
     used_names: set[str] = set()
+    earlier = _LeakIndex()
     for index in range(size):
         relation = data.relations[index % len(data.relations)]
         for _ in range(_MAX_ATTEMPTS):
@@ -118,7 +153,7 @@ def _build_bank(code: str, seed: int, size: int) -> tuple[RetrievalNeedle, ...]:
                 and used_names.isdisjoint(names)
                 and not needle_problems(candidate)
                 and not _is_denied(candidate, data.deny)
-                and not any(leaks_into(candidate, other) for other in needles)
+                and not earlier.leaks(candidate)
             ):
                 break
         else:
@@ -127,6 +162,7 @@ def _build_bank(code: str, seed: int, size: int) -> tuple[RetrievalNeedle, ...]:
                 f"no valid candidate in {_MAX_ATTEMPTS} draws; check {DATA_FILE} or ask for a smaller size"
             )
         needles.append(candidate)
+        earlier.add(candidate)
         used_names.update(names)
     return tuple(needles)
 
