@@ -6,7 +6,8 @@
 Targets (each timed as a whole CLI process, `python -c "from needlebench.cli import main; main()" ...`, with
 the peak RSS of its largest process (workers included) beside it; the token cache and the sentence tables are
 warmed first, and needlebench's bytecode compiled as `pip install` does; a build is run `--builds` times, 3 by
-default, and the median shown, since wall times on a shared virtual machine swing by a quarter between runs):
+default, each followed by a timing of the reference, and the medians are compared, since wall times on a shared
+virtual machine swing by a quarter between runs):
 
 * ``custom128k``: `needlebench build single_en_128k --haystack-en FILE`, where FILE is a user's haystack of about
   1.76 MB of English text, written by this script (the first books of the default English corpus, as a JSONL file
@@ -23,7 +24,7 @@ for every repeat shuffles the documents, reads the needles file for its needle, 
 target is reached, inserts the needle tokens at the depth's token offset, decodes and frames the prompt; the cell's
 rows end in a `datasets.Dataset`. Its inputs are the same haystack and the built-in needle bank written as the
 reference's JSONL files. `--reference-cells` whole cells (all repeats) are timed per length and their mean time
-stands for every cell of that length. Both figures come from this run. On a busy machine wall times swing with the
+stands for every cell of that length. Both figures come from this run, taken in turn. On a busy machine wall times swing with the
 load of the moment, so the CPU ratio is printed too (CPU seconds of the whole CLI process tree, workers included,
 against the reference's CPU seconds): it does not credit the build's use of both cores.
 """
@@ -230,7 +231,7 @@ def bench_build(
     else:
         warm_cache(specs, options)
     extra = [*extra, "--compression", options.compression]
-    runs = []
+    runs, references = [], []
     for _ in range(1 if cold else builds):  # a cold build is timed once (later runs would find the cache warm)
         out = Path(tempfile.mkdtemp(prefix="nb-bench-")) / "data"
         try:
@@ -241,10 +242,15 @@ def bench_build(
             size = sum(p.stat().st_size for p in out.rglob("*.parquet"))
         finally:
             shutil.rmtree(out.parent, ignore_errors=True)
+        # the reference right after each build: the machine's speed drifts by a fifth over a minute, so the two
+        # are measured in turn and their medians compared
+        references.append(reference_seconds(specs, options, samples))
     seconds = statistics.median(run[0] for run in runs)
     cpu = statistics.median(run[1] for run in runs)
     rss = max(run[2] for run in runs)
-    reference, reference_cpu, timed, timed_seconds = reference_seconds(specs, options, samples)
+    reference = statistics.median(ref[0] for ref in references)
+    reference_cpu = statistics.median(ref[1] for ref in references)
+    timed, timed_seconds = sum(ref[2] for ref in references), sum(ref[3] for ref in references)
     return {
         "target": name,
         "command": f"needlebench build {' '.join(configs + extra)} --out DIR --num-proc {num_proc}",
@@ -256,6 +262,8 @@ def bench_build(
         "min_seconds": round(min(run[0] for run in runs), 2),
         "peak_rss_mib": round(rss),
         "reference_seconds": round(reference, 1),
+        "reference_runs": [round(ref[0], 1) for ref in references],
+        "build_runs": [round(run[0], 2) for run in runs],
         "reference_samples": timed,
         "reference_sampled_seconds": round(timed_seconds, 1),
         "ratio": round(reference / seconds, 1),

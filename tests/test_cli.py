@@ -30,6 +30,29 @@ def test_list_piped_is_plain_one_config_a_line():
     assert all(len(line.split("\t")) == 6 for line in lines) and "…" not in result.stdout
 
 
+#: Libraries the quick commands never need (each costs 0.05-0.15 s to import).
+HEAVY = ("pydantic", "numpy", "pyarrow", "tiktoken", "datasets", "yaml", "jinja2", "huggingface_hub", "torch")
+
+
+def test_quick_commands_import_no_heavy_library():
+    """`list`, `--help` and a command's help import none of HEAVY (typer 0.29 would import pydantic for every
+    parameter: the pin in pyproject.toml)."""
+    probe = (
+        "import contextlib, io, sys\n"
+        "from needlebench import interrupts\n"
+        "interrupts.exit_now = lambda status=0: None\n"
+        "from needlebench.cli import main\n"
+        "sys.argv = ['needlebench', *sys.argv[1:]]\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main()\n"
+        f"print(sorted(name for name in {HEAVY!r} if name in sys.modules))\n"
+    )
+    for args in (["list"], ["--help"], ["build", "--help"], ["report", "--help"]):
+        result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip().splitlines()[-1] == "[]", (args, result.stdout)
+
+
 def test_build_then_load(tmp_path):
     out = tmp_path / "ds"
     result = run("build", "atc_en", "single_zh_4k", "--out", str(out), "--num-proc", "2")
