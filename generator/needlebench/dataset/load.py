@@ -9,21 +9,20 @@ or unreachable repo, an unknown revision and a folder or repo lacking the config
 from __future__ import annotations
 
 import fcntl
-import os
 from pathlib import Path
 from typing import Any
 
 from needlebench import __version__
 from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
+from needlebench.sources.cache import cache_root
 from needlebench.seeding import RELEASE_SEED
 from needlebench.tasks.grid import get_config
 
 
 def built_cache_dir(release_seed: int) -> Path:
     """The on-the-fly dataset folder of a release seed (under ``$NEEDLEBENCH_CACHE``, keyed by the version)."""
-    root = os.environ.get("NEEDLEBENCH_CACHE") or os.path.join(Path.home(), ".cache", "needlebench")
-    return Path(root) / "datasets" / f"v{__version__}-seed{release_seed}"
+    return cache_root() / "datasets" / f"v{__version__}-seed{release_seed}"
 
 
 def ensure_built(config: str, release_seed: int = RELEASE_SEED) -> Path:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from needlebench.sources.cache import cache_root
 from needlebench.sources.corpus import Corpus
 from needlebench.sources.tokenizer import TextTokenizer
 
@@ -62,8 +63,7 @@ _FALLBACK_MEMO_CHARS = 8192
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("NEEDLEBENCH_CACHE") or os.path.join(Path.home(), ".cache", "needlebench")
-    return Path(root) / "tokens"
+    return cache_root() / "tokens"
 
 
 def _utf8_offsets(text: str) -> np.ndarray:

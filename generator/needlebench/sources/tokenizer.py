@@ -181,10 +181,11 @@ def _ranks_cache_path() -> str:
     import marshal
     import sys
 
-    root = os.environ.get("NEEDLEBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "needlebench")
+    from needlebench.sources.cache import cache_root
+
     name = _RANKS_FILE.format(sha=CL100K_SHA256[:16], major=sys.version_info[0], minor=sys.version_info[1],
                               marshal=marshal.version)
-    return os.path.join(root, "tokens", name)
+    return str(cache_root() / "tokens" / name)
 
 
 def _cached_ranks() -> dict[bytes, int] | None:
