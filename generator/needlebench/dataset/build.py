@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import shutil
 import tempfile
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -385,14 +385,17 @@ def _merge_manifest(
 ) -> dict:
     """The manifest after this build: the previous configs (same recipe) plus the ones just built."""
     configs = dict(previous["configs"]) if previous else {}
+    files = {name: sorted((staging / name).glob("*.parquet")) for name in stats}
+    # one config's files are hashed in order, but configs in parallel (hashlib and reads release the GIL)
+    with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1) or 1) as pool:
+        fingerprints = dict(zip(files, pool.map(fingerprint_files, files.values())))
     for name, stat in stats.items():
-        files = sorted((staging / name).glob("*.parquet"))
         configs[name] = {
             "rows": stat.rows,
             "haystack_tokens": stat.haystack_tokens,
             "prompt_tokens": stat.prompt_tokens,
-            "fingerprint": fingerprint_files(files),
-            "files": [f"data/{name}/{file.name}" for file in files],
+            "fingerprint": fingerprints[name],
+            "files": [f"data/{name}/{file.name}" for file in files[name]],
         }
     recipe = options.to_recipe()
     recorded = dict(previous["recipe"].get("corpora", {})) if previous else {}
