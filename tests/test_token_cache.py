@@ -234,3 +234,19 @@ def test_prefetched_cl100k_is_the_loaded_one_and_errors_reach_the_caller(monkeyp
         tokenizer.get_tokenizer()
     monkeypatch.undo()
     tokenizer.get_tokenizer.cache_clear()
+
+
+def test_a_fork_during_the_prefetch_waits_for_it():
+    """A worker forked while cl100k is still loading in the prefetch thread would wait forever for that thread:
+    forks wait for the load, and the child has the tokenizer."""
+    code = (
+        "import os\n"
+        "from needlebench.sources import tokenizer\n"
+        "tokenizer.prefetch_cl100k()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if tokenizer.get_tokenizer().count('hello world') == 2 else 3)\n"
+        "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "0", result.stderr

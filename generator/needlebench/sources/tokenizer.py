@@ -14,7 +14,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from functools import cache
 from typing import Protocol
@@ -283,6 +283,8 @@ def prefetch_cl100k() -> None:
         if _cl100k_loading is not None:
             return
         _cl100k_loading = future = Future()
+        # a child forked mid-load would wait forever for a thread it does not have: forks wait for the load
+        os.register_at_fork(before=lambda: wait([future]))
 
     def load() -> None:
         try:
