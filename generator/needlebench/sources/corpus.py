@@ -16,10 +16,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import re
 import sqlite3
-import tempfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -137,30 +135,21 @@ def read_bible(path: Path) -> list[str]:
 def _cached_documents(name: str, files: list[Path], read) -> list[str]:
     """`read()`, kept in the cache under a key of the files' bytes and this module's source (which holds the
     cleaning), and checked by its sha256 when loaded; a damaged entry is read again and replaced."""
-    from needlebench.sources.cache import cache_root
+    from needlebench.sources.cache import cache_root, read_checked, write_checked
 
     key = hashlib.sha256(Path(__file__).read_bytes())
     for file in files:
         key.update(file.name.encode() + b"\0" + hashlib.sha256(file.read_bytes()).digest())
     path = cache_root() / "corpora" / f"{name}-{key.hexdigest()[:32]}.txt"
-    try:
-        data = memoryview(path.read_bytes())
-        if hashlib.sha256(data[32:]).digest() == data[:32]:
-            return str(data[32:], "utf-8").split("\0")
-    except (OSError, UnicodeDecodeError):
-        pass
+    payload = read_checked(path)
+    if payload is not None:
+        try:
+            return str(payload, "utf-8").split("\0")
+        except UnicodeDecodeError:
+            pass
     documents = read()
-    if not documents or any("\0" in document for document in documents):  # not stored: "\0" separates them
-        return documents
-    payload = "\0".join(documents).encode("utf-8")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{name}-")
-        with os.fdopen(handle, "wb") as out:
-            out.write(hashlib.sha256(payload).digest() + payload)
-        os.replace(temporary, path)
-    except OSError:  # a read-only cache only costs the reading
-        pass
+    if documents and not any("\0" in document for document in documents):  # "\0" separates them
+        write_checked(path, "\0".join(documents).encode("utf-8"))
     return documents
 
 

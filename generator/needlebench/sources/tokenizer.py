@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -177,7 +178,7 @@ _RANKS_FILE = "cl100k_base-{sha}-py{major}{minor}-m{marshal}.ranks"
 _CL100K_RANKS = 100256
 
 
-def _ranks_cache_path() -> str:
+def _ranks_cache_path() -> Path:
     import marshal
     import sys
 
@@ -185,20 +186,17 @@ def _ranks_cache_path() -> str:
 
     name = _RANKS_FILE.format(sha=CL100K_SHA256[:16], major=sys.version_info[0], minor=sys.version_info[1],
                               marshal=marshal.version)
-    return str(cache_root() / "tokens" / name)
+    return cache_root() / "tokens" / name
 
 
 def _cached_ranks() -> dict[bytes, int] | None:
     """The parsed cl100k ranks from the cache (a third of the parse time), or None when absent or damaged."""
     import marshal
 
-    try:
-        with open(_ranks_cache_path(), "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    digest, payload = data[:32], data[32:]
-    if hashlib.sha256(payload).digest() != digest:
+    from needlebench.sources.cache import read_checked
+
+    payload = read_checked(_ranks_cache_path())
+    if payload is None:
         return None
     try:
         ranks = marshal.loads(payload)
@@ -208,19 +206,12 @@ def _cached_ranks() -> dict[bytes, int] | None:
 
 
 def _store_ranks(ranks: dict[bytes, int]) -> None:
-    """Keep the parsed ranks for the next process (best effort: a read-only cache only costs the parse)."""
+    """Keep the parsed ranks for the next process."""
     import marshal
 
-    path = _ranks_cache_path()
-    payload = marshal.dumps(ranks)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ranks-")
-        with os.fdopen(handle, "wb") as out:
-            out.write(hashlib.sha256(payload).digest() + payload)
-        os.replace(temporary, path)
-    except OSError:
-        return
+    from needlebench.sources.cache import write_checked
+
+    write_checked(_ranks_cache_path(), marshal.dumps(ranks))
 
 
 def _fast_cl100k():
