@@ -49,6 +49,8 @@ def test_row_groups_are_small_for_long_configs():
 
     assert _group_rows(get_config("single_en_1000k")) <= 4
     assert _group_rows(get_config("single_en_4k")) >= 100
+    # a shard's groups follow its own lengths: the 32k shard of a 1000k config is not cut into pairs
+    assert _group_rows(get_config("single_en_1000k"), (32000,)) == _group_rows(get_config("single_en_32k")) >= 40
     assert len(shard_plan(get_config("single_en_1000k"))) == 8
     assert len(shard_plan(get_config("single_en_4k"))) == 1
 
@@ -59,8 +61,8 @@ def test_rebuild_is_byte_identical_with_two_processes(built, tmp_path):
     assert _files(again) == _files(built)
 
 
-def test_a_shard_of_a_long_config_is_deterministic_with_small_row_groups(tmp_path):
-    from needlebench.dataset.build import _build_shard
+def test_a_shard_of_a_long_config_is_deterministic_with_row_groups_of_its_length(tmp_path):
+    from needlebench.dataset.build import _build_shard, _group_rows
 
     spec = get_config("multi_retrieval_en_256k")
     shards = shard_plan(spec)
@@ -70,7 +72,9 @@ def test_a_shard_of_a_long_config_is_deterministic_with_small_row_groups(tmp_pat
     assert _files(tmp_path / "one") == _files(tmp_path / "two")
     path = tmp_path / "one" / "test-00000-of-00003.parquet"
     assert pq.read_table(path).num_rows == spec.repeats
-    assert pq.ParquetFile(path).metadata.num_row_groups > 1
+    group_rows = _group_rows(spec, (32000,))
+    assert _group_rows(spec) < spec.repeats < group_rows  # 256k prompts would make too large a group
+    assert pq.ParquetFile(path).metadata.num_row_groups == -(-spec.repeats // group_rows)
 
 
 def test_extends_a_folder_of_the_same_recipe(built, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -69,10 +71,28 @@ def test_neighbouring_prompts_compress_together_within_the_window(tmp_path, prom
     read = pq.read_table(path)
     assert read.column("prompt").to_pylist() == [row["prompt"] for row in rows]
     assert pq.ParquetFile(path).metadata.row_group(0).column(8).compression == "ZSTD"
+    encodings = pq.ParquetFile(path).metadata.row_group(0).column(8).encodings
     if prompt_bytes <= writer.ZSTD_WINDOW:  # level 3: later prompts are copies of the first, nearly free
         assert path.stat().st_size < 1.5 * single
-    else:  # level 1 beyond the window: every prompt costs its own bytes
-        assert path.stat().st_size > 3.5 * single
+        assert "DELTA_BYTE_ARRAY" not in encodings
+    else:  # beyond the window each prompt costs what follows the prefix it shares with the previous one
+        assert "DELTA_BYTE_ARRAY" in encodings
+        suffixes = single + sum(
+            len(pa.compress(rows[i]["prompt"][len(os.path.commonprefix([rows[i - 1]["prompt"], rows[i]["prompt"]])) :].encode(), codec="zstd"))
+            for i in range(1, len(rows))
+        )
+        assert 0.9 * suffixes < path.stat().st_size < 1.1 * suffixes < 3.5 * single
+
+
+def test_long_prompts_go_in_row_groups_by_bytes(tmp_path, monkeypatch):
+    """Beyond the window, row groups hold about LONG_PROMPT_GROUP_BYTES of prompts whatever `group_rows` says."""
+    rows = _rows(writer.ZSTD_WINDOW + 1000, 5)
+    monkeypatch.setattr(writer, "LONG_PROMPT_GROUP_BYTES", 2 * writer.ZSTD_WINDOW)
+    path = tmp_path / "shard.parquet"
+    writer.write_shard(iter(rows), "single", path, group_rows=1)
+    metadata = pq.ParquetFile(path).metadata
+    assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == [2, 2, 1]
+    assert pq.read_table(path).column("prompt").to_pylist() == [row["prompt"] for row in rows]
 
 
 def test_writing_in_turn_gives_the_same_bytes_as_writing_in_a_thread(tmp_path):

@@ -63,8 +63,10 @@ def shard_plan(spec: ConfigSpec) -> list[Shard]:
     return [Shard(spec.name, i, len(groups), lengths) for i, lengths in enumerate(groups)]
 
 
-def _group_rows(spec: ConfigSpec) -> int:
-    longest = max(spec.lengths) if spec.lengths else 64_000
+def _group_rows(spec: ConfigSpec, lengths: tuple[int, ...] | None = None) -> int:
+    """Rows per row group of a shard holding `lengths` (None: all the config's lengths)."""
+    lengths = spec.lengths if lengths is None else lengths
+    longest = max(lengths) if lengths else 64_000
     return rows_per_group(longest * _CHARS_PER_TOKEN[spec.language])
 
 
@@ -108,7 +110,7 @@ def _build_shard(shard: Shard, options: BuildOptions, folder: str, overlap: bool
     spec = get_config(shard.config)
     rows = _counted(iter_rows(spec, options, shard.lengths, utf8_prompts=True))
     path = Path(folder) / shard.filename
-    return write_shard(rows, spec.schema_family, path, _group_rows(spec), options.compression, overlap=overlap)
+    return write_shard(rows, spec.schema_family, path, _group_rows(spec, shard.lengths), options.compression, overlap=overlap)
 
 
 def read_manifest(folder: Path) -> dict | None:
