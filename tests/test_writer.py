@@ -77,10 +77,9 @@ def test_neighbouring_prompts_compress_together_within_the_window(tmp_path, prom
         assert "DELTA_BYTE_ARRAY" not in encodings
     else:  # beyond the window each prompt costs what follows the prefix it shares with the previous one
         assert "DELTA_BYTE_ARRAY" in encodings
-        suffixes = single + sum(
-            len(pa.compress(rows[i]["prompt"][len(os.path.commonprefix([rows[i - 1]["prompt"], rows[i]["prompt"]])) :].encode(), codec="zstd"))
-            for i in range(1, len(rows))
-        )
+        prompts = [row["prompt"].encode() for row in rows]
+        shared = [len(os.path.commonprefix(pair)) for pair in zip(prompts, prompts[1:])]
+        suffixes = single + sum(len(pa.compress(p[n:], codec="zstd")) for p, n in zip(prompts[1:], shared))
         assert 0.9 * suffixes < path.stat().st_size < 1.1 * suffixes < 3.5 * single
 
 

@@ -110,7 +110,8 @@ def _build_shard(shard: Shard, options: BuildOptions, folder: str, overlap: bool
     spec = get_config(shard.config)
     rows = _counted(iter_rows(spec, options, shard.lengths, utf8_prompts=True))
     path = Path(folder) / shard.filename
-    return write_shard(rows, spec.schema_family, path, _group_rows(spec, shard.lengths), options.compression, overlap=overlap)
+    group_rows = _group_rows(spec, shard.lengths)
+    return write_shard(rows, spec.schema_family, path, group_rows, options.compression, overlap=overlap)
 
 
 def read_manifest(folder: Path) -> dict | None:

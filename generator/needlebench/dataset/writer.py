@@ -168,8 +168,8 @@ def long_prompt_options(prompt_bytes: int) -> dict:
     Prompts beyond zstd level 3's window are out of the compressor's reach of their neighbour, but consecutive
     prompts of a split still share their text up to the earlier needle. The prompt column is then encoded as
     DELTA_BYTE_ARRAY (each value stores only what follows the prefix it shares with the previous one) in one
-    page per row group: measured on `single_*_1000k`, a third less to compress, writing 25-35% faster, files 40%
-    smaller. Shorter prompts keep PLAIN pages (level 3 copies their neighbours already)."""
+    page per row group: a third less to compress (the last shard of `single_en_1000k`: 1.69 s to 1.37 s of
+    writing, 146 MB to 87 MB). Shorter prompts keep PLAIN pages (level 3 copies their neighbours already)."""
     if prompt_bytes <= ZSTD_WINDOW:
         return {}
     return {"column_encoding": {"prompt": "DELTA_BYTE_ARRAY"}, "data_page_size": _ONE_PAGE}
