@@ -183,16 +183,12 @@ class Endpoint:
 
 def redact_url(url: str) -> str:
     """``scheme://host:port/path`` of a URL: no user name, password, query string or fragment."""
-    from urllib.parse import urlsplit
+    import httpx
 
     try:
-        parts = urlsplit(url.strip())
-        port = f":{parts.port}" if parts.port else ""
-        host = parts.hostname or ""
-    except ValueError:
+        return str(httpx.URL(url.strip()).copy_with(username=None, password=None, query=None, fragment=None))
+    except (httpx.InvalidURL, TypeError, ValueError):
         return "<unparsable URL>"
-    host = f"[{host}]" if ":" in host else host
-    return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else "<unparsable URL>"
 
 
 class JudgeFailure(Exception):
@@ -297,7 +293,7 @@ def _cache_key(model: str, question: str, reference: str, answer: str) -> str:
 class _Cache:
     """Verdicts by key, one JSON line each, appended as they come (an interrupted run keeps what it got).
 
-    Only replies of the judge model are verdicts. Entries of needlebench before 0.3.2 that recorded a failed
+    Only replies of the judge model are verdicts. Entries of needlebench 0.3.1 and earlier that recorded a failed
     request (``score`` null, ``reply`` ``error: ...``) are dropped on reading, so those rows are asked again."""
 
     def __init__(self, path: Path) -> None:
@@ -331,7 +327,7 @@ class _Cache:
 
 
 def _failed_request(entry: dict) -> bool:
-    """An entry of needlebench before 0.3.2 that cached a failed request as if it were a verdict."""
+    """An entry of needlebench 0.3.1 or earlier that cached a failed request as if it were a verdict."""
     return "endpoint" not in entry and entry.get("score") is None and str(entry.get("reply", "")).startswith("error: ")
 
 
