@@ -47,6 +47,7 @@ class HostileJudge(BaseHTTPRequestHandler):
     requests: ClassVar[list[tuple[str, str]]] = []
     broken = True
     huge_bytes_sent = 0
+    trickled_for = 0.0
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -61,6 +62,10 @@ class HostileJudge(BaseHTTPRequestHandler):
             self._trickle()
         elif mode == "huge":
             self._huge()
+        elif mode == "unauthorized":
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
         elif mode == "echo":
             self._reply(f"Rating: [[7]] you sent {self.requestline} with {dict(self.headers)}")
         else:
@@ -75,6 +80,7 @@ class HostileJudge(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def _trickle(self) -> None:
+        started = time.monotonic()
         self.send_response(200)
         self.send_header("Content-Length", "1000")
         self.end_headers()
@@ -85,6 +91,7 @@ class HostileJudge(BaseHTTPRequestHandler):
                 time.sleep(0.3)
         except OSError:
             pass  # the client hung up: what the deadline should do
+        HostileJudge.trickled_for = time.monotonic() - started
 
     def _huge(self) -> None:
         size, chunk = 50_000_000, b"x" * 1_000_000
@@ -105,7 +112,7 @@ class HostileJudge(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def judge_server():
-    HostileJudge.requests, HostileJudge.broken, HostileJudge.huge_bytes_sent = [], True, 0
+    HostileJudge.requests, HostileJudge.broken, HostileJudge.huge_bytes_sent, HostileJudge.trickled_for = [], True, 0, 0.0
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), HostileJudge)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -201,13 +208,23 @@ def test_a_refused_connection_is_retried_not_cached_and_exits_1(tmp_path):
 
 def test_a_trickling_server_is_cut_at_the_deadline(judge_server, tmp_path):
     results = write_run(tmp_path, {"needlebench_x": [sample("capital of France?")]})
-    started = time.monotonic()
     run = judge(results, secret_url(judge_server, "trickle"), "--retries", "0", "--timeout", "1.5")
-    elapsed = time.monotonic() - started
     assert run.returncode == 1 and "no complete reply within 1.5 s" in run.stderr
-    # the server would trickle for 12 s; the command (with its own start-up) ends soon after the 1.5 s deadline
-    assert elapsed < 8, elapsed
+    for _ in range(20):  # the handler notices the hang-up at its next byte or two
+        if HostileJudge.trickled_for:
+            break
+        time.sleep(0.1)
+    # the server would trickle for 12 s (a byte every 0.3 s, each within httpx's 60 s read timeout)
+    assert 1.0 < HostileJudge.trickled_for < 3.0, HostileJudge.trickled_for
     assert cache_entries(results) == []
+
+
+def test_a_client_error_is_not_retried_nor_cached(judge_server, tmp_path):
+    results = write_run(tmp_path, {"needlebench_x": [sample("capital of France?"), sample("capital of Peru?", "Lima")]})
+    run = judge(results, secret_url(judge_server, "unauthorized"), "--retries", "3")
+    assert run.returncode == 1 and "2 of 2 rows got no verdict (HTTP 401 from" in run.stderr
+    assert len(HostileJudge.requests) == 2 and cache_entries(results) == []
+    assert_no_secret(results, run)
 
 
 def test_a_50_mb_reply_is_refused_after_64_kib(judge_server, tmp_path):

@@ -1787,13 +1787,14 @@ class ReportFolder:
             ) from None
         return files
 
-    def _unchanged(self, name: str) -> bool:
-        """Whether ``name`` is a regular file the earlier report wrote and nobody changed since."""
+    def _unchanged(self, name: str, *, interrupted_ok: bool = True) -> bool:
+        """Whether ``name`` is a regular file the earlier report wrote and nobody changed since; one an
+        interrupted report was writing (no sha256 yet) counts when ``interrupted_ok``."""
         target = self.path / name
         if name not in self.previous or target.is_symlink() or not target.is_file():
             return False
         digest = self.previous[name]
-        return digest is None or _sha256(target) == digest
+        return interrupted_ok if digest is None else _sha256(target) == digest
 
     def _check_replaceable(self, name: str) -> None:
         target = self.path / name
@@ -1807,7 +1808,7 @@ class ReportFolder:
     def finish(self) -> None:
         """Remove the earlier report's files this one did not write again (if unchanged); list this one's."""
         for name in self.previous:
-            if name not in self.names and self._unchanged(name):
+            if name not in self.names and self._unchanged(name, interrupted_ok=False):
                 (self.path / name).unlink()
         self._write_manifest({name: _sha256(self.path / name) for name in self.names})
 
