@@ -201,7 +201,7 @@ def test_a_refused_connection_is_retried_not_cached_and_exits_1(tmp_path):
     results = write_run(tmp_path, {"needlebench_x": [sample("capital of France?")]})
     run = judge(results, secret_url(port, "ok"), "--retries", "1")
     assert run.returncode == 1
-    assert f"1 of 1 rows got no verdict (cannot connect from http://127.0.0.1:{port}/ok/v1)" in run.stderr
+    assert f"1 of 1 rows got no verdict (cannot connect to http://127.0.0.1:{port}/ok/v1)" in run.stderr
     assert cache_entries(results) == [] and not list(results.rglob("judged_*"))
     assert_no_secret(results, run)
 

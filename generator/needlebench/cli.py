@@ -251,7 +251,8 @@ def judge(
     counts = judge_results(results, config)
     console.print(
         f"judged {counts['samples'] - counts['failed']} samples in {counts['files']} files ({counts['requested']} "
-        f"requested, {counts['cached']} from cache, {counts['unrated']} without a usable rating)"
+        f"requested, {counts['cached']} from cache, {counts['unrated']} without a usable rating)",
+        soft_wrap=True,
     )
     if counts["failed"]:
         print(
@@ -295,7 +296,7 @@ def budget(
 @app.command(short_help="Paper tables and heatmaps from lm-eval results.")
 def report(
     results: Annotated[list[Path], typer.Argument(help="lm-eval --output_path folders or results/samples files (--log_samples).")],
-    out: Annotated[Path, typer.Option("--out", help="Where to write tables, figures and report.html.")] = Path("needlebench-report"),
+    out: Annotated[Path, typer.Option("--out", help="Where to write tables, figures and report.html: a new or empty folder, or an earlier report's (only its files are replaced).")] = Path("needlebench-report"),
     name: Annotated[Optional[list[str]], typer.Option("--name", help="PATH=NAME: call the model of a results path (or pretrained value) NAME.")] = None,
     annotate: Annotated[str, typer.Option(help="Heatmap cell text: counts, values, both or none.")] = "counts",
     pdf: Annotated[bool, typer.Option("--pdf", help="Also write every figure as PDF.")] = False,

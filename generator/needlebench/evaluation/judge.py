@@ -192,7 +192,7 @@ def redact_url(url: str) -> str:
 
 
 class JudgeFailure(Exception):
-    """A request that got no reply from the judge model (``reason`` names what happened, with no secret).
+    """A request that got no reply from the judge model (``reason`` says what happened and where, with no secret).
 
     ``transient`` failures (HTTP 408, 429, 5xx, refused or dropped connections, timeouts, a garbled body) are
     retried; the others (HTTP 4xx such as 401 or 404, a body over :data:`MAX_REPLY_BYTES`) are not. Neither is
@@ -203,15 +203,16 @@ class JudgeFailure(Exception):
         self.reason, self.transient = reason, transient
 
 
-async def _read_capped(response) -> bytes:
+async def _read_capped(response, endpoint: Endpoint) -> bytes:
     """The body, read in chunks and refused past :data:`MAX_REPLY_BYTES` (never held whole)."""
     if response.headers.get("content-encoding", "identity").lower() not in ("identity", ""):
-        raise JudgeFailure(f"a {response.headers['content-encoding']}-encoded reply (asked for none)", transient=False)
+        encoding = response.headers["content-encoding"]
+        raise JudgeFailure(f"a {encoding}-encoded reply (asked for none) from {endpoint.shown}", transient=False)
     body = bytearray()
     async for chunk in response.aiter_raw():
         body += chunk
         if len(body) > MAX_REPLY_BYTES:
-            raise JudgeFailure(f"a reply over {MAX_REPLY_BYTES // 1024} KiB", transient=False)
+            raise JudgeFailure(f"a reply over {MAX_REPLY_BYTES // 1024} KiB from {endpoint.shown}", transient=False)
     return bytes(body)
 
 
@@ -231,23 +232,23 @@ async def _post(client, endpoint: Endpoint, config: JudgeConfig, prompt: str) ->
         async with client.stream("POST", endpoint.url, json=payload, auth=endpoint.auth) as response:
             status = response.status_code
             if status in (408, 429) or status >= 500:
-                raise JudgeFailure(f"HTTP {status}", transient=True)
+                raise JudgeFailure(f"HTTP {status} from {endpoint.shown}", transient=True)
             if status >= 400:
-                raise JudgeFailure(f"HTTP {status}", transient=False)
-            return await _read_capped(response)
+                raise JudgeFailure(f"HTTP {status} from {endpoint.shown}", transient=False)
+            return await _read_capped(response, endpoint)
 
     try:
         body = await asyncio.wait_for(exchange(), config.timeout)
     except asyncio.TimeoutError:
-        raise JudgeFailure(f"no complete reply within {config.timeout:g} s", transient=True) from None
+        raise JudgeFailure(f"no complete reply within {config.timeout:g} s from {endpoint.shown}", transient=True) from None
     except httpx.ConnectError:
-        raise JudgeFailure("cannot connect", transient=True) from None
+        raise JudgeFailure(f"cannot connect to {endpoint.shown}", transient=True) from None
     except httpx.HTTPError as error:  # dropped connection, protocol error, the client's own timeouts
-        raise JudgeFailure(f"{type(error).__name__}", transient=True) from None
+        raise JudgeFailure(f"{type(error).__name__} from {endpoint.shown}", transient=True) from None
     try:
         return str(json.loads(body)["choices"][0]["message"]["content"] or "")
     except (ValueError, KeyError, IndexError, TypeError):
-        raise JudgeFailure("a reply that is not chat-completion JSON", transient=True) from None
+        raise JudgeFailure(f"a reply that is not chat-completion JSON from {endpoint.shown}", transient=True) from None
 
 
 async def _ask(client, endpoint: Endpoint, config: JudgeConfig, prompt: str) -> tuple[int | None, str]:
@@ -394,7 +395,7 @@ def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True)
     reasons = Counter(failures.values()).most_common(1)
     return {
         "samples": total, "requested": len(work), "cached": total - len(work), "unrated": unrated,
-        "files": len(files), "failed": failed, "failure": f"{reasons[0][0]} from {endpoint.shown}" if reasons else None,
+        "files": len(files), "failed": failed, "failure": reasons[0][0] if reasons else None,
     }
 
 
