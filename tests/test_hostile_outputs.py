@@ -245,6 +245,7 @@ def test_credentials_are_never_written_even_when_the_reply_echoes_them(judge_ser
     judged = (results / "model" / "judged_samples_needlebench_x_2026-01-01T00-00-00.000000.jsonl").read_text()
     rows = [json.loads(line) for line in judged.splitlines()]
     assert [row["judge"]["score"] for row in rows] == [7, 7]
+    assert {row["judge"]["endpoint"] for row in rows} == {f"http://127.0.0.1:{judge_server}/echo/v1"}
     assert "[redacted]" in rows[0]["judge"]["reply"] and "/echo/v1/chat/completions" in rows[0]["judge"]["reply"]
     assert_no_secret(results, run)
 

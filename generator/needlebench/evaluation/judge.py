@@ -9,7 +9,7 @@ retried with bounded exponential backoff. Every reply of the judge model is a ve
 interrupted run resumes where it stopped; a request that never got a reply is not cached, its row stays unjudged
 and a rerun asks again. For each ``samples_<task>_<date>.jsonl`` whose rows all have a verdict the judged samples
 are written beside it as ``judged_samples_<task>_<date>.jsonl``: the original record plus ``judge`` (``score``
-1-10 or null when the judge never gave a usable rating, ``model``, ``reply``). Credentials in ``--base-url``
+1-10 or null when the judge never gave a usable rating, ``model``, ``reply``, ``endpoint``). Credentials in ``--base-url``
 (``user:pass@``, a query string) and the API key are never written or printed: the endpoint is recorded as
 ``scheme://host:port/path`` and secrets echoed in a reply are blanked. Ratings are read by
 :func:`parse_rating`: ``[[N]]``, ``Rating: N``, ``N/10``, a JSON object (repaired with json-repair) or a restated
@@ -385,7 +385,8 @@ def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True)
         for sample, key in zip(samples, keys):
             entry = cache.entries[key]
             unrated += entry["score"] is None
-            verdict = {"score": entry["score"], "model": entry["model"], "reply": entry["reply"]}
+            verdict = {"score": entry["score"], "model": entry["model"], "reply": entry["reply"],
+                       "endpoint": entry.get("endpoint")}
             lines.append(json.dumps({**sample, "judge": verdict}, ensure_ascii=False))
         target = path.with_name(JUDGED_PREFIX + path.name)
         temp = target.with_name("." + target.name + ".tmp")
