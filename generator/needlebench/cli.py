@@ -236,19 +236,31 @@ def judge(
     model: Annotated[str, typer.Option("--model", help="Judge model name as the endpoint knows it.")],
     api_key_env: Annotated[str, typer.Option("--api-key-env", help="Environment variable holding the API key (if any).")] = "OPENAI_API_KEY",
     concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 4,
-    retries: Annotated[int, typer.Option(help="Retries per sample (errors and replies without a rating).")] = 3,
+    retries: Annotated[int, typer.Option(help="Retries per sample (transient errors and replies without a rating).")] = 3,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds one request may take in all (connect, wait, read).")] = 60.0,
 ) -> None:
-    """Rescore logged samples on the 1-10 rubric with a model judge; writes judged_samples_*.jsonl beside them."""
+    """Rescore logged samples on the 1-10 rubric with a model judge; writes judged_samples_*.jsonl beside them.
+
+    Exit status 1 when some rows got no verdict (server errors, timeouts): they are not cached, so a rerun asks
+    only for them."""
     import os
 
     from needlebench.evaluation.judge import JudgeConfig, judge_results
 
-    config = JudgeConfig(base_url, model, os.environ.get(api_key_env) or None, concurrency, retries)
+    config = JudgeConfig(base_url, model, os.environ.get(api_key_env) or None, concurrency, retries, timeout)
     counts = judge_results(results, config)
     console.print(
-        f"judged {counts['samples']} samples in {counts['files']} files ({counts['requested']} requested, "
-        f"{counts['cached']} from cache, {counts['unrated']} without a usable rating)"
+        f"judged {counts['samples'] - counts['failed']} samples in {counts['files']} files ({counts['requested']} "
+        f"requested, {counts['cached']} from cache, {counts['unrated']} without a usable rating)",
+        soft_wrap=True,
     )
+    if counts["failed"]:
+        print(
+            f"needlebench judge: {counts['failed']} of {counts['samples']} rows got no verdict ({counts['failure']}); "
+            "their files' judged_samples_*.jsonl were not written; rerun to retry them",
+            file=sys.stderr,
+        )
+        raise typer.Exit(1)
 
 
 @app.command("tasks-path", short_help="Print the lm-eval task folder, for lm_eval --include_path.")
@@ -284,7 +296,7 @@ def budget(
 @app.command(short_help="Paper tables and heatmaps from lm-eval results.")
 def report(
     results: Annotated[list[Path], typer.Argument(help="lm-eval --output_path folders or results/samples files (--log_samples).")],
-    out: Annotated[Path, typer.Option("--out", help="Where to write tables, figures and report.html.")] = Path("needlebench-report"),
+    out: Annotated[Path, typer.Option("--out", help="Where to write tables, figures and report.html: a new or empty folder, or an earlier report's (only its files are replaced).")] = Path("needlebench-report"),
     name: Annotated[Optional[list[str]], typer.Option("--name", help="PATH=NAME: call the model of a results path (or pretrained value) NAME.")] = None,
     annotate: Annotated[str, typer.Option(help="Heatmap cell text: counts, values, both or none.")] = "counts",
     pdf: Annotated[bool, typer.Option("--pdf", help="Also write every figure as PDF.")] = False,

@@ -1,26 +1,31 @@
 """``needlebench judge``: rescore logged lm-eval samples with a model judge on Inspect NIAH's 1-10 rubric.
 
 Any OpenAI-compatible chat endpoint works (``vllm serve MODEL`` is the usual one). Only the question, the reference
-answer and the model's answer are sent, never the long context. Requests run concurrently with retries; every
-verdict is cached (``.needlebench-judge-cache.jsonl`` in the results folder, keyed by judge model and the three
-texts), so an interrupted run resumes where it stopped. For each ``samples_<task>_<date>.jsonl`` the judged
-samples are written beside it as ``judged_samples_<task>_<date>.jsonl``: the original record plus ``judge``
-(``score`` 1-10 or null when the judge never gave a usable rating, ``model``, ``reply``). Ratings are read by
+answer and the model's answer are sent, never the long context. Requests run concurrently; each must finish
+within ``--timeout`` seconds in all (a server that trickles bytes is cut there) and its body may not exceed
+:data:`MAX_REPLY_BYTES`. Transient failures (HTTP 408/429/5xx, refused or dropped connections, timeouts) are
+retried with bounded exponential backoff. Every reply of the judge model is a verdict and is cached
+(``.needlebench-judge-cache.jsonl`` in the results folder, keyed by judge model and the three texts), so an
+interrupted run resumes where it stopped; a request that never got a reply is not cached, its row stays unjudged
+and a rerun asks again. For each ``samples_<task>_<date>.jsonl`` whose rows all have a verdict the judged samples
+are written beside it as ``judged_samples_<task>_<date>.jsonl``: the original record plus ``judge`` (``score``
+1-10 or null when the judge never gave a usable rating, ``model``, ``reply``, ``endpoint``). Credentials in ``--base-url``
+(``user:pass@``, a query string) and the API key are never written or printed: the endpoint is recorded as
+``scheme://host:port/path`` and secrets echoed in a reply are blanked. Ratings are read by
 :func:`parse_rating`: ``[[N]]``, ``Rating: N``, ``N/10``, a JSON object (repaired with json-repair) or a restated
 rubric anchor (matched with rapidfuzz); a reply without one (small judges often just talk) keeps ``score`` null
-and its raw text.
-"""
+and its raw text."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
 import json
 import os
 import re
-import threading
-import time
+from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,8 +131,149 @@ class JudgeConfig:
     api_key: str | None = None
     concurrency: int = 4
     retries: int = 3
+    #: Seconds one request may take in all (connect, wait, read every byte); a server that trickles is cut here.
     timeout: float = 60.0
     backoff: float = 0.5
+
+
+#: The largest reply body read (64 KiB; a judge asked for 32 tokens sends well under 1 KiB). A longer body is
+#: refused after this many bytes, never held whole; the row stays unjudged.
+MAX_REPLY_BYTES = 64 * 1024
+#: The longest wait between two attempts of a request, seconds.
+MAX_BACKOFF = 30.0
+#: Secrets shorter than this are not searched for in replies (a 1-letter password would blank every reply).
+MIN_SECRET_CHARS = 4
+
+
+class Endpoint:
+    """The chat-completions endpoint of ``--base-url``: where requests go, and how it is shown and stored.
+
+    User name, password and query string (``https://user:pass@host/v1?token=...``) are used for the requests
+    and never appear in anything written or printed: :attr:`shown` is ``scheme://host:port/path`` and
+    :meth:`scrub` blanks every secret in a text (a reply that echoes a header, say)."""
+
+    def __init__(self, base_url: str, api_key: str | None = None) -> None:
+        import httpx
+
+        try:
+            url = httpx.URL(base_url.strip())
+        except (httpx.InvalidURL, TypeError, ValueError):
+            raise NeedlebenchError("--base-url is not a URL; give http(s)://HOST[:PORT]/PATH, e.g. http://localhost:8000/v1") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise NeedlebenchError(
+                f"--base-url {redact_url(base_url)!r} is not an http(s) URL; give http(s)://HOST[:PORT]/PATH, "
+                "e.g. http://localhost:8000/v1"
+            )
+        path = url.path.rstrip("/")
+        self.shown = redact_url(base_url)
+        self.url = url.copy_with(username=None, password=None, fragment=None, path=path + "/chat/completions")
+        self.auth = (url.username, url.password) if url.username or url.password else None
+        secrets = [url.username, url.password, f"{url.username}:{url.password}", url.userinfo.decode("ascii", "replace"),
+                   url.query.decode("ascii", "replace"), api_key or ""]
+        secrets += [value for _, value in url.params.multi_items()]
+        if self.auth:  # the Basic authorization header, as a server that echoes headers would show it
+            secrets.append(base64.b64encode(f"{url.username}:{url.password}".encode()).decode("ascii"))
+        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
+
+def redact_url(url: str) -> str:
+    """``scheme://host:port/path`` of a URL: no user name, password, query string or fragment."""
+    import httpx
+
+    try:
+        return str(httpx.URL(url.strip()).copy_with(username=None, password=None, query=None, fragment=None))
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "<unparsable URL>"
+
+
+class JudgeFailure(Exception):
+    """A request that got no reply from the judge model (``reason`` says what happened and where, with no secret).
+
+    ``transient`` failures (HTTP 408, 429, 5xx, refused or dropped connections, timeouts, a garbled body) are
+    retried; the others (HTTP 4xx such as 401 or 404, a body over :data:`MAX_REPLY_BYTES`) are not. Neither is
+    cached: the row stays unjudged and a rerun asks again."""
+
+    def __init__(self, reason: str, transient: bool) -> None:
+        super().__init__(reason)
+        self.reason, self.transient = reason, transient
+
+
+async def _read_capped(response, endpoint: Endpoint) -> bytes:
+    """The body, read in chunks and refused past :data:`MAX_REPLY_BYTES` (never held whole)."""
+    if response.headers.get("content-encoding", "identity").lower() not in ("identity", ""):
+        encoding = response.headers["content-encoding"]
+        raise JudgeFailure(f"a {encoding}-encoded reply (asked for none) from {endpoint.shown}", transient=False)
+    body = bytearray()
+    async for chunk in response.aiter_raw():
+        body += chunk
+        if len(body) > MAX_REPLY_BYTES:
+            raise JudgeFailure(f"a reply over {MAX_REPLY_BYTES // 1024} KiB from {endpoint.shown}", transient=False)
+    return bytes(body)
+
+
+async def _post(client, endpoint: Endpoint, config: JudgeConfig, prompt: str) -> str:
+    """One request: the judge's reply text, or :class:`JudgeFailure`. All of it (connect, headers, every byte of
+    the body) must finish within ``config.timeout`` seconds."""
+    import httpx
+
+    payload = {
+        "model": config.model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0.0,
+        "max_tokens": 32,
+    }
+
+    async def exchange() -> bytes:
+        async with client.stream("POST", endpoint.url, json=payload, auth=endpoint.auth) as response:
+            status = response.status_code
+            if status in (408, 429) or status >= 500:
+                raise JudgeFailure(f"HTTP {status} from {endpoint.shown}", transient=True)
+            if status >= 400:
+                raise JudgeFailure(f"HTTP {status} from {endpoint.shown}", transient=False)
+            return await _read_capped(response, endpoint)
+
+    try:
+        body = await asyncio.wait_for(exchange(), config.timeout)
+    except asyncio.TimeoutError:
+        raise JudgeFailure(f"no complete reply within {config.timeout:g} s from {endpoint.shown}", transient=True) from None
+    except httpx.ConnectError:
+        raise JudgeFailure(f"cannot connect to {endpoint.shown}", transient=True) from None
+    except httpx.HTTPError as error:  # dropped connection, protocol error, the client's own timeouts
+        raise JudgeFailure(f"{type(error).__name__} from {endpoint.shown}", transient=True) from None
+    try:
+        return str(json.loads(body)["choices"][0]["message"]["content"] or "")
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise JudgeFailure(f"a reply that is not chat-completion JSON from {endpoint.shown}", transient=True) from None
+
+
+async def _ask(client, endpoint: Endpoint, config: JudgeConfig, prompt: str) -> tuple[int | None, str]:
+    """One verdict: retried (bounded exponential backoff) on transient failures and replies without a rating.
+    A reply with no rating after the retries is a verdict (score None); no reply at all raises
+    :class:`JudgeFailure`."""
+    reply: str | None = None
+    failure: JudgeFailure | None = None
+    for attempt in range(config.retries + 1):
+        try:
+            text = endpoint.scrub(await _post(client, endpoint, config, prompt))
+        except JudgeFailure as error:
+            if not error.transient:
+                raise
+            failure = error
+        else:
+            reply = text
+            if (score := parse_rating(text)) is not None:
+                return score, text
+        if attempt < config.retries:
+            await asyncio.sleep(min(config.backoff * (2**attempt), MAX_BACKOFF))
+    if reply is not None:
+        return None, reply
+    assert failure is not None
+    raise failure
 
 
 def _answer_of(sample: dict) -> str:
@@ -146,52 +292,44 @@ def _cache_key(model: str, question: str, reference: str, answer: str) -> str:
 
 
 class _Cache:
+    """Verdicts by key, one JSON line each, appended as they come (an interrupted run keeps what it got).
+
+    Only replies of the judge model are verdicts. Entries of needlebench 0.3.1 and earlier that recorded a failed
+    request (``score`` null, ``reply`` ``error: ...``) are dropped on reading, so those rows are asked again."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: dict[str, dict] = {}
-        self.lock = threading.Lock()
+        self.dropped = False
         if path.exists():
             for line in path.read_text(encoding="utf-8").splitlines():
                 try:
                     entry = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a line cut by an interruption
-                if isinstance(entry, dict) and "key" in entry:
-                    self.entries[entry["key"]] = entry
+                if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
+                    continue
+                if _failed_request(entry):
+                    self.dropped = True
+                    continue
+                self.entries[entry["key"]] = entry
 
     def add(self, entry: dict) -> None:
-        with self.lock:
-            self.entries[entry["key"]] = entry
-            with self.path.open("a", encoding="utf-8") as stream:
-                stream.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        self.entries[entry["key"]] = entry
+        with self.path.open("a", encoding="utf-8") as stream:
+            stream.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+    def compact(self) -> None:
+        """Rewrite the file without the dropped entries (and their error texts), atomically."""
+        if self.dropped:
+            temp = self.path.with_name("." + self.path.name + ".tmp")
+            temp.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self.entries.values()), encoding="utf-8")
+            os.replace(temp, self.path)
 
 
-def _ask(client, config: JudgeConfig, prompt: str) -> tuple[int | None, str]:
-    """One verdict: retries on transport errors, HTTP errors and replies without a rating."""
-    import httpx
-
-    reply = ""
-    for attempt in range(config.retries + 1):
-        try:
-            response = client.post(
-                "/chat/completions",
-                json={
-                    "model": config.model,
-                    "messages": [{"role": "user", "content": prompt}],
-                    "temperature": 0.0,
-                    "max_tokens": 32,
-                },
-            )
-            response.raise_for_status()
-            reply = str(response.json()["choices"][0]["message"]["content"] or "")
-            score = parse_rating(reply)
-            if score is not None:
-                return score, reply
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as error:
-            reply = f"error: {type(error).__name__}: {error}"
-        if attempt < config.retries:
-            time.sleep(config.backoff * (2**attempt))
-    return None, reply
+def _failed_request(entry: dict) -> bool:
+    """An entry of needlebench 0.3.1 or earlier that cached a failed request as if it were a verdict."""
+    return "endpoint" not in entry and entry.get("score") is None and str(entry.get("reply", "")).startswith("error: ")
 
 
 def sample_files(results_dir: Path) -> list[Path]:
@@ -208,9 +346,10 @@ def _read_samples(path: Path) -> Iterator[dict]:
 
 
 def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True) -> dict:
-    """Judge every logged sample under `results_dir`; returns counts (samples, requested, cached, unrated)."""
-    import httpx
+    """Judge every logged sample under `results_dir`; returns counts (samples, requested, cached, unrated, files,
+    failed: rows left unjudged because a request got no reply) and ``failure``, the commonest reason, or None.
 
+    A samples file is written as ``judged_samples_*.jsonl`` only when every row of it has a verdict."""
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise NeedlebenchError(f"results folder {results_dir} does not exist; give the --output_path of an lm-eval run")
@@ -219,6 +358,9 @@ def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True)
         raise NeedlebenchError(f"{results_dir} holds no samples_*.jsonl; run lm-eval with --log_samples")
     if config.concurrency < 1 or config.retries < 0:
         raise NeedlebenchError("--concurrency must be 1 or more and --retries 0 or more")
+    if not config.timeout > 0:
+        raise NeedlebenchError(f"--timeout {config.timeout:g} is not a positive number of seconds")
+    endpoint = Endpoint(config.base_url, config.api_key)
     cache = _Cache(results_dir / CACHE_NAME)
     loaded = {path: list(_read_samples(path)) for path in files}
     work: dict[str, str] = {}
@@ -230,30 +372,58 @@ def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True)
             sample["_judge_key"] = key
             if key not in cache.entries:
                 work[key] = RUBRIC.format(question=question, reference=reference, answer=answer)
-    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-    base = config.base_url.rstrip("/")
-    with httpx.Client(base_url=base, timeout=config.timeout, headers=headers) as client:
-
-        def one(item: tuple[str, str]) -> None:
-            key, prompt = item
-            score, reply = _ask(client, config, prompt)
-            cache.add({"key": key, "model": config.model, "score": score, "reply": reply})
-
-        with ThreadPoolExecutor(max_workers=config.concurrency) as pool, tqdm(
-            total=len(work), unit="sample", desc="judging", disable=not progress
-        ) as bar:
-            for _ in pool.map(one, work.items()):
-                bar.update(1)
-    unrated = 0
+    failures = asyncio.run(_judge_all(work, cache, endpoint, config, progress))
+    cache.compact()
+    unrated = failed = 0
     for path, samples in loaded.items():
+        keys = [sample.pop("_judge_key") for sample in samples]
+        missing = sum(key not in cache.entries for key in keys)
+        failed += missing
+        if missing:
+            continue
         lines = []
-        for sample in samples:
-            entry = cache.entries[sample.pop("_judge_key")]
+        for sample, key in zip(samples, keys):
+            entry = cache.entries[key]
             unrated += entry["score"] is None
-            lines.append(json.dumps({**sample, "judge": {"score": entry["score"], "model": entry["model"], "reply": entry["reply"]}}, ensure_ascii=False))
+            verdict = {"score": entry["score"], "model": entry["model"], "reply": entry["reply"],
+                       "endpoint": entry.get("endpoint")}
+            lines.append(json.dumps({**sample, "judge": verdict}, ensure_ascii=False))
         target = path.with_name(JUDGED_PREFIX + path.name)
         temp = target.with_name("." + target.name + ".tmp")
         temp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         os.replace(temp, target)
     total = sum(len(samples) for samples in loaded.values())
-    return {"samples": total, "requested": len(work), "cached": total - len(work), "unrated": unrated, "files": len(files)}
+    reasons = Counter(failures.values()).most_common(1)
+    return {
+        "samples": total, "requested": len(work), "cached": total - len(work), "unrated": unrated,
+        "files": len(files), "failed": failed, "failure": reasons[0][0] if reasons else None,
+    }
+
+
+async def _judge_all(work: dict[str, str], cache: _Cache, endpoint: Endpoint, config: JudgeConfig, progress: bool) -> dict[str, str]:
+    """Ask for every prompt of ``work`` (at most ``config.concurrency`` at once); cache each verdict as it comes.
+    Returns the reason of each key that got no verdict."""
+    import httpx
+
+    headers = {"Accept-Encoding": "identity"}
+    if config.api_key:
+        headers["Authorization"] = f"Bearer {config.api_key}"
+    limits = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency)
+    gate = asyncio.Semaphore(config.concurrency)
+    failures: dict[str, str] = {}
+    async with httpx.AsyncClient(headers=headers, timeout=config.timeout, limits=limits) as client:
+
+        async def one(key: str, prompt: str) -> None:
+            async with gate:
+                try:
+                    score, reply = await _ask(client, endpoint, config, prompt)
+                except JudgeFailure as error:
+                    failures[key] = error.reason
+                    return
+            cache.add({"key": key, "model": config.model, "score": score, "reply": reply, "endpoint": endpoint.shown})
+
+        with tqdm(total=len(work), unit="sample", desc="judging", disable=not progress) as bar:
+            for done in asyncio.as_completed([one(key, prompt) for key, prompt in work.items()]):
+                await done
+                bar.update(1)
+    return failures

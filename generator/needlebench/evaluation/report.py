@@ -1500,15 +1500,23 @@ def _format(value: Any, digits: int) -> str:
     return str(value)
 
 
+#: Markdown characters a cell from input data may not use: links and images (``[x](javascript:...)``), table
+#: pipes and backslash escapes. ``&``, ``<`` and ``>`` become entities, so no raw HTML passes.
+_MD_SPECIAL = re.compile(r"([\\\[\]|])")
+
+
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+    """Text from input data (model, task and config names, metadata) as inert Markdown: no HTML, no link, no
+    table break; it reads the same once rendered (CommonMark backslash escapes and entities)."""
+    text = " ".join(str(text).splitlines())
+    return html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False)
 
 
 def table_markdown(table: Table) -> str:
-    lines = [f"## {table.title}", ""]
+    lines = [f"## {_md_escape(table.title)}", ""]
     if table.note:
-        lines += [table.note, ""]
-    lines += ["| " + " | ".join(table.header) + " |", "|" + "---|" * len(table.header)]
+        lines += [_md_escape(table.note), ""]
+    lines += ["| " + " | ".join(_md_escape(h) for h in table.header) + " |", "|" + "---|" * len(table.header)]
     for row in table.rows:
         lines.append(
             "| "
@@ -1553,13 +1561,26 @@ def table_csv_rows(table: Table) -> list[list[Any]]:
     return out
 
 
+#: Text a spreadsheet would run as a formula (OWASP "CSV injection"): it gets a leading ``'``.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def csv_safe(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text, never runs: text starting with ``= + - @``, tab or CR is
+    prefixed with ``'`` (OWASP's rule); numbers, and text that is a plain number (``-3.5``), stay numbers."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.match(value):
+        return "'" + value
+    return value
+
+
 def write_table(table: Table, out_dir: Path) -> list[Path]:
     """Write a table as Markdown and CSV; return the two paths."""
     md = out_dir / f"{table.name}.md"
     md.write_text(table_markdown(table), encoding="utf-8")
     path = out_dir / f"{table.name}.csv"
     with path.open("w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows(table_csv_rows(table))
+        csv.writer(handle).writerows([csv_safe(value) for value in row] for row in table_csv_rows(table))
     return [md, path]
 
 
@@ -1672,12 +1693,10 @@ def write_report(
     scorers = scorer_text(loaded)
     planned = report_figures.plan_figures(loaded, annotate=annotate) if figures else []
     out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise NeedlebenchError(
-            f"cannot create --out {str(out_dir)!r}: {error.strerror}"
-        ) from None
+    names = [f"{table.name}.{ext}" for table in tables for ext in ("md", "csv")]
+    names += [f"{figure.name}.{ext}" for figure in planned for ext in (("png", "pdf") if pdf else ("png",))]
+    names += ["README.md", "report.html"]
+    folder = ReportFolder.open(out_dir, names)
     written: list[Path] = []
     for table in tables:
         written += write_table(table, out_dir)
@@ -1692,20 +1711,129 @@ def write_report(
         "",
         EXPLANATION,
         "",
-        scorers,
+        _md_escape(scorers),
         "",
-        "Sources: " + ", ".join(f"`{s}`" for s in loaded.sources),
+        "Sources: " + ", ".join(_md_escape(str(s)) for s in loaded.sources),
         "",
     ]
     lines += [table_markdown(table) for table in tables]
     if drawn:
         lines += ["## Figures", ""] + [
-            f"![{title}]({path.name})" for title, path in drawn
+            f"![{_md_escape(title)}]({path.name})" for title, path in drawn
         ]
     index.write_text("\n".join(lines) + "\n", encoding="utf-8")
     written.append(index)
     written.append(write_html(out_dir / "report.html", tables, drawn, loaded.sources, scorers))
+    folder.finish()
     return written
+
+
+#: The file a report leaves in its folder, listing the files it wrote with their sha256: a later report into the
+#: same folder replaces those (unless changed since) and nothing else.
+REPORT_MANIFEST = ".needlebench-report.json"
+
+
+class ReportFolder:
+    """The ``--out`` folder of a report: new, empty, or one a report wrote before (it holds
+    :data:`REPORT_MANIFEST`). A user's file is never overwritten: when a file the report would write is not
+    one the manifest lists unchanged, the report refuses before writing anything."""
+
+    def __init__(self, path: Path, names: Sequence[str], previous: Mapping[str, str | None]) -> None:
+        self.path, self.names, self.previous = path, list(dict.fromkeys(names)), previous
+
+    @classmethod
+    def open(cls, path: Path, names: Sequence[str]) -> ReportFolder:
+        """Check the folder (refusing with a one-line error), create it if new, and record what is coming."""
+        if path.exists() and not path.is_dir():
+            raise NeedlebenchError(f"--out {str(path)!r} is a file; give a new or empty folder, or an earlier report's")
+        previous = cls._previous(path, names) if path.is_dir() else {}
+        folder = cls(path, names, previous)
+        for name in folder.names:
+            folder._check_replaceable(name)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise NeedlebenchError(f"cannot create --out {str(path)!r}: {error.strerror}") from None
+        # listed before anything is written: an interrupted report leaves a folder the next one may replace
+        folder._write_manifest({**previous, **dict.fromkeys(folder.names)})
+        return folder
+
+    @staticmethod
+    def _previous(path: Path, names: Sequence[str]) -> dict[str, str | None]:
+        """The files an earlier report listed (name -> sha256), {} for an empty folder; a refusal naming a file
+        the report would overwrite (else the first one there) for a folder that holds anything else."""
+        manifest = path / REPORT_MANIFEST
+        if not manifest.is_file() or manifest.is_symlink():
+            entries = sorted(entry.name for entry in path.iterdir())
+            if entries:
+                clash = next((name for name in names if name in entries), None)
+                held = f"would overwrite {clash!r}" if clash else f"holds {entries[0]!r}"
+                raise NeedlebenchError(
+                    f"--out {str(path)!r} is not empty and no needlebench report wrote it (the report {held}); "
+                    f"nothing was written. Give a new or empty folder, or an earlier report's (it holds {REPORT_MANIFEST})"
+                )
+            return {}
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+            files = data["files"] if data.get("tool") == "needlebench report" else None
+            if not isinstance(files, dict) or not all(
+                _plain_name(name) and (digest is None or isinstance(digest, str)) for name, digest in files.items()
+            ):
+                raise ValueError
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError, KeyError, TypeError):
+            raise NeedlebenchError(
+                f"--out {str(path)!r} holds a {REPORT_MANIFEST} that is not a needlebench report's file list; "
+                "give a new or empty folder"
+            ) from None
+        return files
+
+    def _unchanged(self, name: str, *, interrupted_ok: bool = True) -> bool:
+        """Whether ``name`` is a regular file the earlier report wrote and nobody changed since; one an
+        interrupted report was writing (no sha256 yet) counts when ``interrupted_ok``."""
+        target = self.path / name
+        if name not in self.previous or target.is_symlink() or not target.is_file():
+            return False
+        digest = self.previous[name]
+        return interrupted_ok if digest is None else _sha256(target) == digest
+
+    def _check_replaceable(self, name: str) -> None:
+        target = self.path / name
+        if (target.exists() or target.is_symlink()) and not self._unchanged(name):
+            why = "changed since the report wrote it" if name in self.previous else "which needlebench report did not write"
+            raise NeedlebenchError(
+                f"--out {str(self.path)!r} already holds {name!r}, {why}; nothing was written. Give a new or empty "
+                "folder, or move the file away"
+            )
+
+    def finish(self) -> None:
+        """Remove the earlier report's files this one did not write again (if unchanged); list this one's."""
+        for name in self.previous:
+            if name not in self.names and self._unchanged(name, interrupted_ok=False):
+                (self.path / name).unlink()
+        self._write_manifest({name: _sha256(self.path / name) for name in self.names})
+
+    def _write_manifest(self, files: Mapping[str, str | None]) -> None:
+        from needlebench import __version__
+
+        data = {"tool": "needlebench report", "version": __version__, "files": dict(sorted(files.items()))}
+        temp = self.path / f".{REPORT_MANIFEST}.tmp"
+        temp.unlink(missing_ok=True)  # never through a link someone left under this name
+        temp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        temp.replace(self.path / REPORT_MANIFEST)
+
+
+def _plain_name(name: Any) -> bool:
+    """A file name directly in the folder: no separator, not ``.``/``..``, not the manifest itself."""
+    return (
+        isinstance(name, str) and name not in ("", ".", "..", REPORT_MANIFEST)
+        and not any(char in name for char in "/\\\0") and not name.startswith(f".{REPORT_MANIFEST}")
+    )
+
+
+def _sha256(path: Path) -> str:
+    from needlebench.dataset.publish import file_digest
+
+    return file_digest(path).sha256
 
 
 def parse_names(values: Iterable[str]) -> dict[str, str]:
