@@ -553,3 +553,34 @@ def test_missing_or_empty_results_are_user_errors(tmp_path: Path):
             [{"doc": single_row(prompt="p"), "score": 1.0}],
         )
         report.write_report(tmp_path / "one", tmp_path / "out", annotate="everything")
+
+
+def test_one_language_run_marks_cells_and_reports_health_in_percent(tmp_path: Path):
+    """single_en_4k alone: the both-languages S-RT cell is marked EN only, empty cells carry no count, and the
+    share without a final answer is a percent beside the 0-100 scores."""
+    folder = tmp_path / "results"
+    date = "2025-01-01T00-00-00.000000"
+    records = [
+        {"doc": single_row(context_length=length, depth_percent=0.0, prompt=str(length)), "score": 100.0}
+        for length in (1000, 2000, 3000, 4000)
+    ]
+    write_samples(folder, "needlebench_single_en_4k", records, date=date)
+    path = _results_json(folder, date, {"needlebench_single_en_4k": 100.0})
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["results"]["needlebench_single_en_4k"].update(
+        {"no_final_answer,none": 0.25, "skipped_too_long,none": 0, "output_truncated,none": 1}
+    )
+    path.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "out"
+    report.write_report(folder, out, figures=False)
+    table = (out / "needlebench_4k.md").read_text(encoding="utf-8")
+    row = next(line for line in table.splitlines() if line.startswith("| dummy "))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    header = [cell.strip() for cell in table.splitlines()[4].strip("|").split("|")]
+    by_column = dict(zip(header, cells, strict=True))
+    assert by_column["S-RT EN"] == "100.00 (n=4) [partial]"
+    assert by_column["S-RT"] == "100.00 (n=4) [partial: EN only]"
+    assert by_column["S-RT ZH"] == by_column["Overall EN"] == by_column["Overall"] == "–"
+    assert not re.search(r"–\s*\(n=", "".join(path.read_text(encoding="utf-8") for path in out.glob("*.md")))
+    health = (out / "run_health.md").read_text(encoding="utf-8")
+    assert "No final answer (%)" in health and "| dummy | needlebench_single_en_4k | 1 | 0 | 1 | 25.0 |" in health
