@@ -18,8 +18,9 @@ Two means, each under its own name:
 * the **lm-eval row mean**: what ``lm_eval`` prints (every row weighted alike), shown beside it in the
   ``scores`` table.
 
-Every table cell states its sample count; a row built from part of a config is marked ``partial`` with what it
-covers. Figures are drawn by :mod:`needlebench.evaluation.report_figures`.
+Every table value states its sample count (an empty one, ``–``, has none); a value built from part of a config is
+marked ``[partial]`` (``[partial: EN only]`` where both languages are expected) and the row's coverage says what
+it covers. Figures are drawn by :mod:`needlebench.evaluation.report_figures`.
 
 Custom configs (experiment files) are found in the dataset folder the run recorded (task metadata ``data_dir``)
 or given with ``--data-dir``, else binned by their rows' own lengths and depths (:class:`ObservedSpec`); they are
@@ -815,6 +816,12 @@ def partial_note(runs: Sequence[TaskRun], partial: Sequence[TaskRun], both: bool
     return "partial" if any(run in partial for run in runs) else ""
 
 
+def _task_note(runs: Sequence[TaskRun], partial: Sequence[TaskRun], label: str, languages: tuple[str, ...]) -> str:
+    """:func:`partial_note` of the runs of one task (``S-RT``...) in ``languages`` (two: a both-languages cell)."""
+    chosen = [run for run in runs if run.spec.task_label == label and run.spec.language in languages]
+    return partial_note(chosen, partial, both=len(languages) == 2)
+
+
 def _combined_note(cells: Sequence[Cell]) -> str:
     """The note of a cell computed from ``cells``: the most specific of their notes."""
     notes = sorted({cell.note for cell in cells if cell.note}, key=len)
@@ -907,7 +914,8 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
         f"NeedleBench {size} (paper mean per grid cell, 0-100; Overall = 0.4 S-RT + 0.3 M-RT + 0.3 M-RS)",
         header,
         rows,
-        note="Each cell: paper mean (n = samples). ZH/EN: one language; the third column: both languages.",
+        note="Each cell: paper mean (n = samples); [partial]: built from part of a config, [partial: EN only]: a "
+        "both-languages cell from one language. ZH/EN: one language; the third column: both languages.",
     )
 
 
@@ -1102,19 +1110,15 @@ def needlebench_v2_size_table(results: Results, size: str) -> Table | None:
             spec = registry()[str(row["config"])]
             counts[(spec.task_label, spec.language)] += 1
         partial = partial_runs(mine)
-
-        def note(label: str, languages: tuple[str, ...]) -> str:
-            chosen = [run for run in mine if run.spec.task_label == label and run.spec.language in languages]
-            return partial_note(chosen, partial, both=len(languages) == 2)
-
         line: list[Any] = [entity]
         family_cells: dict[str, list[Cell]] = {"zh": [], "en": [], "all": []}
         for label in labels:
             zh, en = (
-                _noted(Cell(by_task.get((size, label, lang)), counts[(label, lang)]), note(label, (lang,)))
+                _noted(Cell(by_task.get((size, label, lang)), counts[(label, lang)]),
+                       _task_note(mine, partial, label, (lang,)))
                 for lang in ("zh", "en")
             )
-            all_ = _noted(Cell(both.get(label), zh.n + en.n), note(label, ("zh", "en")))
+            all_ = _noted(Cell(both.get(label), zh.n + en.n), _task_note(mine, partial, label, ("zh", "en")))
             line += [zh, en, all_]
             for column, cell in (("zh", zh), ("en", en), ("all", all_)):
                 family_cells[column].append(cell)
@@ -1641,8 +1645,8 @@ EXPLANATION = (
     "needle count; Counting-Stars is the mean over the star x length grid. NeedleBench v2 results have their own "
     "tables (needlebench_v2_<size>: each task the mean per grid cell, Overall the plain mean of S-RT, M-RT and M-RS; "
     "atc_v2: weighted by relation count). lm-eval's own number (the mean over "
-    "rows) is in the 'scores' table under 'lm-eval row mean'. n = samples behind a value; 'partial' marks rows "
-    "built from part of a config."
+    "rows) is in the 'scores' table under 'lm-eval row mean'. n = samples behind a value; '[partial]' marks values "
+    "built from part of a config ('[partial: EN only]': a both-languages value from one language); '–' is no value."
 )
 
 
