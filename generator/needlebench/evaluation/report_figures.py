@@ -456,10 +456,15 @@ def _draw_heatmap(
                     colour = "black" if value is not None and value > 0.6 * heatmap.vmax else "white"
                     label = axes.text(c, r, text, ha="center", va="center", fontsize=size, color=colour)
                     label.set_in_layout(False)  # inside the cells: keeps the layout pass fast
-        if annotate in ("counts", "both"):
-            subtitle += f"; numbers = {heatmap.count_unit} per cell"
+        statistic = "std" if heatmap.statistic == "std" else "mean"
+        subtitle += {
+            "counts": f"; numbers = {heatmap.count_unit} per cell",
+            "values": f"; numbers = cell {statistic}s",
+            "both": f"; numbers = cell {statistic}, n = {heatmap.count_unit} per cell",
+        }.get(annotate, "")
     elif counts:
-        subtitle += f"; {heatmap.count_unit} per cell {min(counts)}-{max(counts)}"
+        spread = str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+        subtitle += f"; {heatmap.count_unit} per cell: {spread}"
     wrapped = textwrap.fill(subtitle, width=max(40, int(13 * width)))
     axes.set_title(f"{title}\n{wrapped}", fontsize=8)
     bar = figure.colorbar(image, ax=axes, shrink=0.9)
