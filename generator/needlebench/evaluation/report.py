@@ -1007,12 +1007,14 @@ def atc_tables(results: Results) -> list[Table]:
         samples = [s for run in mine for s in run.samples]
         perf = atc_by_category(samples)
         partial = partial_runs(mine)
-        categories = {
-            category: _noted(
-                atc_category_cell(perf.get(category, {})),
-                partial_note([r for r in mine if r.spec.variant != "open" and atc_category(r.spec) == category],
-                             partial),
+        notes = {
+            category: partial_note(
+                [r for r in mine if r.spec.variant != "open" and atc_category(r.spec) == category], partial
             )
+            for category in (*ATC_OVERALL_CATEGORIES, *ATC_OTHER_CATEGORIES)
+        }
+        categories = {
+            category: _noted(atc_category_cell(perf.get(category, {})), notes[category])
             for category in (*ATC_OVERALL_CATEGORIES, *extra)
         }
         overall = atc_overall_cell(categories)
@@ -1030,7 +1032,7 @@ def atc_tables(results: Results) -> list[Table]:
         main_rows.append(row)
         for category, by_needles in sorted(perf.items()):
             detail_rows.append(
-                [entity, category, *[by_needles.get(n, Cell(None, 0)) for n in counts]]
+                [entity, category, *[_noted(by_needles.get(n, Cell(None, 0)), notes[category]) for n in counts]]
             )
     tables = [
         Table(
@@ -1046,8 +1048,8 @@ def atc_tables(results: Results) -> list[Table]:
                 "Coverage",
             ],
             main_rows,
-            note="n = whole items (4 rotations) for CircularEval, rows for open-ended. ATC-CE-Overall is the plain "
-            "mean of the four categories.",
+            note="n = whole items (4 rotations) for CircularEval, rows for open-ended; [partial]: from part of a "
+            "config. ATC-CE-Overall is the plain mean of the four categories.",
         )
     ]
     if detail_rows:
@@ -1057,7 +1059,7 @@ def atc_tables(results: Results) -> list[Table]:
                 "ATC perf_4 by needle count (0-100)",
                 ["Model", "Category", *map(str, counts)],
                 detail_rows,
-                note="n = whole items.",
+                note="n = whole items; [partial]: from part of a config.",
             )
         )
     return tables
