@@ -176,3 +176,24 @@ def test_report_summarises_per_config_and_length(srt_data: Path, monkeypatch: py
     text = budget.format_budget(report)
     assert "max tokens" in text and "list them with --rows" in text and report.over[0]["id"] not in text
     assert report.over[0]["id"] in budget.format_budget(report, rows=True)
+
+
+def test_a_config_of_many_lengths_is_summarised_in_bins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """ATC rows each have their own length (~140 distinct in atc_en): the summary bins them; --rows lists the rows."""
+    data = build_data(["atc_en"], tmp_path / "atc")
+    monkeypatch.setattr(budget, "load_tokenizer", lambda path: WordTokenizer())
+    report = budget.budget_report(
+        "words", 480, ["atc_en"], chat_template=False, max_gen_toks=16, data_dir=str(data), progress=False
+    )
+    lengths = sorted(item.context_length for item in report.summaries)
+    assert len(lengths) > 100 and 0 < len(report.over) < sum(item.rows for item in report.summaries)
+    text = budget.format_budget(report)
+    table = [line for line in text.splitlines() if line.startswith("atc_en ")]
+    assert len(text.splitlines()) <= budget.MAX_LENGTH_LINES + 6 and len(table) == budget.MAX_LENGTH_LINES
+    ranges = [line.split()[1] for line in table]
+    assert ranges[0].startswith(f"{lengths[0]}-") and ranges[-1].endswith(f"-{lengths[-1]}")
+    assert sum(int(line.split()[2]) for line in table) == 720  # every row in some bin
+    assert sum(int(line.split()[-1]) for line in table) == len(report.over)
+    assert f"atc_en: {len(lengths)} lengths, in bins" in text
+    listed = budget.format_budget(report, rows=True)
+    assert all(row["id"] in listed for row in report.over)

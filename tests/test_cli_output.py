@@ -37,6 +37,19 @@ def test_list_piped_is_plain_one_config_a_line() -> None:
     assert "counting_stars_acquisition_en_1000k\tCounting-Stars\ten\t1000k\t32\t" in result.stdout
 
 
+def test_list_shows_the_tokens_of_atc_as_a_build_writes_them(tmp_path: Path) -> None:
+    """Every config has a token count (ATC too, no "-"), and ATC's is what a default build records."""
+    result = run("list", "atc_*", "v2_atc_*")
+    assert result.returncode == 0, result.stderr
+    listed = {line.split("\t")[0]: line.split("\t")[5] for line in result.stdout.splitlines()}
+    assert len(listed) == 10 and "-" not in listed.values()
+    assert [line for line in run("list").stdout.splitlines() if line.split("\t")[5] == "-"] == []
+    build_dataset(sorted(listed), tmp_path / "atc", BuildOptions(), progress=False)
+    manifest = json.loads((tmp_path / "atc" / "needlebench.json").read_text(encoding="utf-8"))
+    built = {name: f"{entry['haystack_tokens']:,}" for name, entry in manifest["configs"].items()}
+    assert built == listed
+
+
 @pytest.mark.parametrize("width", [60, 80, 200])
 def test_list_on_a_terminal_never_cuts_a_name(width: int, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     screen = io.StringIO()

@@ -210,7 +210,7 @@ def test_requests_spread_over_two_servers_and_health_is_reported(data_dir: Path,
     report = write_report(tmp_path / "out", tmp_path / "report")
     health = (tmp_path / "report" / "run_health.md").read_text(encoding="utf-8")
     assert tmp_path / "report" / "run_health.md" in report
-    assert "| fake | needlebench_single_en_4k | 6 | 0 | 0 | 0.500 |" in health
+    assert "| fake | needlebench_single_en_4k | 6 | 0 | 0 | 50.0 |" in health
 
 
 def test_reasoning_doubles_or_sets_max_gen_toks(data_dir: Path, tmp_path: Path):

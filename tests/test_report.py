@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -176,7 +177,8 @@ def test_tables_follow_the_paper_formulas(results_dir: Path, tmp_path: Path):
             "Samples": "4",
         }
     ]
-    assert "| my-model | 60.00 (n=4) | 80.00 (n=4) | 70.00 (n=8) |" in (
+    # every cell built from part of a config says so; empty cells carry no count
+    assert "| my-model | 60.00 (n=4) [partial] | 80.00 (n=4) [partial] | 70.00 (n=8) [partial] |" in (
         out / "needlebench_4k.md"
     ).read_text(encoding="utf-8")
 
@@ -245,7 +247,8 @@ def test_atc_overall_needs_all_four_categories_and_whole_items(tmp_path: Path):
         assert float(atc[category]) == pytest.approx(expected, abs=1e-4), category
         assert atc[f"{category} n"] == "2"  # two whole items
     assert float(atc["ATC-CE-Overall"]) == pytest.approx(expected, abs=1e-4)
-    assert "ATC-CE-Overall note" not in atc
+    # all four categories are present (no "of 4 categories"), each from part of its config
+    assert atc["ATC-CE-Overall note"] == "partial" and atc["EN-Direct-CE note"] == "partial"
     by_needles = {
         row["Category"]: row for row in _csv(tmp_path / "out" / "atc_by_needles.csv")
     }
@@ -257,6 +260,7 @@ def test_atc_overall_needs_all_four_categories_and_whole_items(tmp_path: Path):
         by_needles["EN-Direct-CE"]["10"] == ""
         and by_needles["EN-Direct-CE"]["10 n"] == "0"
     )
+    assert by_needles["EN-Direct-CE"]["2 note"] == "partial" and by_needles["EN-Direct-CE"].get("10 note", "") == ""
 
 
 def test_heatmaps_are_pngs_with_expected_grids(results_dir: Path, tmp_path: Path):
@@ -266,7 +270,8 @@ def test_heatmaps_are_pngs_with_expected_grids(results_dir: Path, tmp_path: Path
     assert "heatmap_my-model_needlebench_single_en_4k.png" in pngs
     assert "heatmap_my-model_needlebench_multi_retrieval_zh_4k.png" in pngs
     assert "heatmap_my-model_needlebench_counting_stars_acquisition_en_128k.png" in pngs
-    assert "model_my-model.png" in pngs and "compare_models_by_length.png" in pngs
+    # one figure per purpose: no per-model figure repeating the per-task heatmaps; ATC is a comparison panel
+    assert not any(name.startswith("model_") for name in pngs) and "compare_models_by_length.png" in pngs
     assert not any("atc" in name for name in pngs)
     for name in pngs:
         with Image.open(out / name) as image:
@@ -297,6 +302,10 @@ def test_heatmaps_are_pngs_with_expected_grids(results_dir: Path, tmp_path: Path
     assert srt.values[1] == [None] * 4  # depth 5: no sample at any length
     html_page = (out / "report.html").read_text(encoding="utf-8")
     assert html_page.count("data:image/png;base64,") == len(pngs)
+    images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html_page)
+    assert len(set(images)) == len(images)  # no figure twice
+    lines = next(f for f in report_figures.plan_figures(results) if f.kind == "lines").lines
+    assert "atc_en" in lines.panels and lines.xlabels["atc_en"] == "Needle count"
     assert "needlebench_4k" in html_page and "<table>" in html_page
 
 
@@ -317,9 +326,17 @@ def test_heatmap_png_is_200_dpi_with_a_labelled_colorbar(
         main.get_xlabel().startswith("Context length")
         and main.get_ylabel() == "Depth (%)"
     )
-    assert any(
-        text.get_text() == "0" for text in main.texts
-    )  # per-cell counts, empty cells included
+    # per-cell counts; an empty cell is hatched grey with no number (a "0" would read as a score)
+    empty = [(r, c) for r, row in enumerate(heatmap.values) for c, v in enumerate(row) if v is None]
+    full = [(r, c) for r, row in enumerate(heatmap.values) for c, v in enumerate(row) if v is not None]
+    assert empty and full
+    drawn = {(round(text.get_position()[1]), round(text.get_position()[0])): text.get_text() for text in main.texts}
+    assert not set(empty) & set(drawn) and "0" not in drawn.values()
+    assert {drawn[cell] for cell in full} == {str(heatmap.counts[r][c]) for r, c in full}
+    (mesh,) = main.collections
+    assert all(mesh.get_array().mask[r, c] for r, c in empty)  # not coloured: the hatched background shows
+    assert main.patch.get_hatch() == report_figures.EMPTY_HATCH
+    assert "hatched grey = no samples" in main.get_title()
     assert [mesh.get_cmap().name for mesh in main.collections] == ["viridis"]
     paths = report_figures.render(figure_spec, tmp_path, pdf=True)
     assert [path.suffix for path in paths] == [".png", ".pdf"]
@@ -537,3 +554,34 @@ def test_missing_or_empty_results_are_user_errors(tmp_path: Path):
             [{"doc": single_row(prompt="p"), "score": 1.0}],
         )
         report.write_report(tmp_path / "one", tmp_path / "out", annotate="everything")
+
+
+def test_one_language_run_marks_cells_and_reports_health_in_percent(tmp_path: Path):
+    """single_en_4k alone: the both-languages S-RT cell is marked EN only, empty cells carry no count, and the
+    share without a final answer is a percent beside the 0-100 scores."""
+    folder = tmp_path / "results"
+    date = "2025-01-01T00-00-00.000000"
+    records = [
+        {"doc": single_row(context_length=length, depth_percent=0.0, prompt=str(length)), "score": 100.0}
+        for length in (1000, 2000, 3000, 4000)
+    ]
+    write_samples(folder, "needlebench_single_en_4k", records, date=date)
+    path = _results_json(folder, date, {"needlebench_single_en_4k": 100.0})
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["results"]["needlebench_single_en_4k"].update(
+        {"no_final_answer,none": 0.25, "skipped_too_long,none": 0, "output_truncated,none": 1}
+    )
+    path.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "out"
+    report.write_report(folder, out, figures=False)
+    table = (out / "needlebench_4k.md").read_text(encoding="utf-8")
+    row = next(line for line in table.splitlines() if line.startswith("| dummy "))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    header = [cell.strip() for cell in table.splitlines()[4].strip("|").split("|")]
+    by_column = dict(zip(header, cells, strict=True))
+    assert by_column["S-RT EN"] == "100.00 (n=4) [partial]"
+    assert by_column["S-RT"] == "100.00 (n=4) [partial: EN only]"
+    assert by_column["S-RT ZH"] == by_column["Overall EN"] == by_column["Overall"] == "–"
+    assert not re.search(r"–\s*\(n=", "".join(path.read_text(encoding="utf-8") for path in out.glob("*.md")))
+    health = (out / "run_health.md").read_text(encoding="utf-8")
+    assert "No final answer (%)" in health and "| dummy | needlebench_single_en_4k | 1 | 0 | 1 | 25.0 |" in health

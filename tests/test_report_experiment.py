@@ -126,6 +126,24 @@ def test_oracle_run_is_reported_on_the_experiments_own_grid(oracle_run, tmp_path
                 assert image.format == "PNG" and image.size[0] > 800
     page = (out / "README.md").read_text(encoding="utf-8")
     assert f"| {NAME} |" in page and "Scorer: the rule-based metrics" in page
+    # the title names the config once; the subtitle does not repeat it, nor what the numbers count
+    figure = report_figures.draw(report_figures.Figure(heatmap.name, heatmap.title, "heatmap", [heatmap]))
+    title = figure.axes[0].get_title()
+    assert title.count(NAME) == 1 and title.count("per cell") == 2  # "mean per cell", "numbers = rows per cell"
+    assert "cell counts" not in title
+    # depth ticks of a 7-point linear grid read as whole percents, not 16.667
+    assert [t.get_text() for t in figure.axes[0].get_yticklabels()] == ["0", "17", "33", "50", "67", "83", "100"]
+    assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == ["1k", "2k", "3k"]
+
+
+def test_tick_labels_are_rounded_while_they_stay_distinct():
+    lengths = [10000 + round(i * 110000 / 14) for i in range(15)]  # Inspect NIAH: 10000, 17857, 25714, ...
+    depths = [100 * i / 14 for i in range(15)]  # 0, 7.142857, ...
+    assert report_figures.tick_labels(lengths)[:3] == ["10k", "18k", "26k"]
+    assert report_figures.tick_labels(depths)[:3] == ["0", "7", "14"]
+    # whole thousands would merge 1000 and 1286: one decimal keeps them apart
+    assert report_figures.tick_labels([1000, 1286, 1571, 3000]) == ["1k", "1.3k", "1.6k", "3k"]
+    assert report_figures.tick_labels([0.0, 0.4, 0.6]) == ["0", "0.4", "0.6"]
 
 
 def test_mean_and_std_heatmaps_match_known_scores_with_or_without_the_manifest(oracle_run, tmp_path):

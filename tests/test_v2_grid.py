@@ -70,7 +70,7 @@ def test_list_shows_rows_and_tokens_of_the_v2_configs():
     lines = {line.split("\t")[0]: line.split("\t") for line in result.output.splitlines() if line.startswith("v2_")}
     assert len(lines) == 44
     assert lines["v2_single_en_4k"][4:] == ["440", "880,000"]  # 4 lengths x 11 depths x 10; (L-500) x 110
-    assert lines["v2_atc_zh"][4:] == ["360", "-"]
+    assert lines["v2_atc_zh"][4:] == ["360", "1,297,521"]  # the needle chains of a default build
 
 
 def test_v2_single_and_multi_retrieval_prompts_have_the_v2_frame_and_no_guide():

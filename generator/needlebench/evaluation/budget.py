@@ -339,20 +339,54 @@ def budget_report(
     return report
 
 
+#: Lengths of one config shown one a line up to this many; beyond it (ATC: every row its own length) the lengths
+#: are grouped into this many bins of neighbouring lengths.
+MAX_LENGTH_LINES = 12
+
+
+def length_bins(summaries: list[LengthSummary]) -> list[tuple[str, LengthSummary]]:
+    """(length or length range, summary) lines of one config's summaries (sorted by length): one per length, or
+    at most :data:`MAX_LENGTH_LINES` bins of neighbouring lengths, each summed (rows, longest prompt, rows over)."""
+    if len(summaries) <= MAX_LENGTH_LINES:
+        return [(str(item.context_length), item) for item in summaries]
+    size = -(-len(summaries) // MAX_LENGTH_LINES)  # ceiling: at most MAX_LENGTH_LINES bins
+    lines = []
+    for start in range(0, len(summaries), size):
+        part = summaries[start : start + size]
+        merged = LengthSummary(
+            part[0].config,
+            part[0].context_length,
+            rows=sum(item.rows for item in part),
+            max_prompt_tokens=max(item.max_prompt_tokens for item in part),
+            max_gen_toks=part[0].max_gen_toks,
+            over=sum(item.over for item in part),
+        )
+        lines.append((f"{part[0].context_length}-{part[-1].context_length}", merged))
+    return lines
+
+
 def format_budget(report: BudgetReport | list[dict], rows: bool = False) -> str:
-    """A text report: a table per config and length (rows, longest prompt, rows that do not fit), then, with
-    ``rows``, every row that does not fit. A plain list of rows (from :func:`run_budget`) lists its rows."""
+    """A text report: a table per config and length (rows, longest prompt, rows that do not fit; a config of many
+    lengths in bins of neighbouring lengths), then, with ``rows``, every row that does not fit. A plain list of
+    rows (from :func:`run_budget`) lists its rows."""
     if isinstance(report, list):
         return _format_rows(report)
     over, summaries = report.over, report.summaries
     lines = []
     if summaries:
-        lines.append(f"{'config':<40} {'length':>8} {'rows':>6} {'max tokens':>11} {'+gen':>6} {'do not fit':>11}")
+        lines.append(f"{'config':<40} {'length':>13} {'rows':>6} {'max tokens':>11} {'+gen':>6} {'do not fit':>11}")
+        by_config: dict[str, list[LengthSummary]] = {}
         for item in summaries:
-            lines.append(
-                f"{item.config:<40} {item.context_length:>8} {item.rows:>6} {item.max_prompt_tokens:>11} "
-                f"{item.max_gen_toks:>6} {item.over:>11}"
-            )
+            by_config.setdefault(item.config, []).append(item)
+        for items in by_config.values():
+            for length, item in length_bins(items):
+                lines.append(
+                    f"{item.config:<40} {length:>13} {item.rows:>6} {item.max_prompt_tokens:>11} "
+                    f"{item.max_gen_toks:>6} {item.over:>11}"
+                )
+        for config, items in by_config.items():
+            if len(items) > MAX_LENGTH_LINES:
+                lines.append(f"{config}: {len(items)} lengths, in bins of neighbouring lengths")
         lines.append("")
     if not over:
         return "\n".join(lines + ["All prompts fit: no row would be truncated."])

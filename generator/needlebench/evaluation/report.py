@@ -18,8 +18,9 @@ Two means, each under its own name:
 * the **lm-eval row mean**: what ``lm_eval`` prints (every row weighted alike), shown beside it in the
   ``scores`` table.
 
-Every table cell states its sample count; a row built from part of a config is marked ``partial`` with what it
-covers. Figures are drawn by :mod:`needlebench.evaluation.report_figures`.
+Every table value states its sample count (an empty one, ``–``, has none); a value built from part of a config is
+marked ``[partial]`` (``[partial: EN only]`` where both languages are expected) and the row's coverage says what
+it covers. Figures are drawn by :mod:`needlebench.evaluation.report_figures`.
 
 Custom configs (experiment files) are found in the dataset folder the run recorded (task metadata ``data_dir``)
 or given with ``--data-dir``, else binned by their rows' own lengths and depths (:class:`ObservedSpec`); they are
@@ -801,6 +802,39 @@ def run_coverage(run: TaskRun) -> tuple[bool, str]:
     return False, f"partial ({', '.join(parts)})"
 
 
+def partial_runs(runs: Iterable[TaskRun]) -> list[TaskRun]:
+    """The runs that cover part of their config (:func:`run_coverage`)."""
+    return [run for run in runs if not run_coverage(run)[0]]
+
+
+def partial_note(runs: Sequence[TaskRun], partial: Sequence[TaskRun], both: bool = False) -> str:
+    """The note of a table cell built from ``runs`` (``partial`` lists the partial ones): ``partial`` when one of
+    them covers part of its config; ``partial: EN only`` when a both-languages cell holds one language."""
+    languages = sorted({run.spec.language for run in runs if run.samples})
+    if both and len(languages) == 1:
+        return f"partial: {languages[0].upper()} only"
+    return "partial" if any(run in partial for run in runs) else ""
+
+
+def _task_note(runs: Sequence[TaskRun], partial: Sequence[TaskRun], label: str, languages: tuple[str, ...]) -> str:
+    """:func:`partial_note` of the runs of one task (``S-RT``...) in ``languages`` (two: a both-languages cell)."""
+    chosen = [run for run in runs if run.spec.task_label == label and run.spec.language in languages]
+    return partial_note(chosen, partial, both=len(languages) == 2)
+
+
+def _combined_note(cells: Sequence[Cell]) -> str:
+    """The note of a cell computed from ``cells``: the most specific of their notes."""
+    notes = sorted({cell.note for cell in cells if cell.note}, key=len)
+    return notes[-1] if notes else ""
+
+
+def _noted(cell: Cell, note: str) -> Cell:
+    """``cell`` with ``note`` when it holds a value; an empty cell has neither a count nor a note."""
+    if cell.value is None:
+        return Cell(None, 0)
+    return Cell(cell.value, cell.n, cell.note or note)
+
+
 def coverage_text(runs: Sequence[TaskRun], expected_configs: Sequence[str] = ()) -> str:
     """``full`` or ``partial: ...`` for a table row built from ``runs``."""
     notes = [(run.task, *run_coverage(run)) for run in runs]
@@ -838,19 +872,17 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
     rows = []
     for entity in sorted({run.entity for run in runs}, key=_entity_order(runs)):
         mine = [run for run in runs if run.entity == entity]
+        partial = partial_runs(mine)
         parts: dict[str, dict[str, Cell]] = {}
         for family, metric in HEADLINE_METRIC.items():
-            samples = [
-                s for run in mine if run.spec.family == family for s in run.samples
-            ]
+            of_family = [run for run in mine if run.spec.family == family]
             parts[family] = {
-                "zh": cell_mean(
-                    [s for s in samples if s.spec.language == "zh"], metric
-                ),
-                "en": cell_mean(
-                    [s for s in samples if s.spec.language == "en"], metric
-                ),
-                "all": cell_mean(samples, metric),
+                language: _noted(
+                    cell_mean([s for run in chosen for s in run.samples], metric),
+                    partial_note(chosen, partial, both=language == "all"),
+                )
+                for language in ("zh", "en", "all")
+                for chosen in [[run for run in of_family if language in ("all", run.spec.language)]]
             }
         row: list[Any] = [entity]
         for family in HEADLINE_METRIC:
@@ -862,7 +894,7 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
                 if all(c.value is not None for c in cells)
                 else None
             )
-            row.append(Cell(value, sum(c.n for c in cells)))
+            row.append(_noted(Cell(value, sum(c.n for c in cells)), _combined_note(cells)))
         standard = all(run.standard for run in mine)
         expected = (
             [
@@ -882,7 +914,8 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
         f"NeedleBench {size} (paper mean per grid cell, 0-100; Overall = 0.4 S-RT + 0.3 M-RT + 0.3 M-RS)",
         header,
         rows,
-        note="Each cell: paper mean (n = samples). ZH/EN: one language; the third column: both languages.",
+        note="Each cell: paper mean (n = samples); [partial]: built from part of a config, [partial: EN only]: a "
+        "both-languages cell from one language. ZH/EN: one language; the third column: both languages.",
     )
 
 
@@ -973,23 +1006,33 @@ def atc_tables(results: Results) -> list[Table]:
         mine = [run for run in runs if run.entity == entity]
         samples = [s for run in mine for s in run.samples]
         perf = atc_by_category(samples)
+        partial = partial_runs(mine)
+        notes = {
+            category: partial_note(
+                [r for r in mine if r.spec.variant != "open" and atc_category(r.spec) == category], partial
+            )
+            for category in (*ATC_OVERALL_CATEGORIES, *ATC_OTHER_CATEGORIES)
+        }
         categories = {
-            category: atc_category_cell(perf.get(category, {}))
+            category: _noted(atc_category_cell(perf.get(category, {})), notes[category])
             for category in (*ATC_OVERALL_CATEGORIES, *extra)
         }
-        row: list[Any] = [entity, *categories.values(), atc_overall_cell(categories)]
+        overall = atc_overall_cell(categories)
+        overall = _noted(overall, _combined_note(list(categories.values())[: len(ATC_OVERALL_CATEGORIES)]))
+        row: list[Any] = [entity, *categories.values(), overall]
         for language in ("en", "zh"):
             opened = [
                 s
                 for s in samples
                 if s.spec.variant == "open" and s.spec.language == language
             ]
-            row.append(row_mean(opened, "score"))
+            open_runs = [r for r in mine if r.spec.variant == "open" and r.spec.language == language]
+            row.append(_noted(row_mean(opened, "score"), partial_note(open_runs, partial)))
         row.append(coverage_text(mine))
         main_rows.append(row)
         for category, by_needles in sorted(perf.items()):
             detail_rows.append(
-                [entity, category, *[by_needles.get(n, Cell(None, 0)) for n in counts]]
+                [entity, category, *[_noted(by_needles.get(n, Cell(None, 0)), notes[category]) for n in counts]]
             )
     tables = [
         Table(
@@ -1005,8 +1048,8 @@ def atc_tables(results: Results) -> list[Table]:
                 "Coverage",
             ],
             main_rows,
-            note="n = whole items (4 rotations) for CircularEval, rows for open-ended. ATC-CE-Overall is the plain "
-            "mean of the four categories.",
+            note="n = whole items (4 rotations) for CircularEval, rows for open-ended; [partial]: from part of a "
+            "config. ATC-CE-Overall is the plain mean of the four categories.",
         )
     ]
     if detail_rows:
@@ -1016,7 +1059,7 @@ def atc_tables(results: Results) -> list[Table]:
                 "ATC perf_4 by needle count (0-100)",
                 ["Model", "Category", *map(str, counts)],
                 detail_rows,
-                note="n = whole items.",
+                note="n = whole items; [partial]: from part of a config.",
             )
         )
     return tables
@@ -1068,19 +1111,27 @@ def needlebench_v2_size_table(results: Results, size: str) -> Table | None:
         for row in scored:
             spec = registry()[str(row["config"])]
             counts[(spec.task_label, spec.language)] += 1
+        partial = partial_runs(mine)
         line: list[Any] = [entity]
+        family_cells: dict[str, list[Cell]] = {"zh": [], "en": [], "all": []}
         for label in labels:
-            zh, en = (Cell(by_task.get((size, label, lang)), counts[(label, lang)]) for lang in ("zh", "en"))
-            line += [zh, en, Cell(both.get(label), zh.n + en.n)]
+            zh, en = (
+                _noted(Cell(by_task.get((size, label, lang)), counts[(label, lang)]),
+                       _task_note(mine, partial, label, (lang,)))
+                for lang in ("zh", "en")
+            )
+            all_ = _noted(Cell(both.get(label), zh.n + en.n), _task_note(mine, partial, label, ("zh", "en")))
+            line += [zh, en, all_]
+            for column, cell in (("zh", zh), ("en", en), ("all", all_)):
+                family_cells[column].append(cell)
         for lang in ("zh", "en"):
             values = [by_task.get((size, label, lang)) for label in labels]
-            line.append(
-                Cell(
-                    scoring_v2.v2_overall(*values) if None not in values else None,  # type: ignore[arg-type]
-                    sum(counts[(label, lang)] for label in labels),
-                )
+            overall = Cell(
+                scoring_v2.v2_overall(*values) if None not in values else None,  # type: ignore[arg-type]
+                sum(counts[(label, lang)] for label in labels),
             )
-        line.append(Cell(both.get("Overall"), len(scored)))
+            line.append(_noted(overall, _combined_note(family_cells[lang])))
+        line.append(_noted(Cell(both.get("Overall"), len(scored)), _combined_note(family_cells["all"])))
         standard = all(run.standard for run in mine)
         expected = (
             [
@@ -1212,19 +1263,16 @@ def counting_stars_table(results: Results) -> Table | None:
             ]
             if not mine:
                 continue
+            partial = partial_runs(mine)
+            chosen = [[r for r in mine if (r.spec.variant, r.spec.language) == key] for key in order]
             cells = [
-                counting_stars_cell(
-                    s
-                    for r in mine
-                    if (r.spec.variant, r.spec.language) == key
-                    for s in r.samples
-                )
-                for key in order
+                _noted(counting_stars_cell(s for r in runs_of for s in r.samples), partial_note(runs_of, partial))
+                for runs_of in chosen
             ]
             present = [c for c in cells if c.value is not None]
-            average = Cell(
-                _mean(c.value for c in present) if len(present) == 4 else None,
-                sum(c.n for c in cells),
+            average = _noted(
+                Cell(_mean(c.value for c in present) if len(present) == 4 else None, sum(c.n for c in cells)),
+                _combined_note(cells),
             )  # type: ignore[misc]
             rows.append([entity, size, stars, *cells, average, coverage_text(mine)])
     return Table(
@@ -1440,8 +1488,10 @@ def health_table(results: Results) -> Table | None:
             samples[(model, task)] = count
     if not health:
         return None
-    def shown(key: str, value: Any) -> Any:  # counts as whole numbers, the share as a fraction
-        return int(value) if key != "no_final_answer" and isinstance(value, float) and value.is_integer() else value
+    def shown(key: str, value: Any) -> Any:  # counts as whole numbers, the share in percent (0-100) as scores
+        if key == "no_final_answer" and isinstance(value, (int, float)):
+            return 100.0 * value
+        return int(value) if isinstance(value, float) and value.is_integer() else value
 
     rows = [
         [model, task, samples[(model, task)], *(shown(key, values.get(key)) for key in HEALTH)]
@@ -1449,10 +1499,10 @@ def health_table(results: Results) -> Table | None:
     ]
     return Table(
         "run_health",
-        "Run health (rows skipped as too long, outputs that used all of max_gen_toks, share without a final answer)",
-        ["Model", "Task", "Rows", "Skipped (too long)", "Output truncated", "No final answer"],
+        "Run health (rows skipped as too long, outputs that used all of max_gen_toks, % without a final answer)",
+        ["Model", "Task", "Rows", "Skipped (too long)", "Output truncated", "No final answer (%)"],
         rows,
-        digits=3,
+        digits=1,
     )
 
 
@@ -1490,8 +1540,9 @@ def build_tables(results: Results) -> list[Table]:
 
 def _format(value: Any, digits: int) -> str:
     if isinstance(value, Cell):
-        text = "–" if value.value is None else f"{value.value:.{digits}f}"
-        text += f" (n={value.n})"
+        if value.value is None:  # a count only beside a value
+            return "–"
+        text = f"{value.value:.{digits}f} (n={value.n})"
         return text + (f" [{value.note}]" if value.note else "")
     if value is None:
         return "–"
@@ -1617,8 +1668,8 @@ EXPLANATION = (
     "needle count; Counting-Stars is the mean over the star x length grid. NeedleBench v2 results have their own "
     "tables (needlebench_v2_<size>: each task the mean per grid cell, Overall the plain mean of S-RT, M-RT and M-RS; "
     "atc_v2: weighted by relation count). lm-eval's own number (the mean over "
-    "rows) is in the 'scores' table under 'lm-eval row mean'. n = samples behind a value; 'partial' marks rows "
-    "built from part of a config."
+    "rows) is in the 'scores' table under 'lm-eval row mean'. n = samples behind a value; '[partial]' marks values "
+    "built from part of a config ('[partial: EN only]': a both-languages value from one language); '–' is no value."
 )
 
 

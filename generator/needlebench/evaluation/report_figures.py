@@ -2,15 +2,16 @@
 
 * one heatmap per model and task: depth x length (S-RT, M-RT per needle, M-RS) or star index x length
   (Counting-Stars), over the config's whole grid, so a length or depth without samples is drawn as an empty,
-  hatched grey cell; every cell shows its sample count (``annotate="counts"``, the default), its value, both,
-  or nothing; the title names the model and the task, the colorbar the metric;
+  hatched grey cell with no number; every other cell shows its sample count (``annotate="counts"``, the
+  default), its value, both, or nothing; the title names the model and the task, the colorbar the metric; tick
+  labels are rounded as far as they stay distinct (``18k``, ``7``);
 * when a custom config's cells hold several runs (the rows' ``repeat``: an experiment's ``runs``), a second
   heatmap of the standard deviation over runs (each run's mean in the cell; sample standard deviation, n - 1),
   its cells annotated with the number of runs, as Inspect NIAH reports mean and std heatmaps over runs;
 * custom configs (experiment files) are titled by their own names and drawn over their own lengths and depths;
   judged results (``needlebench judge``) are drawn with the judge's rating x 10, each row at its depth;
-* one figure per model with every task as a panel;
-* one figure comparing models: the paper score against context length, one line per model, a panel per config.
+* one figure comparing models: the paper score against context length (ATC: perf_4 against needle count), one
+  line per model, a panel per config.
 
 200 dpi PNG (and PDF on request); the colour map is viridis (monotonic in lightness, so it reads in grayscale
 and for red-green colour blindness), the lines use the Okabe-Ito palette with distinct markers and dashes.
@@ -35,6 +36,7 @@ from needlebench.evaluation.report import (
     TaskRun,
     _entity_order,
     _k,
+    atc_by_category,
     cell_mean,
     counting_stars_cell,
     headline_metric,
@@ -106,6 +108,8 @@ class Heatmap:
     label: str = ""
     #: "mean" (cell means, counts = samples) or "std" (standard deviation over runs, counts = runs).
     statistic: str = "mean"
+    #: What a cell's count counts ("rows", "needles", "star answers", "runs").
+    count_unit: str = "rows"
 
     @property
     def title(self) -> str:
@@ -119,13 +123,15 @@ class Lines:
 
     panels: dict[str, dict[str, list[tuple[int, float, int]]]]
     ylabels: dict[str, str]
+    #: x-axis label per panel (context length unless given).
+    xlabels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class Figure:
     name: str
     title: str
-    kind: str  # "heatmap", "panels" or "lines"
+    kind: str  # "heatmap" or "lines"
     heatmaps: list[Heatmap] = field(default_factory=list)
     lines: Lines | None = None
     annotate: str = "counts"
@@ -219,11 +225,12 @@ def _tokens_of(run: TaskRun) -> str:
 
 
 def _what(run: TaskRun) -> str:
-    """The subtitle's description of the config: the paper grid, or a custom config's own grid."""
+    """The subtitle's description of the config: the paper grid, or a custom config's own grid (the title
+    already names the config)."""
     spec = run.spec
     if run.custom:
         return (
-            f"{spec.name}: custom {spec.task_label} {spec.language.upper()}, {len(spec.lengths)} lengths x "
+            f"custom {spec.task_label} {spec.language.upper()}, {len(spec.lengths)} lengths x "
             f"{len(spec.depths)} depths x {spec.repeats} runs"
         )
     return f"{spec.task_label}{' v2' if spec.is_v2 else ''} {spec.language.upper()} {spec.size}"
@@ -262,8 +269,7 @@ def build_heatmap(run: TaskRun) -> Heatmap | None:
         name=f"heatmap_{_safe(run.model)}_{_safe(run.task)}",
         model=run.model,
         task=run.task,
-        subtitle=f"{_what(run)}, {mean_name} {score} (n={len(run.samples)} rows){_scorer_note(run)}; "
-        f"cell counts: {unit}",
+        subtitle=f"{_what(run)}, {mean_name} {score} (n={len(run.samples)} rows){_scorer_note(run)}",
         row_label="Star index" if stars else "Depth (%)",
         column_label="Context length" + ("" if stars else f" ({_tokens_of(run)} tokens)"),
         metric_label=JUDGE_LABEL if run.judged else metric_label(spec),
@@ -273,6 +279,7 @@ def build_heatmap(run: TaskRun) -> Heatmap | None:
         counts=counts,
         vmax=1.0 if stars else 100.0,
         label=run.label,
+        count_unit=unit,
     )
 
 
@@ -302,7 +309,7 @@ def build_std_heatmap(run: TaskRun) -> Heatmap | None:
         model=run.model,
         task=run.task,
         subtitle=f"{_what(run)}, standard deviation over runs (sample, n-1) of each run's cell mean; mean std "
-        f"{mean_std}{_scorer_note(run)}; cell counts: runs",
+        f"{mean_std}{_scorer_note(run)}",
         row_label="Depth (%)",
         column_label=f"Context length ({_tokens_of(run)} tokens)",
         metric_label="std over runs of " + (JUDGE_LABEL if run.judged else metric_label(spec)),
@@ -313,11 +320,22 @@ def build_std_heatmap(run: TaskRun) -> Heatmap | None:
         vmax=STD_VMAX,
         label=run.label,
         statistic="std",
+        count_unit="runs",
     )
 
 
 def _mean(values: Sequence[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
+
+
+ATC_YLABEL = "ATC perf_4 (CircularEval, 0-100)"
+ATC_XLABEL = "Needle count"
+
+
+def needle_series(run: TaskRun) -> list[tuple[int, float, int]]:
+    """(needle count, CircularEval perf_4, whole items) of an ATC run (its open-ended variant has no perf_4)."""
+    cells = {n: cell for perf in atc_by_category(run.samples).values() for n, cell in perf.items()}
+    return [(n, cell.value, cell.n) for n, cell in sorted(cells.items()) if cell.value is not None]
 
 
 def length_series(run: TaskRun) -> list[tuple[int, float, int]]:
@@ -343,13 +361,11 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
             f"--annotate {annotate!r} is not one of {', '.join(ANNOTATE_CHOICES)}"
         )
     figures: list[Figure] = []
-    by_entity: dict[str, list[Heatmap]] = defaultdict(list)
     entity_order = _entity_order(results.runs)
     for run in sorted(results.runs, key=lambda r: (entity_order(r.entity), r.task)):
         heatmap = build_heatmap(run)
         if heatmap is None:
             continue
-        by_entity[run.model].append(heatmap)
         figures.append(
             Figure(heatmap.name, heatmap.title, "heatmap", [heatmap], annotate=annotate)
         )
@@ -358,27 +374,21 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
             figures.append(
                 Figure(deviation.name, deviation.title, "heatmap", [deviation], annotate=annotate)
             )
-    for model, maps in by_entity.items():
-        if maps:
-            figures.append(
-                Figure(
-                    f"model_{_safe(model)}",
-                    f"{model}: every task (length x depth)",
-                    "panels",
-                    maps,
-                    annotate=annotate,
-                )
-            )
     panels: dict[str, dict[str, list[tuple[int, float, int]]]] = defaultdict(dict)
     ylabels: dict[str, str] = {}
+    xlabels: dict[str, str] = {}
     for run in results.runs:
-        if run.spec.family not in METRIC_LABEL:
+        atc = run.spec.family == "atc" and not run.spec.is_v2
+        if run.spec.family not in METRIC_LABEL and not atc:
             continue
-        series = length_series(run)
+        series = needle_series(run) if atc else length_series(run)
         if series:
             label = run.model if run.standard else run.entity
             panels[run.spec.name][label] = series
-            ylabels[run.spec.name] = JUDGE_LABEL if run.judged else metric_label(run.spec)
+            if atc:
+                ylabels[run.spec.name], xlabels[run.spec.name] = ATC_YLABEL, ATC_XLABEL
+            else:
+                ylabels[run.spec.name] = JUDGE_LABEL if run.judged else metric_label(run.spec)
     if panels:
         ordered = dict(sorted(panels.items()))
         figures.append(
@@ -386,7 +396,7 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
                 "compare_models_by_length",
                 "Models compared: score against context length",
                 "lines",
-                lines=Lines(ordered, ylabels),
+                lines=Lines(ordered, ylabels, xlabels),
             )
         )
     return figures
@@ -427,69 +437,65 @@ def _draw_heatmap(
     )
     axes.set_xlim(-0.5, ncols - 0.5)
     axes.set_ylim(nrows - 0.5, -0.5)  # first row at the top
-    axes.set_xticks(
-        range(ncols),
-        [_k(c) for c in heatmap.columns],
-        rotation=45,
-        ha="right",
-        fontsize=7,
-    )
+    axes.set_xticks(range(ncols), tick_labels(heatmap.columns), rotation=45, ha="right", fontsize=7)
     step = max(1, nrows // 32)
-    axes.set_yticks(
-        range(0, nrows, step), [_k(r) for r in heatmap.rows[::step]], fontsize=7
-    )
+    axes.set_yticks(range(0, nrows, step), tick_labels(heatmap.rows)[::step], fontsize=7)
     axes.set_xlabel(heatmap.column_label, fontsize=8)
     axes.set_ylabel(heatmap.row_label, fontsize=8)
     counts = [c for row in heatmap.counts for c in row if c]
     subtitle = heatmap.subtitle
-    if heatmap.statistic == "std" and any(v is None for row in heatmap.values for v in row):
-        subtitle += "; hatched grey = fewer than 2 runs"
-    elif any(c == 0 for row in heatmap.counts for c in row):
-        subtitle += "; hatched grey = no samples"
-    cells = nrows * ncols
-    if annotate != "none" and cells <= MAX_ANNOTATED_CELLS:
+    if any(v is None for row in heatmap.values for v in row):
+        subtitle += "; hatched grey = " + ("fewer than 2 runs" if heatmap.statistic == "std" else "no samples")
+    if annotate != "none" and nrows * ncols <= MAX_ANNOTATED_CELLS:
         size = max(3.5, min(7.0, 150.0 / max(nrows, ncols, 1)))
         for r in range(nrows):
             for c in range(ncols):
-                n, value = heatmap.counts[r][c], heatmap.values[r][c]
-                if value is None:
-                    text = str(n) if annotate in ("counts", "both") else ""
-                elif annotate == "counts":
-                    text = str(n)
-                elif annotate == "values":
-                    text = f"{value:.0f}" if heatmap.vmax > 1 else f"{value:.2f}"
-                else:
-                    text = (
-                        f"{value:.0f}" if heatmap.vmax > 1 else f"{value:.2f}"
-                    ) + f"\nn={n}"
+                text = cell_text(heatmap, r, c, annotate)
                 if text:
-                    light = value is not None and value > 0.6 * heatmap.vmax
-                    colour = (
-                        "black"
-                        if light
-                        else ("white" if value is not None else "#333333")
-                    )
-                    label = axes.text(
-                        c,
-                        r,
-                        text,
-                        ha="center",
-                        va="center",
-                        fontsize=size,
-                        color=colour,
-                    )
-                    label.set_in_layout(
-                        False
-                    )  # inside the cells: keeps the layout pass fast
-        if annotate == "counts":
-            subtitle += "; numbers = " + ("runs" if heatmap.statistic == "std" else "samples") + " per cell"
+                    value = heatmap.values[r][c]
+                    colour = "black" if value is not None and value > 0.6 * heatmap.vmax else "white"
+                    label = axes.text(c, r, text, ha="center", va="center", fontsize=size, color=colour)
+                    label.set_in_layout(False)  # inside the cells: keeps the layout pass fast
+        statistic = "std" if heatmap.statistic == "std" else "mean"
+        subtitle += {
+            "counts": f"; numbers = {heatmap.count_unit} per cell",
+            "values": f"; numbers = cell {statistic}s",
+            "both": f"; numbers = cell {statistic}, n = {heatmap.count_unit} per cell",
+        }.get(annotate, "")
     elif counts:
-        subtitle += f"; samples per cell {min(counts)}-{max(counts)}"
+        spread = str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+        subtitle += f"; {heatmap.count_unit} per cell: {spread}"
     wrapped = textwrap.fill(subtitle, width=max(40, int(13 * width)))
     axes.set_title(f"{title}\n{wrapped}", fontsize=8)
     bar = figure.colorbar(image, ax=axes, shrink=0.9)
     bar.set_label(heatmap.metric_label, fontsize=8)
     bar.ax.tick_params(labelsize=7)
+
+
+def cell_text(heatmap: Heatmap, r: int, c: int, annotate: str) -> str:
+    """The number drawn in a cell: its count, value or both; nothing in an empty (hatched) cell."""
+    n, value = heatmap.counts[r][c], heatmap.values[r][c]
+    if value is None or annotate == "none":
+        return ""
+    shown = f"{value:.0f}" if heatmap.vmax > 1 else f"{value:.2f}"
+    return {"counts": str(n), "values": shown, "both": f"{shown}\nn={n}"}[annotate]
+
+
+def tick_labels(values: Sequence[Any]) -> list[str]:
+    """Axis labels of lengths or depths, rounded as far as they stay distinct: 17857 -> ``18k``, 7.142857 -> ``7``
+    (``1.3k``, ``7.1`` when whole thousands or percents would merge two ticks)."""
+    for decimals in range(4):
+        labels = [_rounded(value, decimals) for value in values]
+        if len(set(labels)) == len(set(values)):
+            return labels
+    return [_k(value) for value in values]
+
+
+def _rounded(value: Any, decimals: int) -> str:
+    number = float(value)
+    if abs(number) >= 1000:
+        return f"{round(number / 1000, decimals):g}k"
+    return f"{round(number, decimals):g}"
 
 
 def _draw_lines(figure: Any, lines: Lines) -> None:
@@ -527,26 +533,20 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
                 label=f"{model} (n={n})",
             )
         axes.set_title(name, fontsize=9)
-        axes.set_xlabel("Context length (tokens)", fontsize=8)
+        axes.set_xlabel(lines.xlabels.get(name, "Context length (tokens)"), fontsize=8)
         axes.set_ylabel(lines.ylabels[name], fontsize=8)
         top = 1.05 if lines.ylabels[name].endswith("(0-1)") else 105
         axes.set_ylim(-0.05 * top, top)
-        if (
-            max(
-                (
-                    length
-                    for series in lines.panels[name].values()
-                    for length, _v, _n in series
-                ),
-                default=0,
-            )
-            > 0
-        ):
+        if name in lines.xlabels:  # needle counts: whole numbers
+            axes.xaxis.set_major_locator(_integer_locator())
+        else:
             axes.xaxis.set_major_formatter(_k_formatter())
         axes.tick_params(labelsize=7)
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize=6, loc="best")
     text = "Models compared: paper score against context length, one line per model (n = rows)"
+    if lines.xlabels:
+        text += "; ATC: perf_4 against needle count (n = whole items)"
     figure.suptitle(
         textwrap.fill(text, width=max(40, int(12 * figure.get_figwidth()))), fontsize=10
     )
@@ -555,7 +555,13 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
 def _k_formatter() -> Any:
     from matplotlib.ticker import FuncFormatter
 
-    return FuncFormatter(lambda value, _pos: _k(int(value)) if value >= 0 else "")
+    return FuncFormatter(lambda value, _pos: _k(round(value)) if value >= 0 else "")
+
+
+def _integer_locator() -> Any:
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(integer=True)
 
 
 def draw(figure_spec: Figure) -> Any:
@@ -567,24 +573,6 @@ def draw(figure_spec: Figure) -> Any:
         figure = _new_figure(width, height)
         axes = figure.add_subplot(1, 1, 1)
         _draw_heatmap(figure, axes, heatmap, figure_spec.annotate, heatmap.title, width)
-    elif figure_spec.kind == "panels":
-        maps = figure_spec.heatmaps
-        ncols = min(3, len(maps))
-        nrows = math.ceil(len(maps) / ncols)
-        width = ncols * min(
-            7.0, max(5.0, 2.6 + 0.16 * max(len(m.columns) for m in maps))
-        )
-        height = (
-            nrows * min(6.5, max(4.5, 1.8 + 0.16 * max(len(m.rows) for m in maps)))
-            + 0.4
-        )
-        figure = _new_figure(width, height)
-        for index, heatmap in enumerate(maps):
-            axes = figure.add_subplot(nrows, ncols, index + 1)
-            _draw_heatmap(
-                figure, axes, heatmap, figure_spec.annotate, heatmap.label or heatmap.task, width / ncols
-            )
-        figure.suptitle(figure_spec.title, fontsize=11)
     else:
         assert figure_spec.lines is not None
         count = len(figure_spec.lines.panels)

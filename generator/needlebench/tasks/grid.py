@@ -225,7 +225,24 @@ class ConfigSpec:
             return sum(self._context_tokens(length) for length in self.lengths) * self.repeats
         if self.family == "counting_stars":
             return sum(self.lengths)
-        return 0
+        return ATC_HAYSTACK_TOKENS.get(self.name, 0)
+
+
+#: Context tokens of each ATC split (its ``haystack_tokens`` column summed: the needle chains, cl100k) as the
+#: default build (release seed) writes them: ATC rows are generated, not cut to a length, so this is measured,
+#: not derived from a grid; ``tests/test_cli_output.py`` rebuilds them and checks.
+ATC_HAYSTACK_TOKENS = {
+    "atc_en": 124_548,
+    "atc_en_reasoning": 123_088,
+    "atc_en_512": 727_720,
+    "atc_en_open": 31_045,
+    "atc_zh": 180_068,
+    "atc_zh_reasoning": 180_240,
+    "atc_zh_512": 1_070_980,
+    "atc_zh_open": 44_724,
+    "v2_atc_en": 927_463,
+    "v2_atc_zh": 1_297_521,
+}
 
 
 def _build_registry() -> dict[str, ConfigSpec]:
