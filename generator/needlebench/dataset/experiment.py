@@ -52,7 +52,7 @@ def with_tokenizer(experiment: Experiment, where: str, tokenizer: str | None = N
 
 def build_experiment(
     path: str | Path, out_dir: Path, *, num_proc: int = 1, overwrite: bool = False, compression: str = "zstd",
-    progress: bool = True, tokenizer: str | None = None,
+    progress: bool = True, tokenizer: str | None = None, max_tokens: int | None = None,
 ) -> tuple[Experiment, dict]:
     """Validate the experiment file at `path` and build its config into `out_dir`; returns it and the manifest.
     `tokenizer` (``--tokenizer``) counts the lengths in another tokenizer when the file names none."""
@@ -61,6 +61,7 @@ def build_experiment(
     manifest = build_dataset(
         [experiment.name], Path(out_dir), experiment_options(experiment, compression), num_proc=num_proc,
         overwrite=overwrite, progress=progress, experiments={experiment.name: experiment.to_record()},
+        max_tokens=max_tokens,
     )
     return experiment, manifest
 
