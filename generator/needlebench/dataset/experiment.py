@@ -72,6 +72,15 @@ def _unit(record: dict) -> str:
     return "cl100k" if tokenizer == DEFAULT_TOKENIZER else f"`{tokenizer}`"
 
 
+def _haystack(recorded: object) -> str:
+    """The haystack of a recorded experiment: a spec, a local input (by name, size and sha256) or the default."""
+    from needlebench.sources.inputs import describe, is_input_record
+
+    if is_input_record(recorded):
+        return describe(recorded)
+    return str(recorded) if recorded else "embedded default"
+
+
 def _cell(value: object) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text.replace("|", "\\|").replace("\n", "\\n")
@@ -93,7 +102,7 @@ def experiments_markdown(experiments: dict) -> str:
             f"### {name}",
             "",
             f"- kind: {record['kind']} ({FAMILIES[record['kind']]}), language: {record['language']}, "
-            f"haystack: {record.get('haystack') or 'embedded default'}",
+            f"haystack: {_haystack(record.get('haystack'))}",
             f"- lengths ({len(lengths)}): {', '.join(f'{n:,}' for n in lengths)} {_unit(record)} tokens; "
             f"length buffer {record['length_buffer']}, start/end buffers {record['start_buffer']}/{record['end_buffer']}",
             f"- depths ({len(depths)}): {', '.join(f'{d:g}' for d in depths)} percent"

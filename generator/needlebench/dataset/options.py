@@ -115,8 +115,8 @@ class BuildOptions:
         opencompass reads the paper's files as local files, the default mode reads haystack specs itself."""
         from needlebench.tasks.experiment import ExperimentSpec
 
-        if isinstance(spec, ExperimentSpec):
-            return replace(spec.settings(), tokenizer=self.tokenizer)
+        if isinstance(spec, ExperimentSpec):  # its haystack is the recipe's (a recorded local one is located)
+            return replace(spec.settings(), tokenizer=self.tokenizer, haystack=self.haystack(spec.language))
         language = spec.language
         compat = self.compat == "opencompass"
         if spec.family == "multi_reasoning" and spec.is_v2:

@@ -1601,6 +1601,16 @@ EXPLANATION = (
 )
 
 
+def source_label(path: Path) -> str:
+    """A results path as a report names it (reports are shared): relative to the working folder when inside it,
+    else its last two parts, never the machine's absolute path."""
+    path = Path(path)
+    try:
+        return str(path.absolute().relative_to(Path.cwd())) or "."
+    except ValueError:
+        return str(Path(*path.absolute().parts[1:][-2:]))
+
+
 def write_html(
     path: Path,
     tables: Sequence[Table],
@@ -1615,7 +1625,7 @@ def write_html(
         f"<p class='note'>{html.escape(EXPLANATION)}</p>",
         f"<p class='note'>{html.escape(scorers)}</p>" if scorers else "",
         "<p class='note'>Sources: "
-        + ", ".join(html.escape(str(s)) for s in sources)
+        + ", ".join(html.escape(source_label(s)) for s in sources)
         + "</p>",
     ]
     parts += [table_html(table) for table in tables]
@@ -1694,7 +1704,7 @@ def write_report(
         "",
         scorers,
         "",
-        "Sources: " + ", ".join(f"`{s}`" for s in loaded.sources),
+        "Sources: " + ", ".join(f"`{source_label(s)}`" for s in loaded.sources),
         "",
     ]
     lines += [table_markdown(table) for table in tables]

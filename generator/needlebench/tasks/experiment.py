@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -94,19 +94,25 @@ class Experiment:
     prompt: str = "default"
     seed: int = RELEASE_SEED
     tokenizer: str = DEFAULT_TOKENIZER
+    #: A local haystack as a manifest records it ({file, kind, size, sha256}): the experiment read back from it
+    #: builds from the recipe's haystack, located as `verify` locates every local input.
+    haystack_record: dict | None = field(default=None, compare=False)
 
     def to_record(self) -> dict:
         """The experiment as an experiment-file mapping with every default filled in and the needles inline, as
-        recorded in the manifest (it rebuilds the config without the original file)."""
+        recorded in the manifest (it rebuilds the config without the original file). A local haystack is recorded
+        by file name, size and sha256, never by path (:func:`needlebench.sources.inputs.input_record`)."""
         skip = {"needles", "haystack", "question", "answer", "keyword", "sample_method", "fixed_index", "n_needles", "diff",
-                "tokenizer"}
+                "tokenizer", "haystack_record"}
         record = {key: getattr(self, key) for key in self.__dataclass_fields__ if key not in skip}
         if self.tokenizer != DEFAULT_TOKENIZER:
             record["tokenizer"] = self.tokenizer
         record["lengths"] = list(self.lengths)
         record["depths"] = list(self.depths)
         if self.haystack is not None:
-            record["haystack"] = self.haystack
+            record["haystack"] = _recorded_haystack(self.haystack)
+        elif self.haystack_record is not None:
+            record["haystack"] = self.haystack_record
         if self.kind == "multi_reasoning":
             record.update(needles=[n.text for n in self.needles], question=self.question, answer=self.answer,
                           keyword=self.keyword)
@@ -438,9 +444,24 @@ def _check_keywords(needles: list[ExperimentNeedle], where: str) -> None:
             )
 
 
+def _recorded_haystack(spec: str) -> str | dict:
+    """A haystack spec as a manifest records it: a local path becomes its {file, kind, size, sha256} record."""
+    from needlebench.sources.inputs import input_record, is_local_spec
+
+    return input_record(spec) if is_local_spec(spec) else spec
+
+
 def experiment_from_record(record: dict) -> Experiment:
-    """An experiment recorded in a manifest (:meth:`Experiment.to_record`)."""
-    return parse_experiment(dict(record), "manifest experiment")
+    """An experiment recorded in a manifest (:meth:`Experiment.to_record`). A recorded local haystack is kept as
+    its record: the build reads the recipe's haystack (located by hash, or `verify --haystack-en/-zh PATH`)."""
+    from needlebench.sources.inputs import is_input_record
+
+    data = dict(record)
+    recorded = data.get("haystack")
+    if not is_input_record(recorded):
+        return parse_experiment(data, "manifest experiment")
+    del data["haystack"]
+    return replace(parse_experiment(data, "manifest experiment"), haystack_record=recorded)
 
 
 # ---------------------------------------------------------------------------------------------------- rows
