@@ -237,9 +237,10 @@ def read_text_file(path: Path) -> list[str]:
         raise NeedlebenchError(f"cannot read haystack file {path}: {error}") from error
 
 
-#: Largest local haystack read (bytes of its files): the whole corpus is tokenised at once, with about 60 bytes of
-#: memory a token on the way, and a 2 GB text made tiktoken abort the process. The longest window (1000k tokens)
-#: needs about 4 MB of English text; a larger haystack only gives the windows more places to start.
+#: Largest local haystack read (bytes of its files). The whole corpus is tokenised at once and tiktoken's
+#: `encode_ordinary` returns a Python list, about 36 bytes a token at its peak (4 M tokens of English took 144 MB),
+#: so a 2 GB text (~500 M tokens) needs some 18 GB: the failed allocation aborted the process (SIGABRT). The
+#: longest window (1000k tokens) needs about 4 MB of English text; more only gives the windows more places to start.
 MAX_HAYSTACK_BYTES = 64 * 1024 * 1024
 
 
