@@ -138,6 +138,14 @@ def test_max_tokens_refuses_before_any_work(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_the_estimate_counts_a_depths_override(tmp_path: Path) -> None:
+    depths = ",".join(f"{i / 20:g}" for i in range(2001))  # 2,001 depths instead of the grid's 20
+    out = tmp_path / "out"
+    result = run("build", "single_en_4k", "--depths", depths, "--max-tokens", "100000000", "--out", str(out))
+    assert result.returncode == 2 and not out.exists()
+    assert "80,040 rows of about 152,076,000 context tokens" in error_line(result)
+
+
 def test_a_huge_experiment_is_refused_by_the_default_limit(tmp_path: Path) -> None:
     huge = experiment(lengths={"min": 1000, "max": 2_000_000, "n": 1000}, depths={"n": 1000}, runs=10_000)
     start = time.monotonic()

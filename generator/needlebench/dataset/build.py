@@ -198,7 +198,7 @@ def build_dataset(
     _validate(specs, options)
     from needlebench.dataset.size_guard import check_size
 
-    check_size(specs, out_dir, options.compression, max_tokens)
+    check_size(specs, out_dir, options.compression, max_tokens, options.depths)
     corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
     options = options.pinned(corpora)
     from needlebench.dataset import replace

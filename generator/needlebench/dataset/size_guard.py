@@ -18,12 +18,22 @@ from needlebench.tasks.grid import ConfigSpec
 DEFAULT_MAX_TOKENS = 20_000_000_000
 #: Parquet bytes per context token by codec (see the module docstring).
 BYTES_PER_TOKEN = {"zstd": 0.6, "snappy": 2.0, "none": 4.5}
+#: Families with a row per depth of the grid (multi_retrieval's depths place its needles, not rows).
+_ROW_PER_DEPTH = ("single", "multi_reasoning")
 
 
-def estimate(specs: list[ConfigSpec], compression: str) -> tuple[int, int, int]:
-    """Rows, context tokens and Parquet bytes the build of `specs` writes (approximately)."""
-    rows = sum(spec.num_rows for spec in specs)
-    tokens = sum(spec.approx_tokens for spec in specs)
+def estimate(
+    specs: list[ConfigSpec], compression: str, depths: tuple[float, ...] | None = None
+) -> tuple[int, int, int]:
+    """Rows, context tokens and Parquet bytes the build of `specs` writes (approximately); `depths` (``--depths``)
+    replaces the depth grid of the families with a row per depth."""
+    rows = tokens = 0
+    for spec in specs:
+        scale = 1.0
+        if depths is not None and spec.family in _ROW_PER_DEPTH and spec.size != "custom" and spec.depths:
+            scale = len(depths) / len(spec.depths)
+        rows += round(spec.num_rows * scale)
+        tokens += round(spec.approx_tokens * scale)
     return rows, tokens, round(tokens * BYTES_PER_TOKEN[compression])
 
 
@@ -39,12 +49,15 @@ def _gb(size: int) -> str:
     return f"{size / 1e9:,.1f} GB" if size >= 1e8 else f"{size / 1e6:,.1f} MB"
 
 
-def check_size(specs: list[ConfigSpec], out_dir: Path, compression: str, max_tokens: int | None = None) -> None:
+def check_size(
+    specs: list[ConfigSpec], out_dir: Path, compression: str, max_tokens: int | None = None,
+    depths: tuple[float, ...] | None = None,
+) -> None:
     """Refuse (one line, exit 2, nothing written) a build beyond `max_tokens` context tokens or the free disk."""
     limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     if limit < 1:
         raise NeedlebenchError(f"--max-tokens {limit} is not allowed; give a positive number of tokens")
-    rows, tokens, size = estimate(specs, compression)
+    rows, tokens, size = estimate(specs, compression, depths)
     what = f"{len(specs)} config{'s' if len(specs) != 1 else ''}, {rows:,} rows of about {tokens:,} context tokens"
     if tokens > limit:
         given = "--max-tokens" if max_tokens is not None else "the default --max-tokens"
