@@ -383,6 +383,8 @@ def main() -> None:
     except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
     except typer.Abort:
+        if interrupts.interrupted():  # Ctrl-C or SIGTERM: its message is printed, its status (130/143) kept
+            interrupts.exit_now()
         print("needlebench: aborted", file=sys.stderr)
         sys.exit(130)
     except typer.TyperException as error:  # usage errors (unknown option, missing argument): exit 2
