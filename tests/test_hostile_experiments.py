@@ -260,3 +260,33 @@ def test_report_sources_are_never_absolute(tmp_path: Path, monkeypatch) -> None:
     outside = Path("/home/alice/secret-project/results/model")
     assert source_label(outside) == "results/model"
     assert not source_label(Path("/")).startswith("/")
+
+
+# ------------------------------------------------------------------------------------------------- unit level
+
+
+def test_user_yaml_refuses_aliases_and_repeated_keys_but_reads_plain_yaml() -> None:
+    from needlebench.yamlload import UserYamlError, load_user_yaml
+
+    assert load_user_yaml("a: 1\nb: {c: [1, 2], d: x}\n") == {"a": 1, "b": {"c": [1, 2], "d": "x"}}
+    with pytest.raises(UserYamlError, match=r"line 2: alias \*x is not allowed"):
+        load_user_yaml("a: &x [1, 2]\nb: *x\n")
+    with pytest.raises(UserYamlError, match="line 3: key 'c' is given twice"):
+        load_user_yaml("b:\n  c: 1\n  c: 2\n")
+
+
+def test_a_recorded_local_haystack_builds_from_the_recipes_input(tmp_path: Path) -> None:
+    from needlebench.dataset.options import BuildOptions
+    from needlebench.tasks.experiment import ExperimentSpec, experiment_from_record, parse_experiment
+
+    haystack = tmp_path / "private" / "essays.txt"
+    haystack.parent.mkdir()
+    haystack.write_text("Some text. " * 200, encoding="utf-8")
+    record = parse_experiment(experiment(haystack=str(haystack))).to_record()
+    assert record["haystack"]["file"] == "essays.txt" and "private" not in repr(record)
+    back = experiment_from_record(record)
+    assert back.haystack is None and back.haystack_record == record["haystack"]
+    assert back.to_record() == record  # recorded again unchanged (a later build keeps it)
+    spec = ExperimentSpec("hostile", "single", "en", "custom", experiment=back)
+    located = str(tmp_path / "elsewhere.txt")
+    assert BuildOptions(haystack_en=located).settings_for(spec).haystack == located
