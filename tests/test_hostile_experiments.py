@@ -277,7 +277,11 @@ def test_user_yaml_refuses_aliases_and_repeated_keys_but_reads_plain_yaml() -> N
 
 def test_a_recorded_local_haystack_builds_from_the_recipes_input(tmp_path: Path) -> None:
     from needlebench.dataset.options import BuildOptions
-    from needlebench.tasks.experiment import ExperimentSpec, experiment_from_record, parse_experiment
+    from needlebench.tasks.experiment import (
+        ExperimentSpec,
+        experiment_from_record,
+        parse_experiment,
+    )
 
     haystack = tmp_path / "private" / "essays.txt"
     haystack.parent.mkdir()
