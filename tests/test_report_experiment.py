@@ -107,7 +107,8 @@ def test_oracle_run_is_reported_on_the_experiments_own_grid(oracle_run, tmp_path
     out = tmp_path / "report"
     written = report.write_report(output, out)
     (row,) = _csv(out / "experiments.csv")
-    assert row["Config"] == NAME and row["Grid from"] == f"experiment ({data.resolve()})"
+    assert row["Config"] == NAME and row["Grid from"] == f"experiment ({report.source_label(data)})"
+    assert str(data.resolve()) not in (out / "experiments.csv").read_text(encoding="utf-8")  # never a machine path
     assert row["Grid"] == "3 lengths (1k, 2k, 3k) x 7 depths x 3 runs"
     assert _value(row["Mean"]) == 100.0 and row["Mean n"] == "63" and _value(row["Std over runs"]) == 0.0
     assert row["Scorer"] == "rule (lm-eval metric)" and row["Coverage"] == "full (63 rows)"
@@ -155,7 +156,7 @@ def test_mean_and_std_heatmaps_match_known_scores_with_or_without_the_manifest(o
     assert len(set(means.values())) > 1 and any(s and s > 0 for s in stds.values())
     samples = _write(tmp_path / "results" / "m", f"samples_{TASK}_2026-01-01T00-00-00.000000.jsonl", records)
     # no results JSON beside it: the grid comes from the rows alone, or from --data-dir
-    for data_dirs, source in (((), "observed in samples"), ((data,), f"experiment ({data.resolve()})")):
+    for data_dirs, source in (((), "observed in samples"), ((data,), f"experiment ({report.source_label(data)})")):
         (run,) = report.load_results([samples.parent], data_dirs=data_dirs).runs
         assert run.grid_source == source and run.label == NAME
         heatmap = report_figures.build_heatmap(run)

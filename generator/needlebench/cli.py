@@ -92,7 +92,8 @@ def build(
     depths: Annotated[Optional[str], typer.Option(help="Override the depth grid, e.g. '0,25,50,75,100' (percent).")] = None,
     tokenizer: Annotated[str, typer.Option(help="What lengths are counted in: cl100k_base, or hf:PATH_OR_NAME (a local tokenizer folder or a model in the local Hugging Face cache).")] = "cl100k_base",
     compression: Annotated[str, typer.Option(help="Parquet codec: zstd, snappy or none (fastest, largest).")] = "zstd",
-    num_proc: Annotated[int, typer.Option("--num-proc", help="Worker processes.")] = 1,
+    num_proc: Annotated[int, typer.Option("--num-proc", help="Worker processes (at most the CPUs).")] = 1,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Refuse a build of more context tokens (default 20,000,000,000; a build also stops before it would overfill the disk).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace a needlebench dataset of another recipe (only the files it lists).")] = False,
     experiment: Annotated[Optional[Path], typer.Option("--experiment", help="Experiment YAML: your own needle test as a named config (see README).")] = None,
 ) -> None:
@@ -126,7 +127,7 @@ def build(
             )
         spec, manifest = build_experiment(
             experiment, out, num_proc=num_proc, overwrite=overwrite, compression=compression,
-            tokenizer=None if tokenizer == "cl100k_base" else tokenizer,
+            tokenizer=None if tokenizer == "cl100k_base" else tokenizer, max_tokens=max_tokens,
         )
         entry = manifest["configs"][spec.name]
         console.print(f"{spec.name}: {entry['rows']:,} rows, {entry['haystack_tokens']:,} haystack tokens")
@@ -158,7 +159,9 @@ def build(
         depths=_parse_depths(depths),
         compression=compression,
     )
-    manifest = build_dataset(names_list, out, options, num_proc=num_proc, overwrite=overwrite)
+    manifest = build_dataset(
+        names_list, out, options, num_proc=num_proc, overwrite=overwrite, max_tokens=max_tokens
+    )
     from needlebench.dataset.boundary_stats import boundary_counts, format_shares
 
     table = Table("config", "rows", "haystack tokens", "fingerprint")
@@ -392,6 +395,8 @@ def main() -> None:
     except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
     except typer.Abort:
+        if interrupts.interrupted():  # Ctrl-C or SIGTERM: its message is printed, its status (130/143) kept
+            interrupts.exit_now()
         print("needlebench: aborted", file=sys.stderr)
         sys.exit(130)
     except typer.TyperException as error:  # usage errors (unknown option, missing argument): exit 2

@@ -1,4 +1,4 @@
-"""Ctrl-C for the command line: one line, cleanup, exit status 130 within seconds, and never a hang.
+"""Ctrl-C (and SIGTERM) for the command line: one line, cleanup, exit status 130 within seconds, and never a hang.
 
 The first SIGINT prints ``needlebench: interrupted, cleaning up`` and raises :class:`KeyboardInterrupt` in the main
 thread, whose ``except``/``finally`` blocks terminate worker pools and remove the staging folder (a section marked
@@ -8,6 +8,9 @@ the cleanup). A watchdog thread, woken by the signal itself through
 worker processes and exits with status 130 if the process is still running :data:`DEADLINE` seconds later;
 whatever it leaves (a staging folder) is removed by the next build. Worker processes ignore SIGINT: a terminal's
 Ctrl-C reaches the whole process group, and only the parent decides.
+
+SIGTERM (``kill``, a job scheduler's stop, ``timeout``) is handled the same way: ``needlebench: terminated, cleaning
+up``, the same cleanup, and exit status 143 (128 + 15, as a shell reports a process killed by SIGTERM).
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from collections.abc import Callable
 
 MESSAGE = "needlebench: interrupted, cleaning up"
 EXIT_STATUS = 130
+#: What a stop by SIGTERM prints and exits with.
+TERM_MESSAGE = "needlebench: terminated, cleaning up"
+TERM_EXIT_STATUS = 143
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: Seconds after the first Ctrl-C before the watchdog exits the process itself.
 DEADLINE = 2.0
 
@@ -32,30 +39,35 @@ _installed = False
 _raised = False
 _critical = 0
 _pending = False
+_status = EXIT_STATUS
 _cleanups: dict[int, Callable[[], None]] = {}
 
 
 def install() -> None:
-    """Install the SIGINT handling (main thread only; idempotent)."""
+    """Install the SIGINT and SIGTERM handling (main thread only; idempotent)."""
     global _installed
     if _installed or threading.current_thread() is not threading.main_thread():
         return
     reader, writer = socket.socketpair()
     writer.setblocking(False)
-    signal.signal(signal.SIGINT, _handler)
+    for signum in _SIGNALS:
+        signal.signal(signum, _handler)
     signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
     threading.Thread(target=_watch, args=(reader, writer), name="needlebench-sigint", daemon=True).start()
     _installed = True
 
 
-def _announce() -> bool:
-    """Print the message once; True for the first interruption."""
+def _announce(signum: int = signal.SIGINT) -> bool:
+    """Print the message of `signum` once; True for the first interruption (its signal sets the exit status)."""
+    global _status
     with _lock:
         if _interrupted.is_set():
             return False
         _interrupted.set()
+        _status = TERM_EXIT_STATUS if signum == signal.SIGTERM else EXIT_STATUS
+    message = TERM_MESSAGE if signum == signal.SIGTERM else MESSAGE
     try:
-        sys.stderr.write(("\n" if _stop_bars() else "") + MESSAGE + "\n")
+        sys.stderr.write(("\n" if _stop_bars() else "") + message + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -88,18 +100,23 @@ def deferred():
         raise KeyboardInterrupt
 
 
+def _ignore_signals() -> None:
+    for signum in _SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def _handler(signum, frame) -> None:
     global _raised, _pending
-    _announce()
+    _announce(signum)
     if _critical:
         _pending = True
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _ignore_signals()
         return
     if not _raised:
         _raised = True
         _pending = False
         # later presses are ignored, also during the interpreter's shutdown (which would restore the default)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _ignore_signals()
         raise KeyboardInterrupt
     # a second press: ignored, the cleanup goes on (and the watchdog bounds it)
 
@@ -112,8 +129,9 @@ def _watch(reader: socket.socket, writer: socket.socket) -> None:
             return
         if not data:
             return
-        if signal.SIGINT in data:
-            _announce()
+        received = [signum for signum in _SIGNALS if signum in data]
+        if received:
+            _announce(received[0])
             break
     deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
@@ -123,20 +141,22 @@ def _watch(reader: socket.socket, writer: socket.socket) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-    os._exit(EXIT_STATUS)
+    os._exit(_status)
 
 
 def interrupted() -> bool:
     return _interrupted.is_set()
 
 
-def exit_now(status: int = EXIT_STATUS) -> None:
-    """Exit with `status` (130: interrupted) once the work and its cleanup are done, skipping the interpreter's
+def exit_now(status: int | None = None) -> None:
+    """Exit with `status` (None: the interruption's, 130 for Ctrl-C and 143 for SIGTERM) once the work and its cleanup are done, skipping the interpreter's
     shutdown: collecting a large build's objects can take seconds, and the teardown of native thread pools after
     a large build aborted the process now and then ("terminate called without an active exception", exit 134)
     after every file was in place."""
     import logging
 
+    if status is None:
+        status = _status
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -167,8 +187,10 @@ def run_cleanups() -> None:
 
 
 def worker_init() -> None:
-    """Initializer of worker processes: SIGINT ignored, no wakeup fd or watchdog inherited from the parent."""
+    """Initializer of worker processes: SIGINT ignored, SIGTERM ends them (as :func:`terminate_pool` expects), no
+    wakeup fd or watchdog inherited from the parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         signal.set_wakeup_fd(-1)
     except ValueError:

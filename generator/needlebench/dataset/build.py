@@ -186,14 +186,19 @@ def build_dataset(
     overwrite: bool = False,
     progress: bool = True,
     experiments: dict | None = None,
+    max_tokens: int | None = None,
 ) -> dict:
-    """Build `configs` into `out_dir`; returns the manifest. Existing configs of the same recipe are kept."""
+    """Build `configs` into `out_dir`; returns the manifest. Existing configs of the same recipe are kept.
+    A build beyond `max_tokens` context tokens or the free disk is refused before any work (:mod:`.size_guard`)."""
     if num_proc < 1:
         raise NeedlebenchError(f"--num-proc {num_proc} is not allowed; use 1 or more processes")
     specs = [get_config(name) for name in dict.fromkeys(configs)]
     out_dir = Path(out_dir)
     _check_writable(out_dir)
     _validate(specs, options)
+    from needlebench.dataset.size_guard import check_size
+
+    check_size(specs, out_dir, options.compression, max_tokens, options.depths)
     corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
     options = options.pinned(corpora)
     from needlebench.dataset import replace
@@ -312,12 +317,7 @@ def _build_all(
         folder.mkdir(parents=True)
     totals = {spec.name: ShardStats() for spec in specs}
     rows_total = sum(spec.num_rows for spec in specs)
-    if num_proc > len(shards):
-        from needlebench.terminal import notice
-
-        plural = "s" if len(shards) > 1 else ""
-        notice(f"--num-proc {num_proc} capped at {len(shards)}: the build has {len(shards)} shard{plural}")
-        num_proc = len(shards)
+    num_proc = _capped(num_proc, len(shards))
     _preload(specs, options)
     with tqdm(total=rows_total, unit="row", desc="building", disable=not progress) as bar:
         if num_proc == 1:
@@ -357,6 +357,24 @@ def _build_all(
                 interrupts.unregister(key)
             pool.shutdown(wait=True)
     return totals
+
+
+def _capped(num_proc: int, shards: int) -> int:
+    """`num_proc` capped at the build's shards and at the CPUs this process may run on (more workers would only
+    wait or share the same cores), saying so."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    if num_proc <= min(shards, cpus):
+        return num_proc
+    from needlebench.terminal import notice
+
+    if shards <= cpus:
+        notice(f"--num-proc {num_proc} capped at {shards}: the build has {shards} shard{'s' if shards > 1 else ''}")
+        return shards
+    notice(f"--num-proc {num_proc} capped at {cpus}: this machine gives the build {cpus} CPU{'s' if cpus > 1 else ''}")
+    return cpus
 
 
 def _warm_card_in_background() -> bool:

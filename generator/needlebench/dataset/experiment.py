@@ -52,7 +52,7 @@ def with_tokenizer(experiment: Experiment, where: str, tokenizer: str | None = N
 
 def build_experiment(
     path: str | Path, out_dir: Path, *, num_proc: int = 1, overwrite: bool = False, compression: str = "zstd",
-    progress: bool = True, tokenizer: str | None = None,
+    progress: bool = True, tokenizer: str | None = None, max_tokens: int | None = None,
 ) -> tuple[Experiment, dict]:
     """Validate the experiment file at `path` and build its config into `out_dir`; returns it and the manifest.
     `tokenizer` (``--tokenizer``) counts the lengths in another tokenizer when the file names none."""
@@ -61,6 +61,7 @@ def build_experiment(
     manifest = build_dataset(
         [experiment.name], Path(out_dir), experiment_options(experiment, compression), num_proc=num_proc,
         overwrite=overwrite, progress=progress, experiments={experiment.name: experiment.to_record()},
+        max_tokens=max_tokens,
     )
     return experiment, manifest
 
@@ -69,6 +70,15 @@ def _unit(record: dict) -> str:
     """What an experiment's lengths are counted in: cl100k, or the recorded Hugging Face tokenizer."""
     tokenizer = record.get("tokenizer", DEFAULT_TOKENIZER)
     return "cl100k" if tokenizer == DEFAULT_TOKENIZER else f"`{tokenizer}`"
+
+
+def _haystack(recorded: object) -> str:
+    """The haystack of a recorded experiment: a spec, a local input (by name, size and sha256) or the default."""
+    from needlebench.sources.inputs import describe, is_input_record
+
+    if is_input_record(recorded):
+        return describe(recorded)
+    return str(recorded) if recorded else "embedded default"
 
 
 def _cell(value: object) -> str:
@@ -92,7 +102,7 @@ def experiments_markdown(experiments: dict) -> str:
             f"### {name}",
             "",
             f"- kind: {record['kind']} ({FAMILIES[record['kind']]}), language: {record['language']}, "
-            f"haystack: {record.get('haystack') or 'embedded default'}",
+            f"haystack: {_haystack(record.get('haystack'))}",
             f"- lengths ({len(lengths)}): {', '.join(f'{n:,}' for n in lengths)} {_unit(record)} tokens; "
             f"length buffer {record['length_buffer']}, start/end buffers {record['start_buffer']}/{record['end_buffer']}",
             f"- depths ({len(depths)}): {', '.join(f'{d:g}' for d in depths)} percent"

@@ -70,6 +70,11 @@ class BuildOptions:
             bad = [d for d in self.depths if not 0 <= d <= 100]
             if bad or not self.depths:
                 raise NeedlebenchError(f"depths {list(self.depths)} must be percentages between 0 and 100")
+            repeated = sorted({d for d in self.depths if self.depths.count(d) > 1})
+            if repeated:  # a depth given twice would give two rows the same id
+                raise NeedlebenchError(
+                    f"depths {list(self.depths)} give {repeated[0]:g} more than once; allowed: distinct percentages"
+                )
         if self.compat is not None and self.compat not in COMPAT_MODES:
             raise NeedlebenchError(f"unknown compat mode {self.compat!r}; allowed: {', '.join(COMPAT_MODES)}")
         if self.question_position not in ("end", "start"):
@@ -110,8 +115,8 @@ class BuildOptions:
         opencompass reads the paper's files as local files, the default mode reads haystack specs itself."""
         from needlebench.tasks.experiment import ExperimentSpec
 
-        if isinstance(spec, ExperimentSpec):
-            return replace(spec.settings(), tokenizer=self.tokenizer)
+        if isinstance(spec, ExperimentSpec):  # its haystack is the recipe's (a recorded local one is located)
+            return replace(spec.settings(), tokenizer=self.tokenizer, haystack=self.haystack(spec.language))
         language = spec.language
         compat = self.compat == "opencompass"
         if spec.family == "multi_reasoning" and spec.is_v2:

@@ -540,7 +540,7 @@ class _SpecFinder:
                 folders.append((recorded.resolve(), self._recorded(recorded)))
             for folder, specs in folders:
                 if name in specs:
-                    self.sources[id(specs[name])] = f"experiment ({folder})"
+                    self.sources[id(specs[name])] = f"experiment ({source_label(folder)})"
                     return specs[name]
             return None
 
@@ -1673,6 +1673,16 @@ EXPLANATION = (
 )
 
 
+def source_label(path: Path) -> str:
+    """A results path as a report names it (reports are shared): relative to the working folder when inside it,
+    else its last two parts, never the machine's absolute path."""
+    path = Path(path)
+    try:
+        return str(path.absolute().relative_to(Path.cwd())) or "."
+    except ValueError:
+        return str(Path(*path.absolute().parts[1:][-2:]))
+
+
 def write_html(
     path: Path,
     tables: Sequence[Table],
@@ -1687,7 +1697,7 @@ def write_html(
         f"<p class='note'>{html.escape(EXPLANATION)}</p>",
         f"<p class='note'>{html.escape(scorers)}</p>" if scorers else "",
         "<p class='note'>Sources: "
-        + ", ".join(html.escape(str(s)) for s in sources)
+        + ", ".join(html.escape(source_label(s)) for s in sources)
         + "</p>",
     ]
     parts += [table_html(table) for table in tables]
@@ -1764,7 +1774,7 @@ def write_report(
         "",
         _md_escape(scorers),
         "",
-        "Sources: " + ", ".join(_md_escape(str(s)) for s in loaded.sources),
+        "Sources: " + ", ".join(_md_escape(source_label(s)) for s in loaded.sources),
         "",
     ]
     lines += [table_markdown(table) for table in tables]

@@ -237,8 +237,28 @@ def read_text_file(path: Path) -> list[str]:
         raise NeedlebenchError(f"cannot read haystack file {path}: {error}") from error
 
 
+#: Largest local haystack read (bytes of its files). The whole corpus is tokenised at once and tiktoken's
+#: `encode_ordinary` returns a Python list, about 36 bytes a token at its peak (4 M tokens of English took 144 MB),
+#: so a 2 GB text (~500 M tokens) needs some 18 GB: the failed allocation aborted the process (SIGABRT). The
+#: longest window (1000k tokens) needs about 4 MB of English text; more only gives the windows more places to start.
+MAX_HAYSTACK_BYTES = 64 * 1024 * 1024
+
+
+def _check_size(path: Path, files: list[Path]) -> None:
+    try:
+        size = sum(file.stat().st_size for file in files)
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read haystack {path}: {error.strerror or error}") from None
+    if size > MAX_HAYSTACK_BYTES:
+        raise NeedlebenchError(
+            f"haystack {path} has {size:,} bytes; allowed: at most {MAX_HAYSTACK_BYTES:,} bytes (64 MiB) of text; "
+            "give a part of it"
+        )
+
+
 def load_local(path_text: str, language: str) -> Corpus:
-    """A `.txt` file, a `.jsonl` file with a `text` field, or a directory of `.txt` files (sorted order)."""
+    """A `.txt` file, a `.jsonl` file with a `text` field, or a directory of `.txt` files (sorted order), of at
+    most :data:`MAX_HAYSTACK_BYTES`."""
     path = Path(path_text).expanduser()
     if not path.exists():
         raise NeedlebenchError(f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory")
@@ -246,11 +266,11 @@ def load_local(path_text: str, language: str) -> Corpus:
         files = sorted(p for p in path.iterdir() if p.suffix == ".txt" and p.is_file())
         if not files:
             raise NeedlebenchError(f"haystack directory {path} holds no .txt files")
+        _check_size(path, files)
         documents = [doc for file in files for doc in read_text_file(file)]
-    elif path.suffix == ".jsonl":
-        documents = read_jsonl_documents(path)
-    elif path.suffix == ".txt":
-        documents = read_text_file(path)
+    elif path.suffix in (".jsonl", ".txt"):
+        _check_size(path, [path])
+        documents = read_jsonl_documents(path) if path.suffix == ".jsonl" else read_text_file(path)
     else:
         raise NeedlebenchError(f"haystack {path} has suffix {path.suffix!r}; allowed: .txt, .jsonl or a directory")
     documents = [doc for doc in (_normalise_document(d) for d in documents) if doc]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -94,19 +94,25 @@ class Experiment:
     prompt: str = "default"
     seed: int = RELEASE_SEED
     tokenizer: str = DEFAULT_TOKENIZER
+    #: A local haystack as a manifest records it ({file, kind, size, sha256}): the experiment read back from it
+    #: builds from the recipe's haystack, located as `verify` locates every local input.
+    haystack_record: dict | None = field(default=None, compare=False)
 
     def to_record(self) -> dict:
         """The experiment as an experiment-file mapping with every default filled in and the needles inline, as
-        recorded in the manifest (it rebuilds the config without the original file)."""
+        recorded in the manifest (it rebuilds the config without the original file). A local haystack is recorded
+        by file name, size and sha256, never by path (:func:`needlebench.sources.inputs.input_record`)."""
         skip = {"needles", "haystack", "question", "answer", "keyword", "sample_method", "fixed_index", "n_needles", "diff",
-                "tokenizer"}
+                "tokenizer", "haystack_record"}
         record = {key: getattr(self, key) for key in self.__dataclass_fields__ if key not in skip}
         if self.tokenizer != DEFAULT_TOKENIZER:
             record["tokenizer"] = self.tokenizer
         record["lengths"] = list(self.lengths)
         record["depths"] = list(self.depths)
         if self.haystack is not None:
-            record["haystack"] = self.haystack
+            record["haystack"] = _recorded_haystack(self.haystack)
+        elif self.haystack_record is not None:
+            record["haystack"] = self.haystack_record
         if self.kind == "multi_reasoning":
             record.update(needles=[n.text for n in self.needles], question=self.question, answer=self.answer,
                           keyword=self.keyword)
@@ -217,7 +223,8 @@ def _describe(schema: dict) -> str:
     if "enum" in schema:
         return "one of " + ", ".join(map(str, schema["enum"]))
     if kind == "array":
-        return f"a list of {_describe(schema.get('items', {}))}"
+        most = f" (at most {schema['maxItems']:,} items)" if "maxItems" in schema else ""
+        return f"a list of {_describe(schema.get('items', {}))}{most}"
     if kind == "object":
         return "a mapping with " + ", ".join(schema.get("properties", {}))
     if "oneOf" in schema:
@@ -265,17 +272,30 @@ def _schema_check(data: object, where: str) -> None:
     raise _fail(where, key, error.instance, _schema_allowed(error))
 
 
+#: Largest experiment file read (an experiment with ten thousand inline needles stays far below).
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
 def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment YAML file."""
+    """Read and validate an experiment YAML file (strictly: no aliases, no key given twice)."""
     import yaml
+
+    from needlebench.yamlload import UserYamlError, load_user_yaml
 
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise NeedlebenchError(
+                f"experiment file {path} has {size:,} bytes; allowed: at most {MAX_FILE_BYTES:,}"
+            )
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise NeedlebenchError(f"cannot read experiment file {path}: {error}") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_user_yaml(text)
+    except UserYamlError as error:
+        raise NeedlebenchError(f"{path} {error}") from None
     except yaml.YAMLError as error:
         line = getattr(getattr(error, "problem_mark", None), "line", None)
         at = f" line {line + 1}" if line is not None else ""
@@ -304,6 +324,9 @@ def parse_experiment(data: dict, where: str = "experiment", base: Path | None = 
         depths = generate_depth_percents(depths_value["n"], depths_value.get("spacing", "linear"))
     else:
         depths = tuple(float(d) for d in depths_value)
+        bad = [d for d in depths if not math.isfinite(d)]
+        if bad:  # NaN passes the schema's bounds (every comparison with it is false)
+            raise _fail(where, f"depths.{depths.index(bad[0])}", bad[0], "a number >= 0 and <= 100")
     if len(set(depths)) != len(depths):
         raise _fail(where, "depths", depths_value, "distinct depths")
     start_buffer, end_buffer = data.get("start_buffer", 0), data.get("end_buffer", 0)
@@ -334,6 +357,8 @@ def parse_experiment(data: dict, where: str = "experiment", base: Path | None = 
         for key in ("question", "answer", "keyword"):
             if key in data:
                 raise _fail(where, key, data[key], f"nothing for kind {kind}; give question/answer/keyword per needle")
+    if "diff" in data and not math.isfinite(data["diff"]):
+        raise _fail(where, "diff", data["diff"], "a number > 0 and <= 100")
     if kind == "single" and "diff" in data:
         raise _fail(where, "diff", data["diff"], "nothing for kind single (diff spaces the needles of multi kinds)")
     return Experiment(
@@ -404,12 +429,39 @@ def _parse_needles(data: dict, kind: str, language: str, where: str, base: Path 
         if not keyword:
             raise NeedlebenchError(f"{where}: missing key needles.{i}.keyword; required: keyword or answer")
         needles.append(ExperimentNeedle(item["needle"].strip(), item["question"], item.get("answer", keyword), keyword))
+    _check_keywords(needles, where)
     return tuple(needles)
 
 
+def _check_keywords(needles: list[ExperimentNeedle], where: str) -> None:
+    """Each needle must hold its keyword (what scoring looks for in the answer): a needle without it asks a
+    question the context cannot answer."""
+    for i, needle in enumerate(needles):
+        if needle.keyword.casefold() not in needle.text.casefold():
+            raise _fail(
+                where, f"needles.{i}.keyword", needle.keyword,
+                f"a keyword that occurs in its needle ({needle.text[:40]!r}{'...' if len(needle.text) > 40 else ''})",
+            )
+
+
+def _recorded_haystack(spec: str) -> str | dict:
+    """A haystack spec as a manifest records it: a local path becomes its {file, kind, size, sha256} record."""
+    from needlebench.sources.inputs import input_record, is_local_spec
+
+    return input_record(spec) if is_local_spec(spec) else spec
+
+
 def experiment_from_record(record: dict) -> Experiment:
-    """An experiment recorded in a manifest (:meth:`Experiment.to_record`)."""
-    return parse_experiment(dict(record), "manifest experiment")
+    """An experiment recorded in a manifest (:meth:`Experiment.to_record`). A recorded local haystack is kept as
+    its record: the build reads the recipe's haystack (located by hash, or `verify --haystack-en/-zh PATH`)."""
+    from needlebench.sources.inputs import is_input_record
+
+    data = dict(record)
+    recorded = data.get("haystack")
+    if not is_input_record(recorded):
+        return parse_experiment(data, "manifest experiment")
+    del data["haystack"]
+    return replace(parse_experiment(data, "manifest experiment"), haystack_record=recorded)
 
 
 # ---------------------------------------------------------------------------------------------------- rows
