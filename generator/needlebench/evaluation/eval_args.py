@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -42,7 +43,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def _positive_tokens(value: str) -> str:
-    if not (value.isdigit() and int(value) > 0):
+    if value != "double" and not (value.isdigit() and int(value) > 0):  # argparse passes the const through too
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a positive number of tokens; use --reasoning (doubles) or --reasoning N"
         )
@@ -324,11 +325,15 @@ def check_lm_eval(namespace: argparse.Namespace) -> None:
 
     if getattr(namespace, "config", None):  # a YAML config fills options in: lm-eval checks it when it runs
         return
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # its warnings (e.g. about --limit) are logged again when the run starts
     try:
         EvaluatorConfig.from_cli(argparse.Namespace(**vars(namespace)))
     except (ValueError, TypeError) as error:
         message = (str(error).splitlines() or [type(error).__name__])[0]
         raise NeedlebenchError(f"lm-eval refuses the options: {message}; {HELP_HINT}") from None
+    finally:
+        logging.disable(previous)
 
 
 def check_run(args: EvalArgs) -> None:

@@ -32,7 +32,7 @@ from needlebench.sources.cache import cache_root
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 #: Written last into a cached tokenizer folder, so an interrupted save is never read.
 MARKER = "needlebench-gguf-tokenizer.json"
-INSTALL_HINT = "install it with `pip install 'needlebench[eval]'` (transformers and gguf)"
+INSTALL_HINT = "install them with `pip install 'needlebench[eval]'` (transformers, gguf)"
 
 
 @dataclass(frozen=True)
