@@ -17,10 +17,12 @@ from support.smollm import GGUF_NAME, gguf_path
 ORACLE = ["eval", "run", "--model", "needlebench-oracle"]
 
 
-def run(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+def run(
+    *args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})},
     )  # fmt: skip
 
@@ -74,7 +76,9 @@ def test_output_path_that_is_a_file_is_one_line(tmp_path: Path):
 
 
 def test_unknown_option_and_bad_values_are_one_line():
-    assert "unrecognized arguments: --sbuset" in one_error(run(*ORACLE, "--tasks", "needlebench_atc_en", "--sbuset", "4"))
+    assert "unrecognized arguments: --sbuset" in one_error(
+        run(*ORACLE, "--tasks", "needlebench_atc_en", "--sbuset", "4")
+    )
     line = one_error(run(*ORACLE, "--tasks", "needlebench_atc_en", "--subset", "four"))
     assert "--subset" in line and "'four' is not a whole number" in line
     line = one_error(run(*ORACLE, "--tasks", "needlebench_atc_en", "--subset", "4", "--limit", "2"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -175,9 +176,10 @@ def lm_eval_parser() -> tuple[_OneLineParser, dict[str, _OneLineParser]]:
     choices: dict[str, _OneLineParser] = dict(subparsers.choices)
     run = choices["run"]
     run.prog = "needlebench eval run"
-    run.description = (
+    run.description = textwrap.fill(
         "lm-eval's run with needlebench's models (needlebench-oracle) and tasks (needlebench_<config>). "
-        "needlebench's own options come first; every other option is lm-eval's, passed through."
+        "needlebench's own options come first; every other option is lm-eval's, passed through.",
+        width=80,
     )
     run.usage = "needlebench eval run --model <model> --tasks <task,...> [needlebench options] [lm-eval options]"
     add_own_options(run)
