@@ -89,7 +89,8 @@ def run_eval(argv: list[str]) -> int:
     managers: list[Any] = []
     try:
         setup_logging()
-        with project_tasks_kept(user_include, managers=managers):
+        defaults = args is None or not _only_known_tasks(args)
+        with project_tasks_kept(user_include, managers=managers, defaults=defaults):
             namespace.func(namespace)
     except SystemExit as exc:
         status = _exit_status(exc.code)
@@ -108,6 +109,17 @@ def run_eval(argv: list[str]) -> int:
     if prepared is not None and status == 0:
         write_health(prepared, started)
     return status
+
+
+def _only_known_tasks(args: Any) -> bool:
+    """Whether every task of a run is a needlebench task or group, or one of the user's ``--include_path``: then
+    lm-eval need not index its own thousands of task YAMLs (seconds on an idle machine)."""
+    from needlebench.evaluation.eval_args import known_tasks
+
+    if not args.tasks or any(task.endswith(".yaml") or Path(task).is_dir() for task in args.tasks):
+        return False
+    known = set(known_tasks(args.user_include_path))
+    return all(task in known for task in args.tasks)
 
 
 def _unknown_tasks(message: str, managers: Sequence[Any]) -> str:
@@ -133,7 +145,10 @@ def _exit_status(code: object) -> int:
 
 @contextmanager
 def project_tasks_kept(
-    user_include_path: str | None, include_path: Path | None = None, managers: list[Any] | None = None
+    user_include_path: str | None,
+    include_path: Path | None = None,
+    managers: list[Any] | None = None,
+    defaults: bool = True,
 ) -> Iterator[None]:
     """While lm-eval runs, keep the project's task folder indexed beside a user's ``--include_path``.
 
@@ -141,6 +156,7 @@ def project_tasks_kept(
     folder of their own, ``lm_eval.tasks.TaskManager`` is wrapped for the duration so that it indexes the
     project's folder first and the user's after it (a user's task of the same name wins). Each task manager
     made meanwhile is appended to ``managers`` (its index names the tasks a mistyped name may have meant).
+    ``defaults`` False leaves lm-eval's own task folder unindexed (a run of needlebench tasks only).
     """
     ours = include_path if include_path is not None else default_include_path()
     import lm_eval.tasks
@@ -153,6 +169,8 @@ def project_tasks_kept(
             if add_ours:
                 paths = list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
                 include_path = [str(ours)] + [str(path) for path in paths if path and Path(path) != ours]
+            if not defaults:
+                kwargs["include_defaults"] = False
             super().__init__(*args, include_path=include_path, **kwargs)
             if managers is not None:
                 managers.append(self)
