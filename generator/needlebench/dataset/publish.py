@@ -121,7 +121,10 @@ def check_not_older(version: str, tags: Mapping[str, str], where: str) -> None:
 
 def prepare_folder(folder: Path) -> dict[str, Any]:
     """The manifest of a publishable folder: a needlebench dataset whose files match its manifest."""
+    from needlebench.dataset.replace import recover_before_reading
+
     folder = Path(folder)
+    recover_before_reading(folder)  # a replace a killed build committed is finished first, as a build would
     manifest = read_manifest(folder)
     differences = check_files(folder, manifest, list(manifest["configs"]))
     if differences:
@@ -475,7 +478,8 @@ class GitRepo:
     def hash_files(self, folder: Path, paths: list[str], *, write: bool) -> dict[str, str]:
         """Blob ids of files (raw bytes, no filters); ``write`` stores them in the object database."""
         args = ["hash-object", "--no-filters", "--stdin-paths"] + (["-w"] if write else [])
-        out = self.run(*args, stdin="".join(f"{folder / p}\n" for p in paths))
+        root = Path(folder).absolute()  # git runs in the repository: a relative folder would resolve there
+        out = self.run(*args, stdin="".join(f"{root / p}\n" for p in paths))
         return dict(zip(paths, out.split(), strict=True))
 
     def show_file(self, revision: str, path: str) -> str | None:
