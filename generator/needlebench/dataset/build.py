@@ -206,6 +206,10 @@ def build_dataset(
         raise NeedlebenchError(f"cannot write output folder {out_dir}: {error.strerror}; choose another --out") from None
     try:
         previous = _check_out_dir(out_dir, options, overwrite)
+        from needlebench.dataset.safe_folder import check_no_links
+
+        for spec in specs:  # never written through a link: refused before any work
+            check_no_links(out_dir, f"data/{spec.name}", f"the build of {spec.name} into {out_dir}")
         created = not out_dir.exists()
         try:
             out_dir.mkdir(parents=True, exist_ok=True)

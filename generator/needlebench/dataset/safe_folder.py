@@ -133,7 +133,8 @@ def check_manifest(manifest: object, where: str, root: Path | None = None) -> di
         files = entry.get("files")
         if not isinstance(files, list) or not files:
             raise NeedlebenchError(
-                f"config {name!r} in {where} lists no files; expected data/{name}/test-00000-of-00001.parquet"
+                f'config {name!r} in {where} has "files" {_short(files)}; expected a list of its Parquet files '
+                f"such as data/{name}/test-00000-of-00001.parquet"
             )
         for file_name in files:
             check_data_file(root, name, file_name, where)
