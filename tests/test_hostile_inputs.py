@@ -72,7 +72,13 @@ def run(home: Path, *args: str, cwd: Path | None = None, env: dict | None = None
     environment = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": REAL_CONFIG, "HF_HOME": REAL_HF_HOME}
     environment.update(env or {})
     return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, env=environment, cwd=cwd or home / "work", timeout=600, check=False
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=cwd or home / "work",
+        timeout=600,
+        check=False,
     )
 
 

@@ -140,6 +140,16 @@ def content_files(manifest: Mapping[str, Any]) -> list[str]:
     return [MANIFEST_NAME, *sorted(f for entry in manifest["configs"].values() for f in entry["files"])]
 
 
+def checked_content_files(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """:func:`content_files`, each checked to be a regular file inside `folder` reached through no link
+    (:mod:`needlebench.dataset.safe_folder`): a release never carries a file from outside the dataset."""
+    from needlebench.dataset.safe_folder import check_targets
+
+    names = content_files(manifest)
+    check_targets(Path(folder), names, str(Path(folder) / MANIFEST_NAME))
+    return names
+
+
 def is_content_path(path: str) -> bool:
     """Paths compared when a tag exists: the manifest and everything under ``data/``."""
     return path == MANIFEST_NAME or PurePosixPath(path).parts[:1] == ("data",)
@@ -165,7 +175,7 @@ def staged_release(
     """A temporary copy (hard links where possible) of the release files, with the card re-rendered."""
     with tempfile.TemporaryDirectory(prefix="needlebench-publish-") as temp:
         staged = Path(temp) / "release"
-        for name in content_files(manifest):
+        for name in checked_content_files(folder, manifest):
             _link_or_copy(Path(folder) / name, staged / name)
         card = render_card(manifest, staged, repo_id=repo_id, version=version, changelog=changelog)
         write_text_atomic(staged / CARD_NAME, card)
@@ -192,7 +202,7 @@ def file_digest(path: Path) -> FileDigest:
 
 
 def local_digests(folder: Path, manifest: Mapping[str, Any]) -> dict[str, FileDigest]:
-    return {name: file_digest(Path(folder) / name) for name in content_files(manifest)}
+    return {name: file_digest(Path(folder) / name) for name in checked_content_files(folder, manifest)}
 
 
 # --- changelog and messages -----------------------------------------------------------------------------------
@@ -612,7 +622,7 @@ def _publish_git(
 ) -> PublishResult:
     tags = repo.tags()
     if tag in tags:
-        local = repo.hash_files(folder, content_files(manifest), write=False)
+        local = repo.hash_files(folder, checked_content_files(folder, manifest), write=False)
         remote = _git_content(repo, tags[tag])
         if {path: meta.split()[-1] for path, meta in remote.items()} == local:
             return release_result(

@@ -38,7 +38,6 @@ __all__ = [
 ]
 
 
-
 def validate_manifest(manifest: Mapping[str, Any], where: str, root: Path | None = None) -> dict[str, Any]:
     """Check a needlebench manifest: its schema field by field and its file names
     (:func:`needlebench.dataset.safe_folder.check_manifest`, against the folder `root` when given), then its recipe.
