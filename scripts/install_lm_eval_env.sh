@@ -9,6 +9,7 @@
 # lm-eval core needs no torch (the `dummy` model and the dataset loaders are enough); the scorers of the exported
 # folder declare rapidfuzz and json-repair (see the folder's README). About 1-2 minutes and 0.8 GB the first time.
 set -euo pipefail
+unset PYTHONPATH  # the venv must see neither this checkout nor the calling environment's packages
 
 CACHE="${NEEDLEBENCH_CACHE:-$HOME/.cache/needlebench}"
 VENV="${NEEDLEBENCH_LM_EVAL_VENV:-$CACHE/lm-eval-venv}"

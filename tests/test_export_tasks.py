@@ -31,6 +31,7 @@ from support import (
     atc_rows,
     build_data,
     counting_stars_row,
+    fixture_row,
     multi_reasoning_row,
     multi_retrieval_row,
     single_row,
@@ -76,7 +77,16 @@ def _needlebench(*args: str, cwd: Path, env: dict[str, str] | None = None, timeo
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("export") / "needlebench"
-    result = _needlebench("export-tasks", "--repo", DATA_REPO, "--revision", "v1.0.0", "--out", str(out), cwd=out.parent)
+    result = _needlebench(
+        "export-tasks",
+        "--repo",
+        DATA_REPO,
+        "--revision",
+        "v1.0.0",
+        "--out",
+        str(out),
+        cwd=out.parent,
+    )
     assert result.returncode == 0, result.stderr
     return out
 
@@ -106,7 +116,12 @@ def test_export_writes_the_in_tree_folder(exported: Path):
         base = load_yaml(texts[data["include"]])
         assert base["dataset_path"] == DATA_REPO and base["dataset_kwargs"] == {"revision": "v1.0.0"}
     groups = {load_yaml(texts[name])["group"] for name in project if name.startswith("_needlebench")}
-    assert {"needlebench_atc", "needlebench_4k", "needlebench_single", "needlebench_v2"} <= groups
+    assert {
+        "needlebench_atc",
+        "needlebench_4k",
+        "needlebench_single",
+        "needlebench_v2",
+    } <= groups
     assert groups == {load_yaml(texts[n])["group"] for n in texts if n.startswith("_needlebench")}
     # utils.py imports only the standard library, lm-eval's dependencies and the declared requirements
     tree = ast.parse(texts["utils.py"])
@@ -122,7 +137,14 @@ def test_export_writes_the_in_tree_folder(exported: Path):
     named = {ref.split(".")[1] for text in texts.values() for ref in _function_refs(text)}
     assert named and named <= defined
     readme = texts["README.md"]
-    for heading in ("### Paper", "### Citation", "#### Groups", "#### Tasks", "### Checklist", "pip install rapidfuzz"):
+    for heading in (
+        "### Paper",
+        "### Citation",
+        "#### Groups",
+        "#### Tasks",
+        "### Checklist",
+        "pip install rapidfuzz",
+    ):
         assert heading in readme
 
 
@@ -132,8 +154,14 @@ def _function_refs(text: str) -> list[str]:
 
 def test_export_refuses_bad_arguments_and_foreign_folders(tmp_path: Path):
     cases = [
-        (["--repo", "needlebench", "--revision", "v1.0.0"], "--repo 'needlebench' is not a Hub dataset id"),
-        (["--repo", DATA_REPO, "--revision", "main"], "--revision 'main' does not pin a release"),
+        (
+            ["--repo", "needlebench", "--revision", "v1.0.0"],
+            "--repo 'needlebench' is not a Hub dataset id",
+        ),
+        (
+            ["--repo", DATA_REPO, "--revision", "main"],
+            "--revision 'main' does not pin a release",
+        ),
     ]
     for args, message in cases:
         result = _needlebench("export-tasks", *args, "--out", str(tmp_path / "new"), cwd=tmp_path)
@@ -142,7 +170,16 @@ def test_export_refuses_bad_arguments_and_foreign_folders(tmp_path: Path):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine\n")
-    result = _needlebench("export-tasks", "--repo", DATA_REPO, "--revision", "v1.0.0", "--out", str(mine), cwd=tmp_path)
+    result = _needlebench(
+        "export-tasks",
+        "--repo",
+        DATA_REPO,
+        "--revision",
+        "v1.0.0",
+        "--out",
+        str(mine),
+        cwd=tmp_path,
+    )
     assert result.returncode == 2 and "notes.txt" in result.stderr
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
 
@@ -161,7 +198,7 @@ def _fuzz_docs() -> list[dict[str, Any]]:
         counting_stars_row("counting_stars_reasoning_zh_128k"),
         single_row("v2_single_en_4k"),
         multi_reasoning_row("v2_multi_reasoning_en_4k"),
-        *atc_rows("v2_atc_en", item_id="item-3", num_needles=5),
+        *(fixture_row("v2_atc_en", id=f"v2-{n}", answer="Ann", num_needles=n) for n in (2, 3, 5)),
     ]
 
 
@@ -175,8 +212,16 @@ def test_exported_hooks_equal_the_package_hooks_on_a_fuzz_set(exported: Path):
     for doc in _fuzz_docs():
         template = FAMILY_TEMPLATES[template_key(get_config(doc["config"]))]
         oracle = harness.oracle_answer(doc)
-        candidates = [oracle, f"<think>{texts[0]}</think>{oracle}", f"<think>{oracle}", oracle[: len(oracle) // 2]]
-        mine, theirs = getattr(utils, template.process_results), getattr(harness, template.process_results)
+        candidates = [
+            oracle,
+            f"<think>{texts[0]}</think>{oracle}",
+            f"<think>{oracle}",
+            oracle[: len(oracle) // 2],
+        ]
+        mine, theirs = (
+            getattr(utils, template.process_results),
+            getattr(harness, template.process_results),
+        )
         rows_mine, rows_theirs = [], []
         for output in [*candidates, *texts]:
             got, want = mine(doc, [output]), theirs(doc, [output])
@@ -203,9 +248,10 @@ def lm_eval_venv() -> Path:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     python = Path(result.stdout.strip().splitlines()[-1].split(": ", 1)[1])
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     check = subprocess.run(
         [str(python), "-c", "import importlib.util as u; print(u.find_spec('needlebench') is None)"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
     assert check.stdout.strip() == "True", "the lm-eval venv must not have needlebench"
     return python
@@ -236,6 +282,13 @@ def installed(lm_eval_venv: Path, exported: Path) -> Path:
     return target
 
 
+def _user_env(hub: HubServer, home: Path) -> dict[str, str]:
+    """A user's shell pointed at the local Hub: no PYTHONPATH (which would reach this checkout's needlebench)."""
+    env = hub.env(home)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
 def _results(output: Path) -> dict[str, Any]:
     return json.loads(sorted(output.rglob("results_*.json"))[-1].read_text(encoding="utf-8"))["results"]
 
@@ -243,21 +296,25 @@ def _results(output: Path) -> dict[str, Any]:
 def test_lm_eval_runs_the_tasks_by_name_without_needlebench(
     hub: HubServer, release: Path, installed: Path, lm_eval_venv: Path, tmp_path: Path
 ):
-    env = hub.env(tmp_path / "hf")
-    lm_eval = [str(lm_eval_venv), "-m", "lm_eval"]
+    env = _user_env(hub, tmp_path / "hf")
+    lm_eval = [str(lm_eval_venv.parent / "lm_eval")]  # the venv's console script, as a user types it
     validate = subprocess.run(
         [*lm_eval, "validate", "--tasks", "needlebench_atc,needlebench_single_en_4k,needlebench_4k"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert validate.returncode == 0 and "All tasks found and valid" in validate.stdout, validate.stdout[-2000:]
     run = subprocess.run(
-        [*lm_eval, "run", "--tasks", "needlebench_atc,needlebench_single_en_4k", "--model", "dummy",
+        [*lm_eval, "--tasks", "needlebench_atc,needlebench_single_en_4k", "--model", "dummy",
          "--limit", "4", "--output_path", str(tmp_path / "out")],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-4000:]
     results = _results(tmp_path / "out")
-    assert {"needlebench_atc", "needlebench_single_en_4k", *(f"needlebench_{c}" for c in ATC_CONFIGS)} <= set(results)
+    assert {
+        "needlebench_atc",
+        "needlebench_single_en_4k",
+        *(f"needlebench_{c}" for c in ATC_CONFIGS),
+    } <= set(results)
     assert results["needlebench_single_en_4k"]["score,none"] < 100.0  # the dummy answers "lol"
 
 
@@ -307,7 +364,7 @@ def test_exported_folder_scores_equal_the_project_folder_on_the_same_outputs(
     # 3. ... and through the exported folder in lm-eval's tree, reading the served release, without needlebench
     exported_run = subprocess.run(
         [str(lm_eval_venv), str(REPLAY), str(outputs), *common, "--output_path", str(tmp_path / "exported")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=900, env=hub.env(tmp_path / "hf"),
+        capture_output=True, text=True, cwd=tmp_path, timeout=900, env=_user_env(hub, tmp_path / "hf"),
     )  # fmt: skip
     assert exported_run.returncode == 0, exported_run.stderr[-4000:]
     theirs, mine = _results(tmp_path / "project"), _results(tmp_path / "exported")

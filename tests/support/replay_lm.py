@@ -37,7 +37,9 @@ def main() -> None:
                 try:
                     answers.append(outputs[request.task_name][str(request.doc["id"])])
                 except KeyError:
-                    raise SystemExit(f"replay: no output for {request.task_name} row {request.doc.get('id')!r}") from None
+                    raise SystemExit(
+                        f"replay: no output for {request.task_name} row {request.doc.get('id')!r}"
+                    ) from None
             return answers
 
         def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list:

@@ -122,7 +122,10 @@ class _Bundler:
                         else:
                             mod.imports[alias.asname or alias.name.split(".")[0]] = (
                                 "external",
-                                External(alias.name if alias.asname else alias.name.split(".")[0], None),
+                                External(
+                                    alias.name if alias.asname else alias.name.split(".")[0],
+                                    None,
+                                ),
                             )
                 elif isinstance(stmt, ast.ImportFrom):
                     if stmt.module == "__future__":
@@ -136,11 +139,20 @@ class _Bundler:
                         bound = alias.asname or alias.name
                         if _is_package_module(source_module):
                             if _is_submodule(source_module, alias.name):
-                                mod.imports[bound] = ("module", f"{source_module}.{alias.name}")
+                                mod.imports[bound] = (
+                                    "module",
+                                    f"{source_module}.{alias.name}",
+                                )
                             else:
-                                mod.imports[bound] = ("name", (source_module, alias.name))
+                                mod.imports[bound] = (
+                                    "name",
+                                    (source_module, alias.name),
+                                )
                         else:
-                            mod.imports[bound] = ("external", External(source_module, alias.name))
+                            mod.imports[bound] = (
+                                "external",
+                                External(source_module, alias.name),
+                            )
                 else:
                     for bound in _stmt_bound_names(stmt):
                         mod.bindings.setdefault(bound, []).append(index)
@@ -229,7 +241,10 @@ class _Bundler:
                 for index, stmt in enumerate(mod.tree.body):
                     if index in self.statements.get(module, set()) or _stmt_bound_names(stmt):
                         continue
-                    if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
+                    if isinstance(
+                        stmt,
+                        (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef),
+                    ):
                         continue
                     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
                         continue  # docstring
@@ -303,7 +318,13 @@ class _Bundler:
 
     # ------------------------------------------------------------------------------------------ output
 
-    def render(self, entries: list[Key], header: str, optional: Mapping[str, str], optional_message: str) -> str:
+    def render(
+        self,
+        entries: list[Key],
+        header: str,
+        optional: Mapping[str, str],
+        optional_message: str,
+    ) -> str:
         names = self.output_names(entries)
         parts = [header.rstrip("\n") + "\n", "from __future__ import annotations\n"]
         plain, guarded = self._import_lines(names, optional)
@@ -341,7 +362,10 @@ class _Bundler:
             group = external.top in optional
             if external.attr is None:
                 line = f"import {external.module}" + ("" if alias == external.module else f" as {alias}")
-                plain.setdefault(f"{int(group)}{int(external.top not in sys.stdlib_module_names)}", []).append(line)
+                plain.setdefault(
+                    f"{int(group)}{int(external.top not in sys.stdlib_module_names)}",
+                    [],
+                ).append(line)
             else:
                 item = external.attr + ("" if alias == external.attr else f" as {alias}")
                 froms.setdefault((group, external.module), []).append(item)

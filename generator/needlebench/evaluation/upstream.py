@@ -73,7 +73,7 @@ _Dumper.add_representer(FunctionRef, lambda dumper, data: dumper.represent_scala
 
 def load_yaml(text: str) -> dict[str, Any]:
     """An lm-eval YAML (``!function`` tags kept as :class:`FunctionRef`)."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
 
 
 def dump_yaml(data: Mapping[str, Any], note: str) -> str:
@@ -132,7 +132,11 @@ def export_yamls(repo: str, revision: str) -> dict[str, str]:
         data = load_yaml(text)
         if "custom_dataset" in data:  # a base template: the data source
             data.pop("custom_dataset")
-            data = {"dataset_path": repo, "dataset_kwargs": {"revision": revision}, **data}
+            data = {
+                "dataset_path": repo,
+                "dataset_kwargs": {"revision": revision},
+                **data,
+            }
         metadata = data.get("metadata")
         if isinstance(metadata, dict):
             metadata.pop("needlebench_config", None)  # read only by the package's custom_dataset
@@ -175,7 +179,11 @@ def utils_source(hooks: list[str]) -> str:
         f"the needlebench tasks need {' and '.join(TASK_REQUIREMENTS.values())} for scoring: pip install {pip_names}"
     )
     return bundle(
-        entries, header=header, allowed_external=LM_EVAL_PROVIDES, optional=TASK_REQUIREMENTS, optional_message=message
+        entries,
+        header=header,
+        allowed_external=LM_EVAL_PROVIDES,
+        optional=TASK_REQUIREMENTS,
+        optional_message=message,
     )
 
 
