@@ -375,3 +375,75 @@ def test_exported_folder_scores_equal_the_project_folder_on_the_same_outputs(
         assert metrics and metrics == {key: value for key, value in mine[task].items() if key.endswith(",none")}, task
         mixed += any(0.0 < value < (1.0 if "counting" in config else 100.0) for value in metrics.values())
     assert mixed >= len(FAMILY_CONFIGS) // 2, theirs
+
+
+# --------------------------------------------------------------------------------------------- the bundler
+
+
+def _fake_package(root: Path, modules: dict[str, str], package: str) -> None:
+    """Write the modules, their package ``nbfake`` renamed to ``package`` (one per test: imports are cached)."""
+    for name, text in modules.items():
+        name, text = name.replace("nbfake", package), text.replace("nbfake", package)
+        path = root / (name.replace(".", "/") + ".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+FAKE = {
+    "nbfake.__init__": "",
+    "nbfake.scoring.__init__": "from nbfake.scoring.alpha import score_alpha\nfrom nbfake.scoring.beta import score_beta\n",
+    "nbfake.scoring.alpha": (
+        "import re\n\n_WORD = re.compile(r'\\w+')\n# the weight of a word\n_WEIGHT = 2\n\n\n"
+        "def _helper(text):\n    return len(_WORD.findall(text)) * _WEIGHT\n\n\n"
+        "def score_alpha(text):\n    return _helper(text)\n\n\ndef unused():\n    import nbfake.hooks\n"
+    ),
+    "nbfake.scoring.beta": (
+        "import numpy as np\n\n_TABLE = np.zeros(4)\n_TABLE[1] = 5.0\n\n\n"
+        "def _helper(text):\n    return float(_TABLE[len(text) % 4])\n\n\n"
+        "def score_beta(text):\n    return _helper(text) + 1\n"
+    ),
+    "nbfake.hooks": (
+        "from nbfake import scoring\nfrom nbfake.scoring.alpha import _WEIGHT as WEIGHT\n\n\n"
+        "def process(doc, results):\n    text = results[0]\n"
+        "    return {'a': scoring.score_alpha(text) * WEIGHT, 'b': scoring.score_beta(text)}\n"
+    ),
+}
+
+
+def test_bundler_follows_names_renames_clashes_and_keeps_module_level_changes(tmp_path: Path, monkeypatch):
+    from needlebench.evaluation.bundle import bundle
+
+    _fake_package(tmp_path, FAKE, "nbfake_one")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = bundle(
+        [("nbfake_one.hooks", "process")], header='"""fake"""', allowed_external=["numpy"], package="nbfake_one"
+    )
+    imports = [node for node in ast.walk(ast.parse(text)) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert not any("nbfake" in ast.unparse(node) for node in imports) and "def unused" not in text
+    assert "# the weight of a word" in text and "_TABLE[1] = 5.0" in text  # comments and mutations kept
+    namespace: dict[str, Any] = {}
+    exec(compile(text, "bundle", "exec"), namespace)  # noqa: S102 - the code under test
+    hooks = importlib.import_module("nbfake_one.hooks")
+    for output in ["", "a", "two words", "x y z!"]:
+        assert namespace["process"]({}, [output]) == hooks.process({}, [output])
+    assert {"_helper", "_beta_helper"} <= set(namespace) or {"_helper", "_alpha_helper"} <= set(namespace)
+
+
+def test_bundler_refuses_what_it_cannot_copy_faithfully(tmp_path: Path, monkeypatch):
+    from needlebench.errors import NeedlebenchError
+    from needlebench.evaluation.bundle import bundle
+
+    _fake_package(
+        tmp_path,
+        {
+            **FAKE,
+            "nbfake.lazy": "def hook(doc, results):\n    from nbfake.scoring import score_alpha\n    return score_alpha(results[0])\n",
+            "nbfake.heavy": "import scipy\n\n\ndef hook(doc, results):\n    return scipy.stats\n",
+        },
+        "nbfake_two",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(NeedlebenchError, match="imports nbfake_two.scoring inside its body"):
+        bundle([("nbfake_two.lazy", "hook")], header="", allowed_external=[], package="nbfake_two")
+    with pytest.raises(NeedlebenchError, match="imports 'scipy', which lm-eval does not bring"):
+        bundle([("nbfake_two.heavy", "hook")], header="", allowed_external=["numpy"], package="nbfake_two")

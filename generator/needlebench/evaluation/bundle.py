@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import re
 import symtable
 import sys
 from collections.abc import Iterable, Mapping
@@ -58,8 +59,8 @@ class _Module:
     imports: dict[str, tuple[str, object]] = field(default_factory=dict)
 
 
-def _is_package_module(name: str) -> bool:
-    return name == PACKAGE or name.startswith(PACKAGE + ".")
+def _in_package(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
 
 
 def _module_path(name: str) -> Path:
@@ -94,7 +95,8 @@ def _stmt_bound_names(stmt: ast.stmt) -> list[str]:
 
 
 class _Bundler:
-    def __init__(self, allowed_external: Iterable[str]) -> None:
+    def __init__(self, allowed_external: Iterable[str], package: str = PACKAGE) -> None:
+        self.package = package
         self.allowed_external = set(allowed_external) | set(sys.stdlib_module_names)
         self.modules: dict[str, _Module] = {}
         self.needed: set[Key] = set()
@@ -103,6 +105,9 @@ class _Bundler:
         self.externals: dict[Key, External] = {}
 
     # ------------------------------------------------------------------------------------------ parsing
+
+    def _ours(self, name: str) -> bool:
+        return _in_package(name, self.package)
 
     def module(self, name: str) -> _Module:
         if name not in self.modules:
@@ -115,7 +120,7 @@ class _Bundler:
             for index, stmt in enumerate(tree.body):
                 if isinstance(stmt, ast.Import):
                     for alias in stmt.names:
-                        if _is_package_module(alias.name):
+                        if self._ours(alias.name):
                             if alias.asname is None:
                                 raise NeedlebenchError(f"cannot bundle {name}: use `import {alias.name} as X`")
                             mod.imports[alias.asname] = ("module", alias.name)
@@ -137,7 +142,7 @@ class _Bundler:
                         source_module = ".".join([*base, *([stmt.module] if stmt.module else [])])
                     for alias in stmt.names:
                         bound = alias.asname or alias.name
-                        if _is_package_module(source_module):
+                        if self._ours(source_module):
                             if _is_submodule(source_module, alias.name):
                                 mod.imports[bound] = (
                                     "module",
@@ -197,7 +202,7 @@ class _Bundler:
         for node in ast.walk(stmt):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-                if any(_is_package_module(n) for n in names):
+                if any(self._ours(n) for n in names):
                     raise NeedlebenchError(
                         f"cannot bundle {mod.name}: a function imports {names[0]} inside its body (line {node.lineno})"
                     )
@@ -300,6 +305,12 @@ class _Bundler:
 
     def _check_renamable(self, mod: _Module, name: str) -> None:
         """A module-level name may be rewritten in place only if no function of the module uses it as a local."""
+
+        for node in ast.walk(mod.tree):
+            if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+                raise NeedlebenchError(
+                    f"cannot bundle {mod.name}: {name!r} must be renamed but a function declares it global"
+                )
 
         def visit(table: symtable.SymbolTable) -> None:
             for child in table.get_children():
@@ -425,6 +436,16 @@ class _Bundler:
                 start = offsets[node.lineno - 1] + node.col_offset
                 end = offsets[node.end_lineno - 1] + node.end_col_offset
                 edits.append((start, end, new))
+            stmt = mod.tree.body[index]
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                new = names.get((mod.name, stmt.name), stmt.name)
+                if new != stmt.name:  # the defining name itself (not an ast.Name node)
+                    self._check_renamable(mod, stmt.name)
+                    line = lines[stmt.lineno - 1]
+                    match = re.compile(rb"(?:async\s+)?(?:def|class)\s+(\w+)").match(line, stmt.col_offset)
+                    assert match is not None and match.group(1) == stmt.name.encode()
+                    start = offsets[stmt.lineno - 1]
+                    edits.append((start + match.start(1), start + match.end(1), new))
         return edits
 
     def _segment(self, mod: _Module, index: int, edits: list[tuple[int, int, str]]) -> str:
@@ -451,13 +472,14 @@ def bundle(
     allowed_external: Iterable[str],
     optional: Mapping[str, str] | None = None,
     optional_message: str = "",
+    package: str = PACKAGE,
 ) -> str:
     """Python source defining every entry ``(module, name)`` of the package and what it uses, importing no needlebench.
 
     ``allowed_external``: top-level modules other than the standard library the bundle may import; those also in
     ``optional`` (module -> pip name) are imported in a ``try`` that raises ``ImportError(optional_message)``.
     """
-    bundler = _Bundler([*allowed_external, *(optional or {})])
+    bundler = _Bundler([*allowed_external, *(optional or {})], package)
     bundler.close(entries)
     return bundler.render(entries, header, optional or {}, optional_message)
 
