@@ -391,7 +391,9 @@ def _fake_package(root: Path, modules: dict[str, str], package: str) -> None:
 
 FAKE = {
     "nbfake.__init__": "",
-    "nbfake.scoring.__init__": "from nbfake.scoring.alpha import score_alpha\nfrom nbfake.scoring.beta import score_beta\n",
+    "nbfake.scoring.__init__": (
+        "from nbfake.scoring.alpha import score_alpha\nfrom nbfake.scoring.beta import score_beta\n"
+    ),
     "nbfake.scoring.alpha": (
         "import re\n\n_WORD = re.compile(r'\\w+')\n# the weight of a word\n_WEIGHT = 2\n\n\n"
         "def _helper(text):\n    return len(_WORD.findall(text)) * _WEIGHT\n\n\n"
@@ -437,7 +439,9 @@ def test_bundler_refuses_what_it_cannot_copy_faithfully(tmp_path: Path, monkeypa
         tmp_path,
         {
             **FAKE,
-            "nbfake.lazy": "def hook(doc, results):\n    from nbfake.scoring import score_alpha\n    return score_alpha(results[0])\n",
+            "nbfake.lazy": (
+                "def hook(doc, results):\n    from nbfake.scoring import score_alpha\n    return score_alpha(results[0])\n"
+            ),
             "nbfake.heavy": "import scipy\n\n\ndef hook(doc, results):\n    return scipy.stats\n",
         },
         "nbfake_two",

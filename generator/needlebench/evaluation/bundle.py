@@ -183,9 +183,10 @@ class _Bundler:
                     external = target
                     assert isinstance(external, External)
                     if external.top not in self.allowed_external:
+                        others = sorted(self.allowed_external - set(sys.stdlib_module_names))
                         raise NeedlebenchError(
                             f"cannot bundle {module}: it imports {external.module!r}, which lm-eval does not bring; "
-                            f"allowed: the standard library and {', '.join(sorted(self.allowed_external - set(sys.stdlib_module_names)))}"
+                            f"allowed: the standard library and {', '.join(others)}"
                         )
                     self.externals[external.key] = external
                     return external.key
