@@ -338,15 +338,15 @@ class _Bundler:
         optional_message: str,
     ) -> str:
         names = self.output_names(entries)
-        parts = [header.rstrip("\n") + "\n", "from __future__ import annotations\n"]
         plain, guarded = self._import_lines(names, optional)
-        parts.append("\n".join(plain) + "\n")
+        head = header.rstrip("\n") + "\n\nfrom __future__ import annotations\n\n" + "\n".join(plain) + "\n"
         if guarded:
             body = "\n".join("    " + line for line in guarded)
-            parts.append(
-                f"try:\n{body}\nexcept ImportError as error:  # pragma: no cover - depends on the environment\n"
-                f"    raise ImportError({json.dumps(optional_message, ensure_ascii=False)}) from error\n"
+            head += (
+                f"\ntry:\n{body}\nexcept ImportError as error:  # pragma: no cover - depends on the environment\n"
+                f"    raise ImportError(\n        {json.dumps(optional_message, ensure_ascii=False)}\n    ) from error\n"
             )
+        parts = [head]
         for module in self._module_order():
             mod = self.modules[module]
             edits = self._edits(mod, names)
