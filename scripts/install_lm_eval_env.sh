@@ -15,7 +15,7 @@ CACHE="${NEEDLEBENCH_CACHE:-$HOME/.cache/needlebench}"
 VENV="${NEEDLEBENCH_LM_EVAL_VENV:-$CACHE/lm-eval-venv}"
 BASE_PYTHON="${PYTHON:-python3}"
 MARKER="$VENV/needlebench-lm-eval-env.txt"
-WANT="lm-eval==0.4.13 rapidfuzz json-repair"
+WANT="lm-eval==0.4.13 rapidfuzz>=3.0 json-repair>=0.30"  # the bounds of the exported folder's README
 
 if [ -f "$MARKER" ] && [ "$(head -n1 "$MARKER")" = "$WANT" ]; then
     echo "lm-eval env ready (cached): $VENV/bin/python"

@@ -143,9 +143,14 @@ def test_export_writes_the_in_tree_folder(exported: Path):
         "#### Groups",
         "#### Tasks",
         "### Checklist",
-        "pip install rapidfuzz",
     ):
         assert heading in readme
+    # the declared requirements are the package's own, with its bounds
+    import tomllib
+
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    for requirement in TASK_REQUIREMENTS.values():
+        assert requirement in dependencies and f"'{requirement}'" in readme
 
 
 def _function_refs(text: str) -> list[str]:

@@ -245,7 +245,7 @@ def export_tasks(
     files = write_export(out, repo, revision)
     console.print(
         f"wrote {len(files)} files to {out}; copy it to lm_eval/tasks/needlebench (or pass --include_path {out}); "
-        f"the scorers need: pip install {' '.join(TASK_REQUIREMENTS.values())}",
+        "the scorers need: pip install " + " ".join(f"'{requirement}'" for requirement in TASK_REQUIREMENTS.values()),
         soft_wrap=True,
     )
 

@@ -88,13 +88,13 @@ def _first_line(doc: str | None) -> str:
 
 def render_readme(repo: str, revision: str, yamls: Mapping[str, Mapping[str, Any]]) -> str:
     """The folder's README.md for ``repo`` at ``revision`` given the exported YAMLs (file name -> loaded data)."""
-    from needlebench.evaluation.upstream import HOOKS_MODULE, NOTE, TASK_REQUIREMENTS
+    from needlebench.evaluation.upstream import HOOKS_MODULE, NOTE, TASK_REQUIREMENTS, requirement_names
 
     hooks = importlib.import_module(HOOKS_MODULE)
     groups = {name: data for name, data in yamls.items() if "group" in data}
     tasks = {name: data for name, data in yamls.items() if "task" in data and "group" not in data}
     bases = {name: data for name, data in yamls.items() if "dataset_path" in data}
-    pip_names = " ".join(TASK_REQUIREMENTS.values())
+    pip_names = " ".join(f"'{requirement}'" for requirement in TASK_REQUIREMENTS.values())
     lines = [
         f"<!-- {NOTE} (needlebench {__version__}); regenerate it instead of editing. -->",
         "# NeedleBench and Counting-Stars",
@@ -109,7 +109,7 @@ def render_readme(repo: str, revision: str, yamls: Mapping[str, Mapping[str, Any
         "",
         "### Requirements",
         "",
-        f"The scorers need `{'` and `'.join(TASK_REQUIREMENTS.values())}` besides lm-eval's own dependencies"
+        f"The scorers need `{'` and `'.join(requirement_names())}` besides lm-eval's own dependencies"
         f" (numpy, regex): `pip install {pip_names}` (`utils.py` says so when one is missing). Nothing else: the"
         " tasks do not need the `needlebench` package.",
         "",
