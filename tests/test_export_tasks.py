@@ -378,6 +378,7 @@ def test_exported_folder_scores_equal_the_project_folder_on_the_same_outputs(
         task = f"needlebench_{config}"
         metrics = {key: value for key, value in theirs[task].items() if key.endswith(",none")}
         assert metrics and metrics == {key: value for key, value in mine[task].items() if key.endswith(",none")}, task
+        print(task, metrics)  # shown with pytest -s: the scores both folders gave
         mixed += any(0.0 < value < (1.0 if "counting" in config else 100.0) for value in metrics.values())
     assert mixed >= len(FAMILY_CONFIGS) // 2, theirs
 
