@@ -232,6 +232,24 @@ def tasks(
     console.print(f"wrote {len(files)} files to {out}; run: lm_eval --include_path {out} --tasks needlebench_<config> ...")
 
 
+@app.command("export-tasks", short_help="Write an lm-eval task folder (in-tree form) that needs no needlebench.")
+def export_tasks(
+    repo: Annotated[str, typer.Option("--repo", help="Hub dataset the tasks read, ORG/NAME (a release published by `needlebench publish`).")],
+    revision: Annotated[str, typer.Option("--revision", help="The release tag vX.Y.Z (or a commit id) the tasks pin.")],
+    out: Annotated[Path, typer.Option("--out", help="Folder to write (copy it to lm_eval/tasks/needlebench).")] = Path("needlebench-lm-eval-tasks"),
+) -> None:
+    """Write the task folder in lm-eval's in-tree form: every config's task and the groups reading REPO at REVISION,
+    with a self-contained utils.py (the package's scorers, copied by source) and a README."""
+    from needlebench.evaluation.upstream import TASK_REQUIREMENTS, write_export
+
+    files = write_export(out, repo, revision)
+    console.print(
+        f"wrote {len(files)} files to {out}; copy it to lm_eval/tasks/needlebench (or pass --include_path {out}); "
+        "the scorers need: pip install " + " ".join(f"'{requirement}'" for requirement in TASK_REQUIREMENTS.values()),
+        soft_wrap=True,
+    )
+
+
 @app.command(short_help="Rescore logged samples with a model judge (1-10 rubric).")
 def judge(
     results: Annotated[Path, typer.Argument(help="lm-eval --output_path of a run with --log_samples.")],
