@@ -27,7 +27,8 @@ from needlebench.evaluation import harness
 from needlebench.evaluation.eval_guard import needlebench_configs, split_own_options
 from needlebench.evaluation.evaluate import run_eval
 from needlebench.evaluation.report import write_report
-from needlebench.evaluation.thinking import has_final_answer, strip_reasoning
+from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.thinking import has_final_answer, reference_text, strip_reasoning
 from support import build_data, single_row
 from support.smollm import smollm_dir
 
@@ -266,9 +267,24 @@ def test_killed_run_resumes_without_recomputing_finished_rows(data_dir: Path, tm
 def test_reasoning_is_stripped_before_scoring(monkeypatch: pytest.MonkeyPatch):
     row = single_row()
     answer = "Hidden on Emerald Island is the legendary Stardust Shard."
-    assert harness.process_single(row, [f"<think>Is it the Crimson Lotus?</think>\n{answer}"])["score"] == 100.0
-    # the thinking mentioned the keyword but never closed: no final answer, no credit
-    assert harness.process_single(row, ["<think>maybe the Stardust Shard"])["score"] < 100.0
+    closed = harness.process_single(row, [f"<think>Is it the Crimson Lotus?</think>\n{answer}"])
+    assert closed == {"score": 100.0, "score_reference": 100.0}
+    # a closed block that names the keyword, then a wrong answer: stripped for both (OpenCompass's reasoning configs
+    # remove a closed block too)
+    wrong = harness.process_single(row, ["<think>the Stardust Shard?</think> No idea."])
+    assert wrong["score"] < 20.0 and wrong["score_reference"] < 20.0
+    unclosed = "<think>maybe the Stardust Shard"
+    # default (keep, the OpenCompass way): an unclosed block is scored on its text
+    monkeypatch.delenv("NEEDLEBENCH_THINK_UNCLOSED", raising=False)
+    assert harness.process_single(row, [unclosed]) == {"score": 100.0, "score_reference": 100.0}
+    # empty: no final answer, no credit from the default metric; the reference twin still reads the text
+    monkeypatch.setenv("NEEDLEBENCH_THINK_UNCLOSED", "empty")
+    result = harness.process_single(row, [unclosed])
+    assert result["score"] < 100.0 and result["score_reference"] == 100.0
+    monkeypatch.setenv("NEEDLEBENCH_THINK_UNCLOSED", "drop")
+    with pytest.raises(NeedlebenchError, match="NEEDLEBENCH_THINK_UNCLOSED 'drop' is not allowed; allowed: keep, empty"):
+        harness.process_single(row, [unclosed])
+    monkeypatch.delenv("NEEDLEBENCH_THINK_UNCLOSED")
     assert not has_final_answer("<think>maybe") and has_final_answer("plain answer")
     monkeypatch.setenv("NEEDLEBENCH_THINK_END", "[/REASON]")
     assert strip_reasoning("[REASON]x[/REASON] final") == "final"
@@ -277,10 +293,25 @@ def test_reasoning_is_stripped_before_scoring(monkeypatch: pytest.MonkeyPatch):
     assert strip_reasoning("<think>a</think>b") == "<think>a</think>b"
 
 
+def test_reference_text_is_opencompass_extract_non_reasoning_content():
+    # opencompass/utils/text_postprocessors.py extract_non_reasoning_content, hand-computed
+    assert reference_text("This is a test.</think> How are you?", "</think>") == "How are you?"
+    assert reference_text("Start<think>reasoning here</think> End", "</think>") == "Start End"
+    assert reference_text("<think>a</think>B<think>c</think>D", "</think>") == "BD"
+    assert reference_text("<think>unclosed, kept", "</think>") == "<think>unclosed, kept"
+    assert reference_text("  plain answer \n", "</think>") == "  plain answer \n"  # no marker: the raw text
+    assert reference_text("<think>a</think>b", "") == "<think>a</think>b"  # stripping off
+
+
 def test_own_options_are_taken_out_and_groups_expand():
-    args = split_own_options(["run", "--skip-too-long", "--think-end", "</r>", "--reasoning=64", "--tasks", "x", "--resume"])
+    args = split_own_options(
+        ["run", "--skip-too-long", "--think-end", "</r>", "--reasoning=64", "--tasks", "x", "--resume", "--think-unclosed", "empty"]
+    )
     assert args.argv == ["run", "--tasks", "x"]
     assert args.skip_too_long and args.resume and args.think_end == "</r>" and args.reasoning == "64"
+    assert args.think_unclosed == "empty" and split_own_options(["run", "--think-unclosed=keep"]).think_unclosed == "keep"
+    with pytest.raises(NeedlebenchError, match="--think-unclosed 'drop' is not allowed; allowed: keep, empty"):
+        split_own_options(["run", "--think-unclosed", "drop"])
     assert "single_en_4k" in needlebench_configs("needlebench_4k,hellaswag")
     assert needlebench_configs("needlebench_atc_en,needlebench_atc_en") == ["atc_en"]
 
