@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from needlebench.errors import NeedlebenchError
 from needlebench.evaluation import harness
 from needlebench.evaluation.eval_guard import needlebench_configs, split_own_options
 from needlebench.evaluation.evaluate import run_eval
 from needlebench.evaluation.report import write_report
-from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.thinking import has_final_answer, reference_text, strip_reasoning
 from support import build_data, single_row
 from support.smollm import smollm_dir
