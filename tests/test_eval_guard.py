@@ -5,11 +5,14 @@
   (``http.server`` on loopback), concurrent and sequential; the health keys land in the results and the report;
 * ``--reasoning`` doubles / sets ``max_gen_toks`` (seen as ``max_tokens`` by the server);
 * ``--resume``: a run killed after a few rows, started again, computes only the rows it had not finished;
-* reasoning is stripped before scoring; an unclosed block counts as no final answer.
+* reasoning is stripped before scoring; an unclosed block counts as no final answer, and is scored on its text
+  (``--think-unclosed keep``, the default) or as empty (``--think-unclosed empty``); the ``*_reference`` metrics
+  read it as OpenCompass does, and ``needlebench report --scoring reference`` shows them.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -262,6 +265,53 @@ def test_killed_run_resumes_without_recomputing_finished_rows(data_dir: Path, tm
     assert len(recomputed) == remaining  # only the rows without a stored answer were computed again
     assert not set(recomputed) & set(answered[:cached])  # the oracle answers in row order
     assert _results(output)["results"]["needlebench_single_en_4k"]["score,none"] == 100.0
+
+
+def _report_csv(folder: Path, name: str) -> list[dict[str, str]]:
+    with (folder / f"{name}.csv").open(encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_unclosed_reasoning_keep_or_empty_and_the_reference_report(data_dir: Path, tmp_path: Path):
+    """The issue's example end to end: an output that names the keyword inside a ``<think>`` block it never closes."""
+    rows = harness.load_dataset(needlebench_config="single_en_4k", data_dir=str(data_dir))["test"]
+    needle = str(rows[0]["needles"][0]).strip()
+    assert all(rows[i]["needles"][0] == rows[0]["needles"][0] for i in range(4))  # one (length, repeat) cell
+    answer = f"<think>I recall that {needle} so the answer"
+    with FakeOpenAI(answer) as server:
+        assert _server_run(data_dir, tmp_path / "keep", server.url, "--limit", "4") == 0
+        assert _server_run(data_dir, tmp_path / "empty", server.url, "--limit", "4", "--think-unclosed", "empty") == 0
+    keep = _results(tmp_path / "keep")["results"]["needlebench_single_en_4k"]
+    empty = _results(tmp_path / "empty")["results"]["needlebench_single_en_4k"]
+    assert keep["score,none"] == 100.0 and keep["score_reference,none"] == 100.0
+    assert empty["score,none"] < 20.0 and empty["score_reference,none"] == 100.0  # 0.2 x similarity, at most 20
+    assert keep["no_final_answer,none"] == empty["no_final_answer,none"] == 1.0
+    # the report through the command line: default numbers, then the reference ones, each table saying which
+    command = [sys.executable, "-c", "from needlebench.cli import main; main()", "report", str(tmp_path / "empty")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for scoring, expected in (("default", empty["score,none"]), ("reference", 100.0)):
+        out = tmp_path / f"report-{scoring}"
+        done = subprocess.run(
+            [*command, "--out", str(out), "--no-figures", *(["--scoring", scoring] if scoring != "default" else [])],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        (row,) = _report_csv(out, "needlebench_4k")
+        assert float(row["S-RT EN"]) == pytest.approx(expected)
+        for table in out.glob("*.md"):
+            if table.name != "README.md":
+                assert f"[scoring: {scoring} (" in table.read_text(encoding="utf-8").splitlines()[0], table.name
+        scores = _report_csv(out, "scores")
+        assert {row["Scorer"] for row in scores} == {
+            "rule (lm-eval metric)" if scoring == "default" else "rule (lm-eval *_reference metric)"
+        }
+    bad = subprocess.run(
+        [*command, "--out", str(tmp_path / "bad"), "--scoring", "opencompass"], env=env, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and not (tmp_path / "bad").exists()
+    assert bad.stderr.strip().splitlines() == [
+        "needlebench: error: --scoring 'opencompass' is not allowed; allowed: default, reference"
+    ]
 
 
 def test_reasoning_is_stripped_before_scoring(monkeypatch: pytest.MonkeyPatch):
