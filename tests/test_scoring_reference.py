@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -261,3 +265,33 @@ def test_reference_scorers_never_raise_on_fuzzed_outputs():
             value = notebook_counting_stars_score(text, STARS, WRONG if task == "reasoning" else None, task, language)
             assert 0.0 <= value <= 1.0
         assert isinstance(reference_text(text), str)
+
+
+def test_difference_measurement_script_counts_flips_per_class():
+    """``scripts/scoring_differences.py`` (the README's measured shares) on a small set: a class the two rules read
+    alike changes nothing, a class they read differently changes every row, and --think-unclosed moves the
+    unclosed-block rows."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "scoring_differences.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def table(*extra: str) -> dict[tuple[str, str], int]:
+        done = subprocess.run(
+            [sys.executable, str(script), "--rows", "8", "--markdown", *extra],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        cells = [line.split(" | ") for line in done.stdout.splitlines()[2:]]
+        return {(cell[0].strip("| "), cell[1]): int(cell[3]) for cell in cells}
+
+    keep = table()
+    assert keep[("Counting-Stars EN", "plain JSON")] == 0 and keep[("Counting-Stars EN", "trailing comma")] == 8
+    assert keep[("Counting-Stars ZH", "trailing comma")] == 0  # json_repair reads it in Chinese
+    assert keep[("S-RT", "unclosed block (ran out of tokens)")] == 0
+    assert table("--think-unclosed", "empty")[("S-RT", "unclosed block (ran out of tokens)")] == 8
+    bad = subprocess.run(
+        [sys.executable, str(script), "--rows", "2"], env=env, capture_output=True, text=True, check=False
+    )
+    assert bad.returncode == 2 and "--rows 2 is below 4; allowed: 4 or more" in bad.stderr
