@@ -28,6 +28,10 @@ named by their config name and summarised in the ``experiments`` table (mean ove
 ``judged_samples_*.jsonl`` beside a samples file (``needlebench judge``) is read instead of it: S-RT/M-RT/M-RS
 rows are scored with the judge's 1-10 rating x 10, unrated ones left out and counted; every table and figure
 states the scorer.
+
+``--scoring reference`` (:func:`apply_scoring`) reports the reference-exact ``*_reference`` metrics in place of the
+default ones (computed from the logged outputs for runs logged without them); every table title and figure subtitle
+says which scoring it shows.
 """
 
 from __future__ import annotations
