@@ -184,9 +184,9 @@ def test_load_dataset_rejects_bad_input(tmp_path):
 
 
 def test_load_dataset_names_a_config_missing_from_the_folder(tmp_path):
-    (tmp_path / "needlebench.json").write_text(
-        json.dumps({"format": "needlebench-dataset", "configs": {"atc_en": {}}}), encoding="utf-8"
-    )
+    from hub_server import make_dataset_folder
+
+    make_dataset_folder(tmp_path, {"atc_en": 2})
     with pytest.raises(NeedlebenchError, match=r"'single_en_4k' is not built .* atc_en"):
         harness.load_dataset(needlebench_config="single_en_4k", data_dir=str(tmp_path))
 
