@@ -629,6 +629,13 @@ def test_reference_scoring_recomputes_old_samples_and_prefers_logged_twins(tmp_p
             if table.name != "README.md":
                 assert f"[scoring: {scoring} (" in table.read_text(encoding="utf-8").splitlines()[0], table.name
         assert f"scoring: {scoring} (" in (out / "README.md").read_text(encoding="utf-8")
+    # figure subtitles (heatmaps) and the length plot's title say it too
+    loaded = report.apply_scoring(report.load_results([tmp_path / "results"]), "reference")
+    figures = report_figures.plan_figures(loaded)
+    heatmaps = [heatmap for figure in figures for heatmap in figure.heatmaps]
+    assert heatmaps and all("scoring: reference (" in heatmap.subtitle for heatmap in heatmaps)
+    (lines,) = [figure.lines for figure in figures if figure.lines is not None]
+    assert lines.scoring == "reference"
     with pytest.raises(NeedlebenchError, match="--scoring 'strict' is not allowed; allowed: default, reference"):
         report.write_report(tmp_path / "results", tmp_path / "bad", scoring="strict")
     assert not (tmp_path / "bad").exists()
