@@ -639,3 +639,10 @@ def test_reference_scoring_recomputes_old_samples_and_prefers_logged_twins(tmp_p
     with pytest.raises(NeedlebenchError, match="--scoring 'strict' is not allowed; allowed: default, reference"):
         report.write_report(tmp_path / "results", tmp_path / "bad", scoring="strict")
     assert not (tmp_path / "bad").exists()
+    # an old sample whose doc lacks what the reference rule reads: one line naming the row, nothing written
+    broken = single_row("single_en_4k", context_length=1000, depth_percent=0.0)
+    del broken["keywords"]
+    write_samples(tmp_path / "broken" / "m", harness.task_name("single_en_4k"), [{"doc": broken, "score": 10.0}])
+    with pytest.raises(NeedlebenchError, match=r"cannot score row .* of single_en_4k by the reference rules"):
+        report.write_report(tmp_path / "broken", tmp_path / "bad", scoring="reference")
+    assert not (tmp_path / "bad").exists()

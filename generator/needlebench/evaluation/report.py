@@ -682,7 +682,13 @@ def _reference_twins(sample: Sample) -> dict[str, Any]:
         return logged
     template = harness.FAMILY_TEMPLATES[harness.template_key(sample.spec)]
     hook = getattr(harness, template.process_results)
-    computed = hook(sample.doc, [sample.response])
+    try:
+        computed = hook(sample.doc, [sample.response])
+    except (KeyError, TypeError, ValueError) as error:
+        raise NeedlebenchError(
+            f"cannot score row {sample.doc.get('id')!r} of {sample.spec.name} by the reference rules ({error!r}); "
+            "its samples lack the *_reference metrics and its doc the columns to compute them: rerun the task"
+        ) from None
     return {name: value for name, value in computed.items() if name.endswith(harness.REFERENCE_SUFFIX)}
 
 
@@ -1393,7 +1399,7 @@ def _task_metrics(run: TaskRun) -> list[str]:
     if run.spec.is_v2:
         return [V2_HEADLINE_METRIC[family]]
     if family == "multi_reasoning":
-        return ["reference", "strict"]
+        return ["reference"] if run.scoring == "reference" else ["reference", "strict"]
     if family == "atc":
         return ["score"] if run.spec.variant == "open" else ["perf_4", "acc"]
     if family == "counting_stars":
