@@ -9,7 +9,9 @@ The task folder's ``utils.py`` is a thin wrapper that re-exports the hooks defin
   rows of the given grid lengths; ``subset`` keeps that many rows stratified over the grid (see
   :mod:`needlebench.evaluation.subset`). The Hub keys carry a ``data_`` prefix because model args share the namespace
   (``hf`` and ``vllm`` take ``pretrained`` and ``revision``).
-* ``process_*`` are the per-family ``process_results`` hooks, returning the metrics of one row.
+* ``process_*`` are the per-family ``process_results`` hooks, returning the metrics of one row: the default
+  metrics and, beside each, its reference-exact twin ``<metric>_reference`` (the row scored as the reference code
+  scores it, see :mod:`needlebench.evaluation.scoring.reference`; M-RS ``strict`` has none).
 * :func:`agg_perf_4`, :func:`agg_flat_mean` and :func:`agg_relation_weighted` are the custom aggregations
   (CircularEval over ``(item_id, rotation, correct)`` tuples, the mean over per-needle / per-star lists, and the
   v2 ATC score weighted by relation count over ``(relations, score)`` pairs).
