@@ -323,11 +323,12 @@ def report(
     pdf: Annotated[bool, typer.Option("--pdf", help="Also write every figure as PDF.")] = False,
     no_figures: Annotated[bool, typer.Option("--no-figures", help="Write the tables only.")] = False,
     data_dir: Annotated[Optional[list[Path]], typer.Option("--data-dir", help="Dataset folder whose experiments (custom configs) the results are of; default: the data_dir the run recorded.")] = None,
+    scoring: Annotated[str, typer.Option("--scoring", help="default (needlebench's metrics) or reference (the *_reference metrics, scored as OpenCompass and the Counting-Stars notebook score: quote these beside published numbers).")] = "default",
 ) -> None:
     """The papers' tables (models as rows; Markdown, CSV, HTML) and figures from lm-eval results."""
     from needlebench.evaluation.report import parse_names, write_report
 
-    for path in write_report(results, out, names=parse_names(name or []), annotate=annotate, pdf=pdf, figures=not no_figures, data_dirs=data_dir or []):
+    for path in write_report(results, out, names=parse_names(name or []), annotate=annotate, pdf=pdf, figures=not no_figures, data_dirs=data_dir or [], scoring=scoring):
         console.print(str(path))
 
 

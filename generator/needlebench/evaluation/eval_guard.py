@@ -12,7 +12,8 @@
 * **Reasoning budgets.** ``--reasoning`` doubles every task's ``max_gen_toks``; ``--reasoning=N`` sets it to N.
   The run then reads a generated task folder whose YAMLs include ours and override only
   ``generation_kwargs``. ``--think-end MARK`` sets the end-of-reasoning marker stripped before scoring
-  (default ``</think>``; see :mod:`needlebench.evaluation.thinking`).
+  (default ``</think>``) and ``--think-unclosed keep|empty`` what the default metrics score of a reasoning block
+  never closed (default ``keep``: the whole output); see :mod:`needlebench.evaluation.thinking`.
 * **Resume.** ``--resume`` adds lm-eval's ``--use_cache`` with a database under the output folder keyed by the
   model and its arguments (lm-eval keys each entry by the request: prompt and generation settings), so a killed
   run, started again with the same command, only computes the rows it had not finished.
@@ -45,12 +46,18 @@ from needlebench.evaluation.harness import (
     size_groups,
     task_name,
 )
-from needlebench.evaluation.thinking import THINK_END_ENV, has_final_answer
+from needlebench.evaluation.thinking import (
+    THINK_END_ENV,
+    THINK_UNCLOSED_ENV,
+    UNCLOSED_CHOICES,
+    check_unclosed,
+    has_final_answer,
+)
 from needlebench.tasks.grid import get_config, registry
 
 #: Options ``needlebench eval`` consumes itself (everything else goes to lm-eval unchanged).
 OWN_FLAGS = ("--skip-too-long", "--no-length-check", "--resume")
-OWN_VALUED = ("--think-end", "--reasoning")
+OWN_VALUED = ("--think-end", "--think-unclosed", "--reasoning")
 
 #: Models with no context window (answers do not depend on the prompt length).
 WINDOWLESS_MODELS = ("needlebench-oracle", "dummy")
@@ -85,6 +92,7 @@ class EvalArgs:
     length_check: bool = True
     resume: bool = False
     think_end: str | None = None
+    think_unclosed: str | None = None  # "keep" or "empty"
     reasoning: str | None = None  # "double" or an integer string
     options: dict[str, str | None] = field(default_factory=dict)
 
@@ -119,6 +127,13 @@ def split_own_options(argv: Sequence[str]) -> EvalArgs:
                 i += 1
                 value = args[i]
             parsed.think_end = value
+        elif name == "--think-unclosed":
+            if not eq:
+                if i + 1 >= len(args):
+                    raise NeedlebenchError(f"--think-unclosed needs a value; allowed: {', '.join(UNCLOSED_CHOICES)}")
+                i += 1
+                value = args[i]
+            parsed.think_unclosed = check_unclosed(value)
         else:
             rest.append(arg)
         i += 1
@@ -479,6 +494,8 @@ def prepare(argv: Sequence[str], include_path: Path | None) -> PreparedRun:
     prepared = PreparedRun(out, output, check, args)
     if args.think_end is not None:
         prepared.env[THINK_END_ENV] = args.think_end
+    if args.think_unclosed is not None:
+        prepared.env[THINK_UNCLOSED_ENV] = args.think_unclosed
     if check is not None and check.too_long:
         dropped = check.dropped
         samples = {task: indices for task, indices in check.keep.items() if task not in dropped}

@@ -92,7 +92,7 @@ def run_eval(argv: list[str]) -> int:
     """Run lm-eval's CLI on ``argv`` (e.g. ``["run", "--model", "hf", ...]``) with our models registered.
 
     needlebench's own options (``--skip-too-long``, ``--no-length-check``, ``--resume``, ``--reasoning``,
-    ``--think-end``; see :mod:`needlebench.evaluation.eval_guard`) are taken out first; rows that do not fit the model's
+    ``--think-end``, ``--think-unclosed``; see :mod:`needlebench.evaluation.eval_guard`) are taken out first; rows that do not fit the model's
     window stop the run before it starts (one line, exit 2).
     """
     import os
