@@ -54,18 +54,12 @@ def prompt_bytes(data_dir: Path, config: str) -> int:
 
     total = 0
     for path in sorted((data_dir / "data" / config).glob("*.parquet")):
-        for batch in pq.ParquetFile(path).iter_batches(
-            columns=["prompt"], batch_size=8
-        ):
-            total += int(
-                pc.sum(pc.binary_length(batch.column(0).cast("binary"))).as_py() or 0
-            )
+        for batch in pq.ParquetFile(path).iter_batches(columns=["prompt"], batch_size=8):
+            total += int(pc.sum(pc.binary_length(batch.column(0).cast("binary"))).as_py() or 0)
     return total
 
 
-def run_one(
-    config: str, data_dir: Path, code: Path | None, extra: list[str], max_rss: float
-) -> dict[str, Any]:
+def run_one(config: str, data_dir: Path, code: Path | None, extra: list[str], max_rss: float) -> dict[str, Any]:
     """One ``needlebench eval run`` of the oracle on ``config`` with ``--log_samples``, measured."""
     out = Path(tempfile.mkdtemp(prefix="bench-eval-harness-"))
     command = [
@@ -81,9 +75,7 @@ def run_one(
     started = time.monotonic()
     log = out / "run.log"
     with log.open("w", encoding="utf-8") as handle:
-        process = subprocess.Popen(
-            command, stdout=handle, stderr=subprocess.STDOUT, env=env
-        )
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env)
     root = psutil.Process(process.pid)
     peak, killed = 0, False
     while process.poll() is None:
@@ -117,18 +109,14 @@ def _minutes(seconds: float) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--data-dir",
         type=Path,
         required=True,
         help="folder built by `needlebench build`",
     )
-    parser.add_argument(
-        "--configs", default=",".join(CONFIGS), help="comma-separated configs"
-    )
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated configs")
     parser.add_argument(
         "--code",
         type=Path,
@@ -146,22 +134,16 @@ def main() -> int:
         default=20.0,
         help="stop a run whose process tree passes this",
     )
-    parser.add_argument(
-        "--json", type=Path, default=None, help="write the rows here too"
-    )
+    parser.add_argument("--json", type=Path, default=None, help="write the rows here too")
     args, extra = parser.parse_known_args()
     extra = [arg for arg in extra if arg != "--"]
     label = args.label or (f"code {args.code}" if args.code else "installed")
     rows = []
-    print(
-        "| code | config | wall | peak RSS (tree) | sample logs | prompt bytes | logs / prompts | exit |"
-    )
+    print("| code | config | wall | peak RSS (tree) | sample logs | prompt bytes | logs / prompts | exit |")
     print("|---|---|---|---|---|---|---|---|")
     for config in [part.strip() for part in args.configs.split(",") if part.strip()]:
         prompts = prompt_bytes(args.data_dir, config)
-        row = run_one(
-            config, args.data_dir.resolve(), args.code, extra, args.max_rss_gb
-        )
+        row = run_one(config, args.data_dir.resolve(), args.code, extra, args.max_rss_gb)
         row.update(label=label, prompt_mib=round(prompts / MIB, 1), extra=extra)
         share = f"{100 * row['samples_mib'] * MIB / prompts:.2f} %" if prompts else "-"
         print(

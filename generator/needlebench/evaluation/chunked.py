@@ -75,15 +75,11 @@ def take_chunk_options(argv: Sequence[str]) -> tuple[list[str], ChunkOptions]:
         elif name == "--chunk-rows":
             if not eq:
                 if index + 1 >= len(args):
-                    raise NeedlebenchError(
-                        "--chunk-rows needs a number of rows, e.g. --chunk-rows 16"
-                    )
+                    raise NeedlebenchError("--chunk-rows needs a number of rows, e.g. --chunk-rows 16")
                 index += 1
                 value = args[index]
             if not value.isdigit() or int(value) < 1:
-                raise NeedlebenchError(
-                    f"--chunk-rows {value!r} is not a positive number of rows, e.g. --chunk-rows 16"
-                )
+                raise NeedlebenchError(f"--chunk-rows {value!r} is not a positive number of rows, e.g. --chunk-rows 16")
             options.chunk_rows = int(value)
         else:
             rest.append(arg)
@@ -120,9 +116,7 @@ def _selectable_docs(task: Any) -> Any | None:
     return docs if hasattr(docs, "select") and hasattr(docs, "column_names") else None
 
 
-def selected_positions(
-    task: Any, count: int, limit: int | float | None, samples: Sequence[int] | None
-) -> list[int]:
+def selected_positions(task: Any, count: int, limit: float | None, samples: Sequence[int] | None) -> list[int]:
     """Row indices lm-eval evaluates of a task with ``count`` docs: ``--samples``, else the first ``limit``."""
     if samples:
         return sorted({int(index) for index in samples})
@@ -132,17 +126,12 @@ def selected_positions(
     return list(range(count if size is None else min(int(size), count)))
 
 
-def plan_chunks(
-    positions: Sequence[int], lengths: Sequence[int] | None, chunk_rows: int | None
-) -> list[list[int]]:
+def plan_chunks(positions: Sequence[int], lengths: Sequence[int] | None, chunk_rows: int | None) -> list[list[int]]:
     """Consecutive chunks of ``positions``: ``chunk_rows`` rows each, else by :data:`CHUNK_TOKENS` of
     ``lengths`` (one per position), else :data:`CHUNK_ROWS_UNSIZED` rows."""
     if chunk_rows is not None or lengths is None:
         size = chunk_rows or CHUNK_ROWS_UNSIZED
-        return [
-            list(positions[start : start + size])
-            for start in range(0, len(positions), size)
-        ]
+        return [list(positions[start : start + size]) for start in range(0, len(positions), size)]
     chunks: list[list[int]] = []
     current: list[int] = []
     tokens = 0
@@ -205,10 +194,7 @@ class ChunkStore:
             ensure_ascii=False,
         )
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
-        return (
-            self.folder
-            / f"{task.task_name}-{positions[0]}-{positions[-1]}-{digest}.json"
-        )
+        return self.folder / f"{task.task_name}-{positions[0]}-{positions[-1]}-{digest}.json"
 
     def load(self, task: Any, positions: Sequence[int]) -> list[dict[str, Any]] | None:
         path = self._path(task, positions)
@@ -219,9 +205,7 @@ class ChunkStore:
         except (OSError, ValueError, KeyError, TypeError):
             return None  # a damaged chunk file is run again
 
-    def save(
-        self, task: Any, positions: Sequence[int], samples: list[dict[str, Any]]
-    ) -> None:
+    def save(self, task: Any, positions: Sequence[int], samples: list[dict[str, Any]]) -> None:
         path = self._path(task, positions)
         path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_suffix(".tmp")
@@ -252,7 +236,7 @@ def evaluate_in_chunks(
     options: ChunkOptions,
     lm: Any,
     task_dict: Any,
-    limit: int | float | None = None,
+    limit: float | None = None,
     samples: dict[str, list[int]] | None = None,
     bootstrap_iters: int | None = 100000,
     log_samples: bool = True,
@@ -263,11 +247,7 @@ def evaluate_in_chunks(
     from lm_eval.evaluator_utils import _process_results
 
     lean = not options.full_samples
-    if (
-        not options.chunked
-        or "tasks" not in task_dict
-        or getattr(lm, "world_size", 1) > 1
-    ):
+    if not options.chunked or "tasks" not in task_dict or getattr(lm, "world_size", 1) > 1:
         result = original(
             lm=lm,
             task_dict=task_dict,
@@ -284,13 +264,8 @@ def evaluate_in_chunks(
                     lean_sample(sample)
         return result
     groups, tasks = task_dict.get("groups", {}), task_dict["tasks"]
-    settings = {
-        key: kwargs.get(key)
-        for key in ("system_instruction", "apply_chat_template", "fewshot_as_multiturn")
-    }
-    store = (
-        ChunkStore(options.store, lm, settings) if options.store is not None else None
-    )
+    settings = {key: kwargs.get(key) for key in ("system_instruction", "apply_chat_template", "fewshot_as_multiturn")}
+    store = ChunkStore(options.store, lm, settings) if options.store is not None else None
     accumulated: dict[str, Any] = {}
     first = True
     for name, task in tasks.items():
@@ -309,18 +284,12 @@ def evaluate_in_chunks(
             )
             pieces = [(chunk, None) for chunk in chunks]
         for number, (chunk, whole) in enumerate(pieces, start=1):
-            chunk_samples = (
-                store.load(task, chunk) if store is not None and chunk else None
-            )
+            chunk_samples = store.load(task, chunk) if store is not None and chunk else None
             if chunk_samples is not None:
-                _note(
-                    f"{name}: chunk {number}/{len(pieces)} (rows {chunk[0]}-{chunk[-1]}) read from the resume store"
-                )
+                _note(f"{name}: chunk {number}/{len(pieces)} (rows {chunk[0]}-{chunk[-1]}) read from the resume store")
             else:
                 if chunk is not None and len(pieces) > 1:
-                    _note(
-                        f"{name}: chunk {number}/{len(pieces)}, rows {chunk[0]}-{chunk[-1]} ({len(chunk)})"
-                    )
+                    _note(f"{name}: chunk {number}/{len(pieces)}, rows {chunk[0]}-{chunk[-1]} ({len(chunk)})")
                 piece = whole if whole is not None else chunk_task(task, docs, chunk)
                 result = original(
                     lm=lm,
@@ -367,9 +336,7 @@ def chunked_evaluation(options: ChunkOptions) -> Iterator[None]:
     original = lm_eval.evaluator.evaluate
 
     def evaluate(*args: Any, **kwargs: Any) -> Any:
-        if (
-            args
-        ):  # simple_evaluate passes keywords only; anything else is not ours to change
+        if args:  # simple_evaluate passes keywords only; anything else is not ours to change
             return original(*args, **kwargs)
         return evaluate_in_chunks(original, options, **kwargs)
 

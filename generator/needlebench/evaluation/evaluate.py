@@ -41,17 +41,10 @@ def _has_option(argv: Sequence[str], option: str) -> bool:
     return any(arg == option or arg.startswith(option + "=") for arg in argv)
 
 
-def with_default_include_path(
-    argv: Sequence[str], include_path: Path | None = None
-) -> list[str]:
+def with_default_include_path(argv: Sequence[str], include_path: Path | None = None) -> list[str]:
     """``argv`` with ``--include_path`` added after the sub-command (or at the end, legacy form) if missing."""
     args = list(argv)
-    if (
-        not args
-        or _has_option(args, "--include_path")
-        or _has_option(args, "--help")
-        or "-h" in args
-    ):
+    if not args or _has_option(args, "--include_path") or _has_option(args, "--help") or "-h" in args:
         return args
     if not (args[0] in _INCLUDE_SUBCOMMANDS or args[0].startswith("-")):
         return args
@@ -110,18 +103,12 @@ def run_eval(argv: list[str]) -> int:
     from needlebench.evaluation.eval_guard import prepare, write_health
 
     if _lm_eval_missing():
-        raise NeedlebenchError(
-            "eval needs lm-evaluation-harness; install it with `pip install 'needlebench[eval]'`"
-        )
+        raise NeedlebenchError("eval needs lm-evaluation-harness; install it with `pip install 'needlebench[eval]'`")
     register_models()
     from lm_eval.__main__ import cli_evaluate
 
     # --- chunked runner (issue 24): its options out of argv here; lm-eval's evaluate runs in chunks below ---
-    from needlebench.evaluation.chunked import (
-        chunked_evaluation,
-        chunk_store,
-        take_chunk_options,
-    )
+    from needlebench.evaluation.chunked import chunk_store, chunked_evaluation, take_chunk_options
 
     argv, chunking = take_chunk_options(argv) if _is_run(argv) else (argv, None)
     argv = with_subset_metadata(argv)
@@ -138,10 +125,7 @@ def run_eval(argv: list[str]) -> int:
     started = time.time()
     status = 0
     try:
-        with (
-            project_tasks_kept(argv),
-            chunked_evaluation(chunking) if chunking else contextlib.nullcontext(),
-        ):
+        with project_tasks_kept(argv), chunked_evaluation(chunking) if chunking else contextlib.nullcontext():
             cli_evaluate()
     except SystemExit as exc:
         status = _exit_status(exc.code)
@@ -172,9 +156,7 @@ def _option_value(argv: Sequence[str], option: str) -> tuple[list[str], str | No
         arg = args[index]
         if arg == option:
             if index + 1 >= len(args):
-                raise NeedlebenchError(
-                    f"{option} needs a value: rows per task, e.g. {option} 40"
-                )
+                raise NeedlebenchError(f"{option} needs a value: rows per task, e.g. {option} 40")
             value = args[index + 1]
             index += 2
             continue
@@ -200,13 +182,9 @@ def with_subset_metadata(argv: Sequence[str]) -> list[str]:
     number = parse_subset(value)
     for other in ("--limit", "-L", "--samples", "-E"):
         if _has_option(rest, other):
-            raise NeedlebenchError(
-                f"--subset and {other} both choose rows; pass only one of them"
-            )
+            raise NeedlebenchError(f"--subset and {other} both choose rows; pass only one of them")
     if rest and not rest[0].startswith("-") and rest[0] != "run":
-        raise NeedlebenchError(
-            f"--subset applies to `needlebench eval run`, not `{rest[0]}`"
-        )
+        raise NeedlebenchError(f"--subset applies to `needlebench eval run`, not `{rest[0]}`")
     return [*rest, "--metadata", f"{SUBSET_KEY}={number}"] if number else rest
 
 
@@ -214,9 +192,7 @@ def with_subset_metadata(argv: Sequence[str]) -> list[str]:
 
 
 @contextmanager
-def project_tasks_kept(
-    argv: Sequence[str], include_path: Path | None = None
-) -> Iterator[None]:
+def project_tasks_kept(argv: Sequence[str], include_path: Path | None = None) -> Iterator[None]:
     """While lm-eval runs, keep the project's task folder indexed beside a user's ``--include_path``.
 
     lm-eval's CLI takes one ``--include_path``, while its ``TaskManager`` takes a list; when the user names a
@@ -234,14 +210,8 @@ def project_tasks_kept(
 
     class _WithProjectTasks(original):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, include_path: Any = None, **kwargs: Any) -> None:
-            paths = (
-                list(include_path)
-                if isinstance(include_path, (list, tuple))
-                else [include_path]
-            )
-            paths = [str(ours)] + [
-                str(path) for path in paths if path and Path(path) != ours
-            ]
+            paths = list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
+            paths = [str(ours)] + [str(path) for path in paths if path and Path(path) != ours]
             super().__init__(*args, include_path=paths, **kwargs)
 
     lm_eval.tasks.TaskManager = _WithProjectTasks
@@ -280,11 +250,7 @@ class PromptIndex:
             row = self._rows.get(context)
             if row is not None:
                 return row
-            matches = [
-                candidate
-                for prompt, candidate in self._rows.items()
-                if prompt in context
-            ]
+            matches = [candidate for prompt, candidate in self._rows.items() if prompt in context]
             if matches:
                 return max(matches, key=lambda candidate: len(str(candidate["prompt"])))
             if attempt == 0:
@@ -297,24 +263,14 @@ class PromptIndex:
 
 def oracle_answers(requests: Sequence[Any]) -> list[str]:
     """Answers for lm-eval ``generate_until`` requests, each looked up by its prompt text."""
-    docs = [
-        doc
-        for doc in (getattr(request, "doc", None) for request in requests)
-        if isinstance(doc, Mapping)
-    ]
+    docs = [doc for doc in (getattr(request, "doc", None) for request in requests) if isinstance(doc, Mapping)]
     index = PromptIndex(docs)
     answers = []
     for request in requests:
         context = str(request.args[0])
         doc = getattr(request, "doc", None)
-        if (
-            isinstance(doc, Mapping)
-            and doc.get("prompt")
-            and str(doc["prompt"]) in context
-        ):
-            row: Mapping[str, Any] = (
-                doc  # fast path: the request's own row, verified by its prompt text
-            )
+        if isinstance(doc, Mapping) and doc.get("prompt") and str(doc["prompt"]) in context:
+            row: Mapping[str, Any] = doc  # fast path: the request's own row, verified by its prompt text
         else:
             row = index.find(context)
         answers.append(oracle_answer(row))
@@ -329,21 +285,14 @@ def _oracle_class() -> type:
     class NeedlebenchOracleLM(LM):
         """A model that answers each NeedleBench / Counting-Stars prompt with the row's correct answer."""
 
-        def __init__(
-            self,
-            delay: float | str = 0.0,
-            request_log: str | None = None,
-            **_ignored: Any,
-        ) -> None:
+        def __init__(self, delay: float | str = 0.0, request_log: str | None = None, **_ignored: Any) -> None:
             """``delay`` (seconds per request) and ``request_log`` (a file that gets one line per answered
             request: the row id) make a run observable: resume and progress checks use them."""
             super().__init__()
             self.delay = float(delay or 0.0)
             self.request_log = Path(request_log) if request_log else None
 
-        def generate_until(
-            self, requests: list[Any], disable_tqdm: bool = False
-        ) -> list[str]:
+        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
             import time
 
             answers = oracle_answers(requests)
@@ -358,31 +307,19 @@ def _oracle_class() -> type:
                 self.cache_hook.add_partial("generate_until", request.args, answer)
             return answers
 
-        def loglikelihood(
-            self, requests: list[Any], disable_tqdm: bool = False
-        ) -> list[tuple[float, bool]]:
-            raise NotImplementedError(
-                "the needlebench oracle only answers generate_until tasks"
-            )
+        def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+            raise NotImplementedError("the needlebench oracle only answers generate_until tasks")
 
-        def loglikelihood_rolling(
-            self, requests: list[Any], disable_tqdm: bool = False
-        ) -> list[float]:
-            raise NotImplementedError(
-                "the needlebench oracle only answers generate_until tasks"
-            )
+        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+            raise NotImplementedError("the needlebench oracle only answers generate_until tasks")
 
         @property
         def tokenizer_name(self) -> str:
             return ORACLE_MODEL
 
-        def apply_chat_template(
-            self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
-        ) -> str:
+        def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
             """A plain template: the messages' contents, one per line (the prompt stays a substring)."""
-            return "\n".join(
-                str(message.get("content", "")) for message in chat_history
-            )
+            return "\n".join(str(message.get("content", "")) for message in chat_history)
 
     return NeedlebenchOracleLM
 
@@ -399,9 +336,7 @@ def register_models() -> None:
 
     try:
         server_models = model_classes()
-    except (
-        NeedlebenchError
-    ):  # lm-eval without its api extra: the server models stay unavailable
+    except NeedlebenchError:  # lm-eval without its api extra: the server models stay unavailable
         return
     for name, cls in server_models.items():
         if name not in model_registry:

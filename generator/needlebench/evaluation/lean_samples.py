@@ -35,12 +35,7 @@ def prompt_sha256(prompt: str) -> str:
 
 def is_needlebench_doc(doc: Any) -> bool:
     """A needlebench dataset row (lean logging applies to it)."""
-    return (
-        isinstance(doc, Mapping)
-        and isinstance(doc.get("prompt"), str)
-        and "id" in doc
-        and "config" in doc
-    )
+    return isinstance(doc, Mapping) and isinstance(doc.get("prompt"), str) and "id" in doc and "config" in doc
 
 
 def lean_sample(sample: dict[str, Any]) -> dict[str, Any]:
@@ -71,9 +66,7 @@ def _configs_of(folder: Path) -> list[str]:
 
     manifest = read_manifest(folder)
     if manifest is None:
-        raise NeedlebenchError(
-            f"{str(folder)!r} is not a dataset folder built by `needlebench build` (no manifest)"
-        )
+        raise NeedlebenchError(f"{str(folder)!r} is not a dataset folder built by `needlebench build` (no manifest)")
     return list(manifest.get("configs") or {})
 
 
@@ -96,9 +89,7 @@ def find_row(folder: Path, row_id: str) -> dict[str, Any]:
     )
     if not candidates:
         shown = ", ".join(configs[:6]) + (" ..." if len(configs) > 6 else "")
-        raise NeedlebenchError(
-            f"row id {row_id!r} names no config of {folder} (it holds: {shown or 'nothing'})"
-        )
+        raise NeedlebenchError(f"row id {row_id!r} names no config of {folder} (it holds: {shown or 'nothing'})")
     ds_logging.disable_progress_bar()
     for config in candidates:
         split = load_split(config, data_dir=str(folder))
