@@ -29,6 +29,7 @@ import copy
 import hashlib
 import json
 import os
+import pickle
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -164,7 +165,11 @@ def chunk_task(task: Any, docs: Any, positions: Sequence[int]) -> Any:
     """A shallow copy of ``task`` whose evaluated docs are the rows ``positions`` of ``docs``."""
     split = _eval_split(task)
     chunk = copy.copy(task)
-    chunk.dataset = {**dict(task.dataset), split: docs.select(_rows(positions))}
+    # a pickled memory-mapped Dataset is its file paths: unpickled, it maps the files anew, so the pages a chunk
+    # reads leave the process's RSS with the chunk (read through the task's own mapping they would stay mapped,
+    # adding up to the whole Arrow file)
+    fresh = pickle.loads(pickle.dumps(docs))
+    chunk.dataset = {**dict(task.dataset), split: fresh.select(_rows(positions))}
     chunk.task_docs = chunk.eval_docs
     chunk._instances = None
     return chunk
