@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from needlebench.evaluation import harness
-from support import build_data
+from support import build_data, results_with_health
 from support.smollm import smollm_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,7 +105,7 @@ def _samples(output: Path) -> dict[str, dict[str, Any]]:
 def _results(output: Path) -> dict[str, Any]:
     paths = sorted(output.rglob("results_*.json"))
     assert paths, f"no results under {output}"
-    return json.loads(paths[-1].read_text(encoding="utf-8"))["results"]
+    return results_with_health(paths[-1])["results"]
 
 
 def _common(data_dir: Path, output: Path) -> list[str]:
