@@ -32,7 +32,7 @@ from needlebench.evaluation.eval_guard import needlebench_configs, split_own_opt
 from needlebench.evaluation.evaluate import run_eval
 from needlebench.evaluation.report import write_report
 from needlebench.evaluation.thinking import has_final_answer, reference_text, strip_reasoning
-from support import build_data, single_row
+from support import build_data, results_with_health, single_row
 from support.smollm import smollm_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,7 +107,7 @@ class FakeOpenAI:
 def _results(output: Path) -> dict[str, Any]:
     paths = sorted(output.rglob("results_*.json"))
     assert paths, f"no results under {output}"
-    return json.loads(paths[-1].read_text(encoding="utf-8"))
+    return results_with_health(paths[-1])
 
 
 def _server_run(data_dir: Path, output: Path, urls: str, *extra: str, concurrent: int = 2) -> int:
@@ -170,6 +170,10 @@ def test_skip_too_long_leaves_out_a_task_none_of_whose_rows_fit(data_dir: Path, 
         assert "needlebench: skipping 1 task(s) none of whose rows fit the window of 8191 tokens: " \
             "needlebench_counting_stars_acquisition_en_128k (2 rows)" in err
         results = _results(tmp_path / "out")
+        raw = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text(encoding="utf-8"))
+        assert "needlebench_counting_stars_acquisition_en_128k" not in raw["results"]  # as lm-eval wrote it
+        assert not any(key.startswith("skipped_too_long") for key in raw["results"]["needlebench_single_en_4k"])
+        assert len(list((tmp_path / "out").rglob("needlebench_health_*.json"))) == 1
         assert results["results"]["needlebench_single_en_4k"]["skipped_too_long,none"] == 0
         assert results["results"]["needlebench_counting_stars_acquisition_en_128k"]["skipped_too_long,none"] == 2
         assert results["n-samples"]["needlebench_counting_stars_acquisition_en_128k"] == {"original": 2, "effective": 0}

@@ -22,7 +22,7 @@ from needlebench.evaluation.report import HEALTH, write_report
 from needlebench.evaluation.report import SAMPLES_FILE_RE as SAMPLES_NAME
 from needlebench.tasks.grid import get_config
 from PIL import Image
-from support import build_data
+from support import build_data, results_with_health
 from support.smollm import smollm_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def srt_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _results_json(output: Path) -> dict[str, Any]:
     paths = sorted(output.rglob("results_*.json"))
     assert paths, f"lm-eval wrote no results under {output}"
-    return json.loads(paths[-1].read_text(encoding="utf-8"))
+    return results_with_health(paths[-1])
 
 
 def _samples(output: Path, task: str) -> list[dict[str, Any]]:

@@ -646,3 +646,40 @@ def test_reference_scoring_recomputes_old_samples_and_prefers_logged_twins(tmp_p
     with pytest.raises(NeedlebenchError, match=r"cannot score row .* of single_en_4k by the reference rules"):
         report.write_report(tmp_path / "broken", tmp_path / "bad", scoring="reference")
     assert not (tmp_path / "bad").exists()
+
+
+def test_health_from_its_own_file_and_from_lean_samples(tmp_path: Path):
+    """Run health in ``needlebench_health_<date>.json`` beside the results (lm-eval's file untouched), a task
+    not run because none of its rows fit, and lean samples (no prompt, its hash instead): the same tables as
+    the inline form above."""
+    folder = tmp_path / "results"
+    date = "2025-01-01T00-00-00.000000"
+    records = [
+        {
+            "doc": {**single_row(context_length=length, depth_percent=0.0), "prompt_sha256": "0" * 64},
+            "score": 100.0,
+        }
+        for length in (1000, 2000, 3000, 4000)
+    ]
+    for record in records:
+        record["doc"].pop("prompt", None)
+    write_samples(folder, "needlebench_single_en_4k", records, date=date)
+    path = _results_json(folder, date, {"needlebench_single_en_4k": 100.0})
+    health = {
+        "results_file": path.name,
+        "tasks": {
+            "needlebench_single_en_4k": {"no_final_answer": 0.25, "skipped_too_long": 0, "output_truncated": 1},
+            "needlebench_single_en_8k": {"skipped_too_long": 3},
+        },
+        "not_run": {"needlebench_single_en_8k": {"original": 3, "effective": 0}},
+    }
+    report.health_path(path).write_text(json.dumps(health), encoding="utf-8")
+    out = tmp_path / "out"
+    report.write_report(folder, out, figures=False)
+    table = (out / "run_health.md").read_text(encoding="utf-8")
+    assert "| dummy | needlebench_single_en_4k | 1 | 0 | 1 | 25.0 |" in table
+    assert re.search(r"\| dummy \| needlebench_single_en_8k \| 0 \| 3 \|", table), table
+    assert "100.00 (n=4) [partial]" in _rendered(out / "needlebench_4k.md")
+    report.health_path(path).write_text("{", encoding="utf-8")
+    with pytest.raises(NeedlebenchError, match="not a readable run-health file"):
+        report.write_report(folder, tmp_path / "bad", figures=False)

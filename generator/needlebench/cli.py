@@ -1,4 +1,4 @@
-"""The `needlebench` command line: list, build, eval, budget, report, publish, verify.
+"""The `needlebench` command line: list, build, eval, show, budget, report, publish, verify.
 
 User errors (:class:`NeedlebenchError`) print one line on stderr and exit with status 2.
 """
@@ -290,6 +290,30 @@ def tasks_path() -> None:
     from needlebench.resources import tasks_path as find_tasks
 
     print(find_tasks())
+
+
+@app.command(short_help="Print a row of a dataset folder by id: its fields and its prompt.")
+def show(
+    data_dir: Annotated[Path, typer.Argument(help="A dataset folder built by `needlebench build --out DIR`.")],
+    row_id: Annotated[str, typer.Argument(metavar="ID", help="The row's id, e.g. single_en_4k-L1000-d0-r0 (a sample's doc.id).")],
+    prompt_only: Annotated[bool, typer.Option("--prompt", help="Print only the prompt text.")] = False,
+) -> None:
+    """Print a row's fields (JSON, with prompt_sha256 as in lean sample logs) and then its prompt: what a lean
+    sample log leaves out, recovered from the pinned dataset."""
+    import json
+
+    from needlebench.evaluation.lean_samples import PROMPT_CHARS_KEY, PROMPT_HASH_KEY, find_row, prompt_sha256
+
+    row = find_row(data_dir, row_id)
+    prompt = str(row.pop("prompt", ""))
+    if prompt_only:  # exactly the prompt: `needlebench show DIR ID --prompt | sha256sum` gives prompt_sha256
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        return
+    row[PROMPT_HASH_KEY], row[PROMPT_CHARS_KEY] = prompt_sha256(prompt), len(prompt)
+    print(json.dumps(row, ensure_ascii=False, indent=1, default=str))
+    print("--- prompt ---")
+    sys.stdout.write(prompt if prompt.endswith("\n") else prompt + "\n")
 
 
 @app.command(short_help="List the rows whose prompt would not fit a model's context.")

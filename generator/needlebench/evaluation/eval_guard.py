@@ -17,9 +17,11 @@
 * **Resume.** ``--resume`` adds lm-eval's ``--use_cache`` with a database under the output folder keyed by the
   model and its arguments (lm-eval keys each entry by the request: prompt and generation settings), so a killed
   run, started again with the same command, only computes the rows it had not finished.
-* **Health.** After the run, every needlebench task of the newest ``results_*.json`` gets ``output_truncated``
-  (rows whose output used all of ``max_gen_toks``), ``no_final_answer`` (share of rows whose reasoning block was
-  never closed) and ``skipped_too_long`` beside its scores; ``needlebench report`` shows them.
+* **Health.** After the run, ``needlebench_health_<date>.json`` beside the newest ``results_<date>.json`` gives
+  every needlebench task ``output_truncated`` (rows whose output used all of ``max_gen_toks``),
+  ``no_final_answer`` (share of rows whose reasoning block was never closed) and ``skipped_too_long``, and the
+  tasks not run because none of their rows fit (``not_run``); lm-eval's results file is left as lm-eval wrote it.
+  ``needlebench report`` shows them (and reads older results that carry them inline).
 """
 
 from __future__ import annotations
@@ -565,7 +567,8 @@ def _raw_response(record: Mapping[str, Any]) -> str:
 
 
 def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, Any]]:
-    """Add ``output_truncated``, ``no_final_answer`` and ``skipped_too_long`` to the newest results JSON."""
+    """Write ``output_truncated``, ``no_final_answer`` and ``skipped_too_long`` per task into the run-health file
+    of the newest results JSON (see the module doc)."""
     if prepared.output is None or not prepared.output.exists():
         return {}
     results_path = _newest(prepared.output, "results_*.json")
@@ -586,9 +589,9 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
     skipped = prepared.preflight.too_long if prepared.preflight else {}
     data = json.loads(results_path.read_text(encoding="utf-8"))
     health: dict[str, dict[str, Any]] = {}
+    not_run: dict[str, dict[str, int]] = {}
     for task in prepared.preflight.dropped if prepared.preflight else []:  # not run: none of its rows fit
-        data.setdefault("results", {})[task] = {"alias": task, "skipped_too_long,none": len(skipped[task])}
-        data.setdefault("n-samples", {})[task] = {"original": prepared.preflight.checked[task], "effective": 0}
+        not_run[task] = {"original": prepared.preflight.checked[task], "effective": 0}
         health[task] = {"skipped_too_long": len(skipped[task])}
     for config in needlebench_configs(args.get("--tasks")):
         task = task_name(config)
@@ -609,7 +612,11 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
                     lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in responses]
                     entry["output_truncated"] = sum(length >= budget for length in lengths)
         health[task] = entry
-        for key, value in entry.items():
-            data["results"][task][f"{key},none"] = value
-    results_path.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    from needlebench.evaluation.report import health_path
+
+    record = {"results_file": results_path.name, "tasks": health, "not_run": not_run}
+    target = health_path(results_path)
+    temp = target.with_name(target.name + ".tmp")
+    temp.write_text(json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    os.replace(temp, target)
     return health

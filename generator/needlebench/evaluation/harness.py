@@ -636,6 +636,9 @@ def render_base_template(template: FamilyTemplate) -> str:
         "output_type: generate_until",
         "custom_dataset: !function utils.load_dataset",
         "test_split: test",
+        # zero-shot: no few-shot pool (without one lm-eval decodes every test row into a list at task load)
+        "fewshot_config:",
+        "  samples: []",
         "doc_to_text: prompt",
         "doc_to_target: answer",
         f"process_results: !function utils.{template.process_results}",

@@ -406,6 +406,32 @@ def read_results_json(path: Path) -> dict[str, Any]:
     return data
 
 
+#: Run health ``needlebench eval`` writes beside lm-eval's ``results_<date>.json`` (same date).
+HEALTH_FILE_PREFIX = "needlebench_health_"
+
+
+def health_path(results_path: Path) -> Path:
+    """The run-health file of a ``results_<date>.json``: ``needlebench_health_<date>.json`` beside it."""
+    date = results_path.name.removeprefix("results_").removesuffix(".json")
+    return results_path.with_name(f"{HEALTH_FILE_PREFIX}{date}.json")
+
+
+def read_health(results_path: Path) -> dict[str, Any]:
+    """The run health of a results file: ``{"tasks": {task: {key: value}}, "not_run": {task: n-samples}}``, from
+    its ``needlebench_health_<date>.json`` (empty when there is none; older runs carry the keys inline in the
+    results, which :func:`load_results` reads as metrics)."""
+    path = health_path(results_path)
+    if not path.is_file():
+        return {"tasks": {}, "not_run": {}}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise NeedlebenchError(f"{path}: not a readable run-health file ({error})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("tasks", {}), dict):
+        raise _bad(path, 1, "not a needlebench run-health object (no 'tasks' mapping)")
+    return {"tasks": data.get("tasks") or {}, "not_run": data.get("not_run") or {}}
+
+
 def _model_args(config: Mapping[str, Any]) -> dict[str, Any]:
     args = config.get("model_args") or {}
     if isinstance(args, dict):
@@ -601,7 +627,12 @@ def load_results(
         counts = (
             data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
         )
-        for task, metrics in data.get("results", {}).items():
+        health = read_health(path)
+        tasks = dict(data.get("results", {}))
+        for task in health["not_run"]:  # none of its rows fit: not in lm-eval's results, counted in the health
+            tasks.setdefault(task, {})
+            counts = {**counts, task: health["not_run"][task]}
+        for task, metrics in tasks.items():
             if not isinstance(metrics, dict):
                 continue
             values = {
@@ -611,6 +642,11 @@ def load_results(
                 and "_stderr" not in key
                 and isinstance(value, (int, float))
             }
+            values.update(
+                (key, float(value))
+                for key, value in (health["tasks"].get(task) or {}).items()
+                if key in HEALTH and isinstance(value, (int, float))
+            )
             key = (model, task)
             if key not in reported or date > reported[key][0]:
                 reported[key] = (
