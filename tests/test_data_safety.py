@@ -222,28 +222,41 @@ def _dead_pid() -> int:
     return process.pid
 
 
-def test_the_next_build_removes_killed_builds_leftovers(references, tmp_path):
+def _our_staging(folder: Path, pid: int) -> Path:
+    """A staging folder as a build `pid` of this machine makes it (with its marker)."""
+    staging = folder / f".building-{pid}-abc123de"
+    staging.mkdir(parents=True)
+    replace.write_marker(staging, pid)
+    return staging
+
+
+def test_the_next_build_removes_killed_builds_leftovers(references, tmp_path, capsys):
     old, _ = references
     folder = tmp_path / "ds"
     shutil.copytree(old, folder)
     dead = _dead_pid()
-    for name in (f".building-{dead}-abc123de", ".building-x1y2z3ab"):  # this version's and earlier versions' names
-        (folder / name / "data" / "atc_en").mkdir(parents=True)
-        (folder / name / "data" / "atc_en" / ".test-00000-of-00001.parquet.tmp").write_bytes(b"\0" * 1_000_000)
+    killed = _our_staging(folder, dead)
+    (killed / "data" / "atc_en").mkdir(parents=True)
+    (killed / "data" / "atc_en" / ".test-00000-of-00001.parquet.tmp").write_bytes(b"\0" * 1_000_000)
+    legacy = folder / ".building-x1y2z3ab"  # an earlier version's name: no marker, so never ours to delete
+    (legacy / "data").mkdir(parents=True)
     (folder / f".README.md.{dead}.tmp").write_text("half a card")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        running = folder / f".building-{sleeper.pid}-abc123de"  # another build still running: left alone
-        running.mkdir()
+        running = _our_staging(folder, sleeper.pid)  # another build still running: left alone
         (folder / ".building-notes").write_text("a file, not our folder")  # not ours: left alone
         (folder / ".building-my-notes").mkdir()  # a folder, but not named as ours: left alone
+        capsys.readouterr()
         build_dataset(["atc_zh"], folder, BuildOptions(), progress=False)
         hidden = sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
-        assert hidden == sorted([".building-my-notes", ".building-notes", running.name])
+        assert hidden == sorted([".building-my-notes", ".building-notes", running.name, legacy.name])
+        [warning] = capsys.readouterr().err.splitlines()
+        assert warning.startswith("needlebench: warning: ") and str(legacy) in warning and "left untouched" in warning
     finally:
         sleeper.kill()
         sleeper.wait()
-    running.rmdir()
+    shutil.rmtree(running)
+    shutil.rmtree(legacy)
     (folder / ".building-my-notes").rmdir()
     (folder / ".building-notes").unlink()
     assert _files(folder) == _files(old)
@@ -251,7 +264,7 @@ def test_the_next_build_removes_killed_builds_leftovers(references, tmp_path):
 
 def test_an_empty_folder_with_only_our_leftovers_is_built_into(tmp_path):
     folder = tmp_path / "ds"
-    (folder / f".building-{_dead_pid()}-abc123de" / "data").mkdir(parents=True)
+    (_our_staging(folder, _dead_pid()) / "data").mkdir(parents=True)
     build_dataset(["atc_en"], folder, BuildOptions(), progress=False)
     assert sorted(p.name for p in folder.iterdir()) == ["README.md", "data", MANIFEST]
 

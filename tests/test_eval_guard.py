@@ -5,11 +5,14 @@
   (``http.server`` on loopback), concurrent and sequential; the health keys land in the results and the report;
 * ``--reasoning`` doubles / sets ``max_gen_toks`` (seen as ``max_tokens`` by the server);
 * ``--resume``: a run killed after a few rows, started again, computes only the rows it had not finished;
-* reasoning is stripped before scoring; an unclosed block counts as no final answer.
+* reasoning is stripped before scoring; an unclosed block counts as no final answer, and is scored on its text
+  (``--think-unclosed keep``, the default) or as empty (``--think-unclosed empty``); the ``*_reference`` metrics
+  read it as OpenCompass does, and ``needlebench report --scoring reference`` shows them.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -23,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from needlebench.errors import NeedlebenchError
 from needlebench.evaluation import harness
 from needlebench.evaluation.eval_args import parse_eval
 from needlebench.evaluation.eval_guard import needlebench_configs
 from needlebench.evaluation.evaluate import run_eval
 from needlebench.evaluation.report import write_report
-from needlebench.evaluation.thinking import has_final_answer, strip_reasoning
-from support import build_data, single_row
+from needlebench.evaluation.thinking import has_final_answer, reference_text, strip_reasoning
+from support import build_data, results_with_health, single_row
 from support.smollm import smollm_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,7 +108,7 @@ class FakeOpenAI:
 def _results(output: Path) -> dict[str, Any]:
     paths = sorted(output.rglob("results_*.json"))
     assert paths, f"no results under {output}"
-    return json.loads(paths[-1].read_text(encoding="utf-8"))
+    return results_with_health(paths[-1])
 
 
 def _server_run(data_dir: Path, output: Path, urls: str, *extra: str, concurrent: int = 2) -> int:
@@ -167,6 +171,10 @@ def test_skip_too_long_leaves_out_a_task_none_of_whose_rows_fit(data_dir: Path, 
         assert "needlebench: skipping 1 task(s) none of whose rows fit the window of 8191 tokens: " \
             "needlebench_counting_stars_acquisition_en_128k (2 rows)" in err
         results = _results(tmp_path / "out")
+        raw = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text(encoding="utf-8"))
+        assert "needlebench_counting_stars_acquisition_en_128k" not in raw["results"]  # as lm-eval wrote it
+        assert not any(key.startswith("skipped_too_long") for key in raw["results"]["needlebench_single_en_4k"])
+        assert len(list((tmp_path / "out").rglob("needlebench_health_*.json"))) == 1
         assert results["results"]["needlebench_single_en_4k"]["skipped_too_long,none"] == 0
         assert results["results"]["needlebench_counting_stars_acquisition_en_128k"]["skipped_too_long,none"] == 2
         assert results["n-samples"]["needlebench_counting_stars_acquisition_en_128k"] == {"original": 2, "effective": 0}
@@ -264,12 +272,74 @@ def test_killed_run_resumes_without_recomputing_finished_rows(data_dir: Path, tm
     assert _results(output)["results"]["needlebench_single_en_4k"]["score,none"] == 100.0
 
 
+def _report_csv(folder: Path, name: str) -> list[dict[str, str]]:
+    with (folder / f"{name}.csv").open(encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_unclosed_reasoning_keep_or_empty_and_the_reference_report(data_dir: Path, tmp_path: Path):
+    """The issue's example end to end: an output that names the keyword inside a ``<think>`` block it never closes."""
+    rows = harness.load_dataset(needlebench_config="single_en_4k", data_dir=str(data_dir))["test"]
+    needle = str(rows[0]["needles"][0]).strip()
+    assert all(rows[i]["needles"][0] == rows[0]["needles"][0] for i in range(4))  # one (length, repeat) cell
+    answer = f"<think>I recall that {needle} so the answer"
+    with FakeOpenAI(answer) as server:
+        assert _server_run(data_dir, tmp_path / "keep", server.url, "--limit", "4") == 0
+        assert _server_run(data_dir, tmp_path / "empty", server.url, "--limit", "4", "--think-unclosed", "empty") == 0
+    keep = _results(tmp_path / "keep")["results"]["needlebench_single_en_4k"]
+    empty = _results(tmp_path / "empty")["results"]["needlebench_single_en_4k"]
+    assert keep["score,none"] == 100.0 and keep["score_reference,none"] == 100.0
+    assert empty["score,none"] < 20.0 and empty["score_reference,none"] == 100.0  # 0.2 x similarity, at most 20
+    assert keep["no_final_answer,none"] == empty["no_final_answer,none"] == 1.0
+    # the report through the command line: default numbers, then the reference ones, each table saying which
+    command = [sys.executable, "-c", "from needlebench.cli import main; main()", "report", str(tmp_path / "empty")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for scoring, expected in (("default", empty["score,none"]), ("reference", 100.0)):
+        out = tmp_path / f"report-{scoring}"
+        done = subprocess.run(
+            [*command, "--out", str(out), "--no-figures", *(["--scoring", scoring] if scoring != "default" else [])],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        (row,) = _report_csv(out, "needlebench_4k")
+        assert float(row["S-RT EN"]) == pytest.approx(expected)
+        for table in out.glob("*.md"):
+            if table.name != "README.md":
+                assert f"[scoring: {scoring} (" in table.read_text(encoding="utf-8").splitlines()[0], table.name
+        scores = _report_csv(out, "scores")
+        assert {row["Scorer"] for row in scores} == {
+            "rule (lm-eval metric)" if scoring == "default" else "rule (lm-eval *_reference metric)"
+        }
+    bad = subprocess.run(
+        [*command, "--out", str(tmp_path / "bad"), "--scoring", "opencompass"], env=env, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and not (tmp_path / "bad").exists()
+    assert bad.stderr.strip().splitlines() == [
+        "needlebench: error: --scoring 'opencompass' is not allowed; allowed: default, reference"
+    ]
+
+
 def test_reasoning_is_stripped_before_scoring(monkeypatch: pytest.MonkeyPatch):
     row = single_row()
     answer = "Hidden on Emerald Island is the legendary Stardust Shard."
-    assert harness.process_single(row, [f"<think>Is it the Crimson Lotus?</think>\n{answer}"])["score"] == 100.0
-    # the thinking mentioned the keyword but never closed: no final answer, no credit
-    assert harness.process_single(row, ["<think>maybe the Stardust Shard"])["score"] < 100.0
+    closed = harness.process_single(row, [f"<think>Is it the Crimson Lotus?</think>\n{answer}"])
+    assert closed == {"score": 100.0, "score_reference": 100.0}
+    # a closed block that names the keyword, then a wrong answer: stripped for both (OpenCompass's reasoning configs
+    # remove a closed block too)
+    wrong = harness.process_single(row, ["<think>the Stardust Shard?</think> No idea."])
+    assert wrong["score"] < 20.0 and wrong["score_reference"] < 20.0
+    unclosed = "<think>maybe the Stardust Shard"
+    # default (keep, the OpenCompass way): an unclosed block is scored on its text
+    monkeypatch.delenv("NEEDLEBENCH_THINK_UNCLOSED", raising=False)
+    assert harness.process_single(row, [unclosed]) == {"score": 100.0, "score_reference": 100.0}
+    # empty: no final answer, no credit from the default metric; the reference twin still reads the text
+    monkeypatch.setenv("NEEDLEBENCH_THINK_UNCLOSED", "empty")
+    result = harness.process_single(row, [unclosed])
+    assert result["score"] < 100.0 and result["score_reference"] == 100.0
+    monkeypatch.setenv("NEEDLEBENCH_THINK_UNCLOSED", "drop")
+    with pytest.raises(NeedlebenchError, match="NEEDLEBENCH_THINK_UNCLOSED 'drop' is not allowed; allowed: keep, empty"):
+        harness.process_single(row, [unclosed])
+    monkeypatch.delenv("NEEDLEBENCH_THINK_UNCLOSED")
     assert not has_final_answer("<think>maybe") and has_final_answer("plain answer")
     monkeypatch.setenv("NEEDLEBENCH_THINK_END", "[/REASON]")
     assert strip_reasoning("[REASON]x[/REASON] final") == "final"
@@ -278,13 +348,26 @@ def test_reasoning_is_stripped_before_scoring(monkeypatch: pytest.MonkeyPatch):
     assert strip_reasoning("<think>a</think>b") == "<think>a</think>b"
 
 
+def test_reference_text_is_opencompass_extract_non_reasoning_content():
+    # opencompass/utils/text_postprocessors.py extract_non_reasoning_content, hand-computed
+    assert reference_text("This is a test.</think> How are you?", "</think>") == "How are you?"
+    assert reference_text("Start<think>reasoning here</think> End", "</think>") == "Start End"
+    assert reference_text("<think>a</think>B<think>c</think>D", "</think>") == "BD"
+    assert reference_text("<think>unclosed, kept", "</think>") == "<think>unclosed, kept"
+    assert reference_text("  plain answer \n", "</think>") == "  plain answer \n"  # no marker: the raw text
+    assert reference_text("<think>a</think>b", "") == "<think>a</think>b"  # stripping off
+
+
 def test_own_options_are_taken_out_and_groups_expand():
     argv = ["run", "--skip-too-long", "--think-end", "</r>", "--reasoning=64", "--tasks", "x", "--resume"]
-    _command, namespace, args = parse_eval(argv)
+    _command, namespace, args = parse_eval([*argv, "--think-unclosed", "empty"])
     assert not any(name.startswith("needlebench_") for name in vars(namespace))  # lm-eval gets only its own
     assert args.tasks == ["x"]
     assert args.skip_too_long and args.resume and args.think_end == "</r>" and args.reasoning == "64"
     assert parse_eval(["run", "--reasoning", "--tasks", "x"])[2].reasoning == "double"
+    assert args.think_unclosed == "empty" and parse_eval(["run", "--think-unclosed=keep"])[2].think_unclosed == "keep"
+    with pytest.raises(NeedlebenchError, match="--think-unclosed: 'drop' is not allowed; allowed: keep, empty"):
+        parse_eval(["run", "--think-unclosed", "drop"])
     assert "single_en_4k" in needlebench_configs("needlebench_4k,hellaswag")
     assert needlebench_configs("needlebench_atc_en,needlebench_atc_en") == ["atc_en"]
 

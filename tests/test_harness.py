@@ -42,7 +42,7 @@ def _load_script():
 
 def test_single_scores_keyword_and_miss():
     row = single_row()
-    assert harness.process_single(row, [f"The answer: {KEYWORD}."]) == {"score": 100.0}
+    assert harness.process_single(row, [f"The answer: {KEYWORD}."]) == {"score": 100.0, "score_reference": 100.0}
     miss = harness.process_single(row, ["I do not know."])["score"]
     assert 0.0 <= miss <= 20.0
     assert harness.process_single(row, [harness.oracle_answer(row)])["score"] == 100.0
@@ -61,7 +61,11 @@ def test_multi_reasoning_reference_and_strict():
     result = harness.process_multi_reasoning(row, ["It is Paris."])
     assert result["strict"] == 0.0
     assert 0.0 < result["reference"] < 100.0
-    assert harness.process_multi_reasoning(row, [harness.oracle_answer(row)]) == {"reference": 100.0, "strict": 100.0}
+    assert harness.process_multi_reasoning(row, [harness.oracle_answer(row)]) == {
+        "reference": 100.0,
+        "strict": 100.0,
+        "reference_reference": 100.0,
+    }
 
 
 def test_atc_rows_and_circular_aggregation():
@@ -86,9 +90,15 @@ def test_atc_reasoning_and_zh_oracle_answers():
 
 def test_atc_open_score():
     row = fixture_row("atc_en_open", answer="Ann Smith", prompt_style="open", context_length=0)
-    assert harness.process_atc_open(row, ["The eldest relative is Ann Smith."]) == {"score": 100.0}
-    assert harness.process_atc_open(row, ["Bob"]) == {"score": 0.0}
-    assert harness.process_atc_open(row, [harness.oracle_answer(row)]) == {"score": 100.0}
+    assert harness.process_atc_open(row, ["The eldest relative is Ann Smith."]) == {
+        "score": 100.0,
+        "score_reference": 100.0,
+    }
+    assert harness.process_atc_open(row, ["Bob"]) == {"score": 0.0, "score_reference": 0.0}
+    # the reference scores open ATC with the S-RT evaluator: a near miss earns 0.2 x the similarity to the name
+    near = harness.process_atc_open(row, ["Ann Smyth"])
+    assert near["score"] == 0.0 and near["score_reference"] == pytest.approx(0.2 * 100 * (1 - 1 / 8))
+    assert harness.process_atc_open(row, [harness.oracle_answer(row)]) == {"score": 100.0, "score_reference": 100.0}
 
 
 def test_counting_stars_per_star_scores():
@@ -103,6 +113,8 @@ def test_counting_stars_per_star_scores():
         assert harness.process_counting_stars(row, [harness.oracle_answer(row)]) == {
             "star_score": 1.0,
             "per_star": [1.0] * 4,
+            "star_score_reference": 1.0,
+            "per_star_reference": [1.0] * 4,
         }
     assert json.loads(harness.oracle_answer(rea)) == {"小企鹅": STAR_COUNTS}
 
@@ -172,9 +184,9 @@ def test_load_dataset_rejects_bad_input(tmp_path):
 
 
 def test_load_dataset_names_a_config_missing_from_the_folder(tmp_path):
-    (tmp_path / "needlebench.json").write_text(
-        json.dumps({"format": "needlebench-dataset", "configs": {"atc_en": {}}}), encoding="utf-8"
-    )
+    from hub_server import make_dataset_folder
+
+    make_dataset_folder(tmp_path, {"atc_en": 2})
     with pytest.raises(NeedlebenchError, match=r"'single_en_4k' is not built .* atc_en"):
         harness.load_dataset(needlebench_config="single_en_4k", data_dir=str(tmp_path))
 
@@ -304,7 +316,12 @@ def test_groups_cover_families_and_sizes():
     assert len(by_name["needlebench_v2"]["task"]) == 44 == sum(len(by_name[f"needlebench_v2_{f}"]["task"]) for f in families)
     assert by_name["needlebench_v2_atc"]["task"] == ["needlebench_v2_atc_en", "needlebench_v2_atc_zh"]
     assert len(by_name["needlebench_v2_4k"]["task"]) == 6
-    assert [m["metric"] for m in by_name["needlebench_v2_atc"]["aggregate_metric_list"]] == ["accuracy", "weighted"]
+    assert [m["metric"] for m in by_name["needlebench_v2_atc"]["aggregate_metric_list"]] == [
+        "accuracy",
+        "weighted",
+        "accuracy_reference",
+        "weighted_reference",
+    ]
     assert "needlebench_counting_stars_reasoning_zh_128k_m64" in by_name["needlebench_128k"]["task"]
     assert "needlebench_counting_stars_acquisition_en_1000k" in by_name["needlebench_1000k"]["task"]
     assert all(t.endswith("_4k") for t in by_name["needlebench_4k"]["task"])
@@ -313,7 +330,15 @@ def test_groups_cover_families_and_sizes():
         assert cfg["metadata"]["version"] == harness.TASK_VERSION
         assert cfg["aggregate_metric_list"]
     metrics_4k = [m["metric"] for m in by_name["needlebench_4k"]["aggregate_metric_list"]]
-    assert metrics_4k == ["score", "recall", "reference", "strict"]
+    assert metrics_4k == [
+        "score",
+        "score_reference",
+        "recall",
+        "recall_reference",
+        "reference",
+        "strict",
+        "reference_reference",
+    ]
 
 
 def test_lm_eval_finds_and_parses_every_task():

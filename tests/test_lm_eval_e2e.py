@@ -22,7 +22,7 @@ from needlebench.evaluation.report import HEALTH, write_report
 from needlebench.evaluation.report import SAMPLES_FILE_RE as SAMPLES_NAME
 from needlebench.tasks.grid import get_config
 from PIL import Image
-from support import build_data
+from support import build_data, results_with_health
 from support.smollm import smollm_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,6 +51,8 @@ FULL_MARKS = {
     "star_score": 1.0,
     "per_star": 1.0,
 }
+#: ... and on every reference-exact twin (the oracle's answer forms are ones the reference rules read too).
+FULL_MARKS |= {harness.reference_metric(metric): value for metric, value in FULL_MARKS.items() if metric != "strict"}
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def srt_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _results_json(output: Path) -> dict[str, Any]:
     paths = sorted(output.rglob("results_*.json"))
     assert paths, f"lm-eval wrote no results under {output}"
-    return json.loads(paths[-1].read_text(encoding="utf-8"))
+    return results_with_health(paths[-1])
 
 
 def _samples(output: Path, task: str) -> list[dict[str, Any]]:
@@ -120,6 +122,10 @@ def test_oracle_scores_full_marks_through_the_cli(oracle_output: Path, tmp_path:
         assert results[harness.task_name(config)]["skipped_too_long,none"] == 0  # run health beside the scores
         assert results[harness.task_name(config)]["no_final_answer,none"] == 0.0
         assert metrics, config
+        # every default metric has its reference twin beside it
+        assert {harness.reference_metric(m) for m in metrics if m not in ("strict",) and "_reference" not in m} <= set(
+            metrics
+        ), config
         for metric, value in metrics.items():
             assert value == pytest.approx(FULL_MARKS[metric]), (config, metric, value)
     # ATC rows come as whole items (four rotations), so perf_4 covers complete items
@@ -134,6 +140,13 @@ def test_oracle_scores_full_marks_through_the_cli(oracle_output: Path, tmp_path:
     assert row["Model"] == ORACLE_MODEL and float(row["S-RT EN"]) == 100.0 and row["S-RT EN n"] == "40"
     assert row["Coverage"].startswith("partial: ")  # --limit 40 took the first 40 rows (length 1,000 only)
     assert (report_dir / f"heatmap_{ORACLE_MODEL}_needlebench_counting_stars_reasoning_zh_128k.png").is_file()
+    reference_dir = tmp_path / "oracle-reference"
+    write_report(output, reference_dir, scoring="reference", figures=False)
+    (row,) = _csv(reference_dir / "needlebench_4k.csv")
+    assert float(row["S-RT EN"]) == 100.0 and float(row["M-RT ZH"]) == 100.0 and float(row["M-RS EN"]) == 100.0
+    (atc,) = _csv(reference_dir / "atc.csv")
+    assert float(atc["EN-Direct-CE"]) == 100.0 and float(atc["ZH-Reasoning-CE"]) == 100.0
+    assert all(float(line["Me-Acq EN"]) == 1.0 for line in _csv(reference_dir / "counting_stars.csv"))
 
 
 def test_subset_keeps_project_tasks_with_include_path_and_models_share_a_table(

@@ -591,3 +591,95 @@ def test_one_language_run_marks_cells_and_reports_health_in_percent(tmp_path: Pa
     assert not re.search(r"–\s*\(n=", "".join(path.read_text(encoding="utf-8") for path in out.glob("*.md")))
     health = (out / "run_health.md").read_text(encoding="utf-8")
     assert "No final answer (%)" in health and "| dummy | needlebench_single_en_4k | 1 | 0 | 1 | 25.0 |" in health
+
+
+def test_reference_scoring_recomputes_old_samples_and_prefers_logged_twins(tmp_path: Path):
+    """Samples logged before the *_reference metrics existed are rescored from their outputs; samples that carry
+    them use the logged values; the default scoring ignores both; every table title says which scoring."""
+    old = tmp_path / "results" / "old"
+    records = []
+    for row in atc_rows("atc_zh", item_id="zh-2", num_needles=2):
+        wrong = "B" if row["answer_letter"] != "B" else "C"
+        # the issue's example: right first, then changed to a wrong letter (default: the last statement)
+        output = f"答案是{row['answer_letter']}。不对，重新检查一下，答案是{wrong}。"
+        metrics = harness.process_atc(row, [output])
+        assert metrics["acc"] == 0.0 and metrics["acc_reference"] == 100.0
+        records.append({"doc": row, "resp": output, "acc": 0.0, "perf_4": list(metrics["perf_4"])})
+    write_samples(old, harness.task_name("atc_zh"), records)
+    stars = counting_stars_row()
+    prose = 'Sure! {"little_penguin": [15, 117, 42, 69]}'
+    write_samples(old, harness.task_name(stars["config"]), [{"doc": stars, "resp": prose, "star_score": 1.0,
+                                                             "per_star": [1.0] * 4}])  # fmt: skip
+    logged = tmp_path / "results" / "logged"
+    row = single_row("single_en_4k", context_length=1000, depth_percent=0.0)
+    write_samples(logged, harness.task_name("single_en_4k"), [{"doc": row, "resp": "", "score": 40.0,
+                                                               "score_reference": 70.0}])  # fmt: skip
+
+    report.write_report(tmp_path / "results", tmp_path / "default", figures=False)
+    report.write_report(tmp_path / "results", tmp_path / "reference", figures=False, scoring="reference")
+    for scoring, atc_value, star_value, srt_value in (("default", 0.0, 1.0, 40.0), ("reference", 100.0, 0.0, 70.0)):
+        out = tmp_path / scoring
+        (atc,) = _csv(out / "atc.csv")
+        assert float(atc["ZH-Direct-CE"]) == atc_value
+        (star_row,) = _csv(out / "counting_stars.csv")
+        assert float(star_row["Me-Acq EN"]) == star_value
+        (srt,) = _csv(out / "needlebench_4k.csv")
+        assert float(srt["S-RT EN"]) == srt_value
+        for table in out.glob("*.md"):
+            if table.name != "README.md":
+                assert f"[scoring: {scoring} (" in table.read_text(encoding="utf-8").splitlines()[0], table.name
+        assert f"scoring: {scoring} (" in (out / "README.md").read_text(encoding="utf-8")
+    # figure subtitles (heatmaps) and the length plot's title say it too
+    loaded = report.apply_scoring(report.load_results([tmp_path / "results"]), "reference")
+    figures = report_figures.plan_figures(loaded)
+    heatmaps = [heatmap for figure in figures for heatmap in figure.heatmaps]
+    assert heatmaps and all("scoring: reference (" in heatmap.subtitle for heatmap in heatmaps)
+    (lines,) = [figure.lines for figure in figures if figure.lines is not None]
+    assert lines.scoring == "reference"
+    with pytest.raises(NeedlebenchError, match="--scoring 'strict' is not allowed; allowed: default, reference"):
+        report.write_report(tmp_path / "results", tmp_path / "bad", scoring="strict")
+    assert not (tmp_path / "bad").exists()
+    # an old sample whose doc lacks what the reference rule reads: one line naming the row, nothing written
+    broken = single_row("single_en_4k", context_length=1000, depth_percent=0.0)
+    del broken["keywords"]
+    write_samples(tmp_path / "broken" / "m", harness.task_name("single_en_4k"), [{"doc": broken, "score": 10.0}])
+    with pytest.raises(NeedlebenchError, match=r"cannot score row .* of single_en_4k by the reference rules"):
+        report.write_report(tmp_path / "broken", tmp_path / "bad", scoring="reference")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_health_from_its_own_file_and_from_lean_samples(tmp_path: Path):
+    """Run health in ``needlebench_health_<date>.json`` beside the results (lm-eval's file untouched), a task
+    not run because none of its rows fit, and lean samples (no prompt, its hash instead): the same tables as
+    the inline form above."""
+    folder = tmp_path / "results"
+    date = "2025-01-01T00-00-00.000000"
+    records = [
+        {
+            "doc": {**single_row(context_length=length, depth_percent=0.0), "prompt_sha256": "0" * 64},
+            "score": 100.0,
+        }
+        for length in (1000, 2000, 3000, 4000)
+    ]
+    for record in records:
+        record["doc"].pop("prompt", None)
+    write_samples(folder, "needlebench_single_en_4k", records, date=date)
+    path = _results_json(folder, date, {"needlebench_single_en_4k": 100.0})
+    health = {
+        "results_file": path.name,
+        "tasks": {
+            "needlebench_single_en_4k": {"no_final_answer": 0.25, "skipped_too_long": 0, "output_truncated": 1},
+            "needlebench_single_en_8k": {"skipped_too_long": 3},
+        },
+        "not_run": {"needlebench_single_en_8k": {"original": 3, "effective": 0}},
+    }
+    report.health_path(path).write_text(json.dumps(health), encoding="utf-8")
+    out = tmp_path / "out"
+    report.write_report(folder, out, figures=False)
+    table = (out / "run_health.md").read_text(encoding="utf-8")
+    assert "| dummy | needlebench_single_en_4k | 1 | 0 | 1 | 25.0 |" in table
+    assert re.search(r"\| dummy \| needlebench_single_en_8k \| 0 \| 3 \|", table), table
+    assert "100.00 (n=4) [partial]" in _rendered(out / "needlebench_4k.md")
+    report.health_path(path).write_text("{", encoding="utf-8")
+    with pytest.raises(NeedlebenchError, match="not a readable run-health file"):
+        report.write_report(folder, tmp_path / "bad", figures=False)

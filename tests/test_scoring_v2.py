@@ -100,14 +100,19 @@ def test_harness_hooks_and_oracle_for_v2_rows():
     doc = fixture_row("v2_atc_zh", answer="李四", keywords=["李四"], num_needles=4, question_type="NTH_ANCESTOR")
     oracle = harness.oracle_answer(doc)
     assert oracle == "\\boxed{李四}"
-    assert harness.process_atc_v2(doc, [oracle]) == {"accuracy": 100.0, "weighted": (4, 100.0)}
+    assert harness.process_atc_v2(doc, [oracle]) == {
+        "accuracy": 100.0,
+        "weighted": (4, 100.0),
+        "accuracy_reference": 100.0,
+        "weighted_reference": (4, 100.0),
+    }
     assert harness.process_atc_v2(doc, ["李四"])["accuracy"] == 0.0
     assert harness.agg_relation_weighted([(2, 100.0), (4, 0.0)]) == pytest.approx(200.0 / 6)
     mrs = fixture_row("v2_multi_reasoning_en_4k", answer="Ann Lee", keywords=["Ann Lee"])
-    assert harness.process_multi_reasoning_v2(mrs, [harness.oracle_answer(mrs)]) == {"exact": 100.0}
+    assert harness.process_multi_reasoning_v2(mrs, [harness.oracle_answer(mrs)]) == {"exact": 100.0, "exact_reference": 100.0}
     srt = fixture_row("v2_single_en_4k", needles=["Hidden on Red Island is the Blue Gem."], keywords=["Blue Gem"])
-    assert harness.process_single_v2(srt, [harness.oracle_answer(srt)]) == {"score": 100.0}
-    assert harness.process_single_v2(srt, ["Hidden on Red Island is the Blue Ge."]) == {"score": 0.0}
+    assert harness.process_single_v2(srt, [harness.oracle_answer(srt)]) == {"score": 100.0, "score_reference": 100.0}
+    assert harness.process_single_v2(srt, ["Hidden on Red Island is the Blue Ge."]) == {"score": 0.0, "score_reference": 0.0}
 
 
 def test_scored_rows_take_the_headline_metric_of_their_family():

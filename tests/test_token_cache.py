@@ -65,7 +65,9 @@ def _warnings(capsys) -> list[str]:
 def test_entry_records_inputs_and_digest_and_loads_silently(cache, texts, truth, cl100k, capsys):
     assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
     tables, meta = _read(_entry(cache, texts[0], cl100k))
-    assert meta["tokenizer"] == "cl100k_base" and meta["digest"] == tokenized._tables_digest(truth)
+    assert meta["tokenizer"] == "cl100k_base" and meta["tag"] == tokenized._tables_tag(
+        truth, tokenized._entry_meta(texts[0], cl100k)
+    )
     assert meta["text_sha256"] == tokenized._entry_meta(texts[0], cl100k)["text_sha256"]
     assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
     assert _warnings(capsys) == []
@@ -78,13 +80,13 @@ def test_wrong_values_are_recomputed(cache, texts, truth, cl100k, capsys, forge_
     path = _entry(cache, texts[0], cl100k)
     tables, meta = _read(path)
     tables["hard_tokens"] = tables["hard_tokens"] + 7  # the reported corruption: prompt_tokens off by 7
-    if forge_digest:  # a consistent-looking entry: only the invariants and re-encoding can tell
-        meta["digest"] = tokenized._tables_digest(tables)
+    if forge_digest:  # a consistent-looking entry (tagged with the secret): only the invariants and re-encoding tell
+        meta["tag"] = tokenized._tables_tag(tables, tokenized._entry_meta(texts[0], cl100k))
     _rewrite(path, tables, meta)
     assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
     [line] = _warnings(capsys)
     assert str(path) in line and "recomputed" in line
-    assert ("digest" in line) != forge_digest
+    assert ("recorded tag" in line) != forge_digest
     assert _same(tokenized._load_or_compute(texts[0], cl100k), truth) and _warnings(capsys) == []  # replaced
 
 
@@ -105,7 +107,8 @@ def test_another_corpus_tables_are_recomputed(cache, texts, truth, cl100k, capsy
     shutil.copyfile(other, target)
     if forge_meta:
         tables, _ = _read(target)
-        meta = {**tokenized._entry_meta(texts[0], cl100k), "digest": tokenized._tables_digest(tables)}
+        meta = tokenized._entry_meta(texts[0], cl100k)
+        meta = {**meta, "tag": tokenized._tables_tag(tables, meta)}
         _rewrite(target, tables, meta)
     capsys.readouterr()
     assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
@@ -175,7 +178,7 @@ def test_the_cli_warns_in_one_line_and_builds_right(tmp_path):
     cache.mkdir(parents=True)
     tables, meta = _read(source / name)
     tables["hard_tokens"] = tables["hard_tokens"] + 7
-    meta["digest"] = tokenized._tables_digest(tables)
+    meta["tag"] = tokenized._tables_tag(tables, tokenized._entry_meta(text, get_tokenizer()))
     _rewrite(cache / name, tables, meta)
     env = {**os.environ, "NEEDLEBENCH_CACHE": str(tmp_path / "cache")}
     code = "from needlebench.cli import main; main()"
@@ -185,7 +188,7 @@ def test_the_cli_warns_in_one_line_and_builds_right(tmp_path):
     warnings = [line for line in result.stderr.splitlines() if line.startswith("needlebench:")]
     assert len(warnings) == 1 and "boundary tables" in warnings[0] and "Traceback" not in result.stderr
     _, repaired = _read(cache / name)
-    assert repaired["digest"] != meta["digest"]
+    assert repaired["tag"] != meta["tag"]
     manifest = json.loads((tmp_path / "ds" / "needlebench.json").read_text())
     from needlebench.dataset.build import build_dataset
     from needlebench.dataset.options import BuildOptions

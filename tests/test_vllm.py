@@ -13,7 +13,9 @@ One S-RT, one M-RT, one ATC and one Counting-Stars task, the shortest rows of ea
    ``local-completions`` (prompt rendered and tokenized client-side) and ``local-chat-completions`` (the server
    renders the chat template), run through ``needlebench eval`` with ``--skip-too-long``: the Counting-Stars
    selection also holds a 12k row that does not fit the server's 8192 window, which is skipped and counted;
-3. greedy outputs are compared row by row: every row's text and scores are identical in the three runs.
+3. greedy outputs are compared row by row: every row's text and scores are identical in the three runs;
+4. ``needlebench eval`` in chunks of one row (offline engine and ``vllm serve``) gives the same outputs and scores
+   as the runs whose tasks are one chunk (and as ``--no-chunk``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 import pytest
 from needlebench.evaluation import harness
-from support import build_data
+from support import build_data, results_with_health
 from support.smollm import smollm_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,7 +107,7 @@ def _samples(output: Path) -> dict[str, dict[str, Any]]:
 def _results(output: Path) -> dict[str, Any]:
     paths = sorted(output.rglob("results_*.json"))
     assert paths, f"no results under {output}"
-    return json.loads(paths[-1].read_text(encoding="utf-8"))["results"]
+    return results_with_health(paths[-1])["results"]
 
 
 def _common(data_dir: Path, output: Path) -> list[str]:
@@ -232,6 +234,44 @@ def test_lm_eval_vllm_model_runs_every_family_and_scores_rescore(offline_run: Pa
         assert f"{metric},none" in results[harness.task_name(config)]
 
 
+def _same_outputs_and_scores(run: Path, reference: Path) -> None:
+    """Every row of ``run`` has ``reference``'s output text and scores, and every task its metrics."""
+    ours, theirs = _samples(run), _samples(reference)
+    assert sorted(ours) == sorted(theirs)
+    for row_id, sample in theirs.items():
+        assert ours[row_id]["resps"][0][0] == sample["resps"][0][0], row_id
+        assert ours[row_id]["doc_id"] == sample["doc_id"], row_id
+        for metric in sample["metrics"]:
+            assert ours[row_id][metric] == sample[metric], (row_id, metric)
+    results, reference_results = _results(run), _results(reference)
+    for config, metric in METRIC.items():
+        task = harness.task_name(config)
+        for key in (f"{metric},none", f"{metric}_stderr,none"):
+            assert results[task][key] == reference_results[task][key], (task, key)
+
+
+@pytest.fixture(scope="module")
+def chunked_offline_run(offline_run: Path, data_dir: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The offline run again through ``needlebench eval`` in chunks of one row (after the plain run: one engine at
+    a time)."""
+    output = tmp_path_factory.mktemp("vllm-chunked")
+    model_args = f"pretrained={model_dir},max_model_len={WINDOW},dtype=float32,enforce_eager=True,seed=0"
+    command = [
+        str(BIN / "needlebench"), "eval", "run", "--model", "vllm", "--model_args", model_args, "--chunk-rows", "1",
+        "--include_path", str(REPO / "harness_tasks"), "--samples", json.dumps(SAMPLES), *_common(data_dir, output),
+    ]  # fmt: skip
+    _run(command, output / "eval.log")
+    assert "chunk 2/2" in (output / "eval.log").read_text(encoding="utf-8")  # S-RT and ATC ran in two chunks
+    return output
+
+
+def test_chunked_offline_run_equals_the_plain_lm_eval_run(chunked_offline_run: Path, offline_run: Path):
+    """One model instance over chunks of one row gives lm-eval's outputs and scores (its lean logs hold no
+    prompt)."""
+    _same_outputs_and_scores(chunked_offline_run, offline_run)
+    assert all("prompt" not in sample["doc"] for sample in _samples(chunked_offline_run).values())
+
+
 @pytest.mark.parametrize("run_name", ["completions_run", "chat_run"])
 def test_server_runs_equal_the_offline_run(run_name: str, request: pytest.FixtureRequest, offline_run: Path):
     served = request.getfixturevalue(run_name)
@@ -252,6 +292,28 @@ def test_server_runs_equal_the_offline_run(run_name: str, request: pytest.Fixtur
     assert skipped == {
         "needlebench_counting_stars_acquisition_en_128k": {"skipped": 1, "ids": ["counting_stars_acquisition_en_128k-L12000"]}
     }
+
+
+def test_chunked_server_run_equals_the_unchunked_one(server: str, completions_run: Path, data_dir: Path, model_dir: Path, tmp_path: Path):
+    """Through ``vllm serve``: chunks of one row give the same outputs and scores as the run whose tasks fit one
+    chunk each, and ``--no-chunk`` too."""
+    chunked = tmp_path / "chunked"
+    model_args = (
+        f"model={SERVED_NAME},base_url={server}/v1/completions,tokenizer={model_dir},"
+        f"tokenizer_backend=huggingface,max_length={WINDOW},num_concurrent=2,seed=0"
+    )
+    samples = {**SAMPLES, "needlebench_counting_stars_acquisition_en_128k": [0, 2]}
+    for output, option in ((chunked, ["--chunk-rows", "1"]), (tmp_path / "whole", ["--no-chunk"])):
+        command = [
+            str(BIN / "needlebench"), "eval", "run", "--model", "local-completions", "--model_args", model_args,
+            *option, "--include_path", str(REPO / "harness_tasks"), "--samples", json.dumps(samples),
+            "--skip-too-long", *_common(data_dir, output),
+        ]  # fmt: skip
+        output.mkdir()
+        _run(command, output / "eval.log")
+    assert "chunk 2/2" in (chunked / "eval.log").read_text(encoding="utf-8")
+    _same_outputs_and_scores(chunked, completions_run)
+    _same_outputs_and_scores(tmp_path / "whole", completions_run)
 
 
 def test_server_window_refuses_too_long_rows_in_one_line(server: str, data_dir: Path, model_dir: Path, tmp_path: Path):

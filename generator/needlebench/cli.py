@@ -1,4 +1,4 @@
-"""The `needlebench` command line: list, build, eval, budget, report, publish, verify.
+"""The `needlebench` command line: list, build, eval, show, budget, report, publish, verify.
 
 User errors (:class:`NeedlebenchError`) print one line on stderr and exit with status 2.
 """
@@ -232,6 +232,24 @@ def tasks(
     console.print(f"wrote {len(files)} files to {out}; run: lm_eval --include_path {out} --tasks needlebench_<config> ...")
 
 
+@app.command("export-tasks", short_help="Write an lm-eval task folder (in-tree form) that needs no needlebench.")
+def export_tasks(
+    repo: Annotated[str, typer.Option("--repo", help="Hub dataset the tasks read, ORG/NAME (a release published by `needlebench publish`).")],
+    revision: Annotated[str, typer.Option("--revision", help="The release tag vX.Y.Z (or a commit id) the tasks pin.")],
+    out: Annotated[Path, typer.Option("--out", help="Folder to write (copy it to lm_eval/tasks/needlebench).")] = Path("needlebench-lm-eval-tasks"),
+) -> None:
+    """Write the task folder in lm-eval's in-tree form: every config's task and the groups reading REPO at REVISION,
+    with a self-contained utils.py (the package's scorers, copied by source) and a README."""
+    from needlebench.evaluation.upstream import TASK_REQUIREMENTS, write_export
+
+    files = write_export(out, repo, revision)
+    console.print(
+        f"wrote {len(files)} files to {out}; copy it to lm_eval/tasks/needlebench (or pass --include_path {out}); "
+        "the scorers need: pip install " + " ".join(f"'{requirement}'" for requirement in TASK_REQUIREMENTS.values()),
+        soft_wrap=True,
+    )
+
+
 @app.command(short_help="Rescore logged samples with a model judge (1-10 rubric).")
 def judge(
     results: Annotated[Path, typer.Argument(help="lm-eval --output_path of a run with --log_samples.")],
@@ -274,6 +292,30 @@ def tasks_path() -> None:
     print(find_tasks())
 
 
+@app.command(short_help="Print a row of a dataset folder by id: its fields and its prompt.")
+def show(
+    data_dir: Annotated[Path, typer.Argument(help="A dataset folder built by `needlebench build --out DIR`.")],
+    row_id: Annotated[str, typer.Argument(metavar="ID", help="The row's id, e.g. single_en_4k-L1000-d0-r0 (a sample's doc.id).")],
+    prompt_only: Annotated[bool, typer.Option("--prompt", help="Print only the prompt text.")] = False,
+) -> None:
+    """Print a row's fields (JSON, with prompt_sha256 as in lean sample logs) and then its prompt: what a lean
+    sample log leaves out, recovered from the pinned dataset."""
+    import json
+
+    from needlebench.evaluation.lean_samples import PROMPT_CHARS_KEY, PROMPT_HASH_KEY, find_row, prompt_sha256
+
+    row = find_row(data_dir, row_id)
+    prompt = str(row.pop("prompt", ""))
+    if prompt_only:  # exactly the prompt: `needlebench show DIR ID --prompt | sha256sum` gives prompt_sha256
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        return
+    row[PROMPT_HASH_KEY], row[PROMPT_CHARS_KEY] = prompt_sha256(prompt), len(prompt)
+    print(json.dumps(row, ensure_ascii=False, indent=1, default=str))
+    print("--- prompt ---")
+    sys.stdout.write(prompt if prompt.endswith("\n") else prompt + "\n")
+
+
 @app.command(short_help="List the rows whose prompt would not fit a model's context.")
 def budget(
     configs: Annotated[list[str], typer.Argument(help="Config names or globs.")],
@@ -309,11 +351,12 @@ def report(
     pdf: Annotated[bool, typer.Option("--pdf", help="Also write every figure as PDF.")] = False,
     no_figures: Annotated[bool, typer.Option("--no-figures", help="Write the tables only.")] = False,
     data_dir: Annotated[Optional[list[Path]], typer.Option("--data-dir", help="Dataset folder whose experiments (custom configs) the results are of; default: the data_dir the run recorded.")] = None,
+    scoring: Annotated[str, typer.Option("--scoring", help="default (needlebench's metrics) or reference (the *_reference metrics, scored as OpenCompass and the Counting-Stars notebook score: quote these beside published numbers).")] = "default",
 ) -> None:
     """The papers' tables (models as rows; Markdown, CSV, HTML) and figures from lm-eval results."""
     from needlebench.evaluation.report import parse_names, write_report
 
-    for path in write_report(results, out, names=parse_names(name or []), annotate=annotate, pdf=pdf, figures=not no_figures, data_dirs=data_dir or []):
+    for path in write_report(results, out, names=parse_names(name or []), annotate=annotate, pdf=pdf, figures=not no_figures, data_dirs=data_dir or [], scoring=scoring):
         console.print(str(path))
 
 

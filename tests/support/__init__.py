@@ -180,3 +180,20 @@ def write_samples(
             }
             handle.write(json.dumps(line, ensure_ascii=False) + "\n")
     return path
+
+
+def results_with_health(path: Path) -> dict[str, Any]:
+    """An lm-eval ``results_*.json`` with ``needlebench eval``'s run health (its own file beside it) merged in as
+    lm-eval style ``key,none`` entries, tasks not run included: what ``needlebench report`` reads."""
+    import json
+
+    from needlebench.evaluation.report import read_health
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    health = read_health(path)
+    for task, counts in health["not_run"].items():
+        data.setdefault("results", {}).setdefault(task, {"alias": task})
+        data.setdefault("n-samples", {})[task] = counts
+    for task, values in health["tasks"].items():
+        data["results"].setdefault(task, {}).update({f"{key},none": value for key, value in values.items()})
+    return data

@@ -8,7 +8,6 @@ written in a staging folder, then swapped in so that the folder is always one wh
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import shutil
@@ -21,6 +20,7 @@ from tqdm import tqdm
 
 from needlebench import __version__
 from needlebench.dataset.options import BuildOptions
+from needlebench.dataset.safe_folder import FORMAT, MANIFEST
 from needlebench.dataset.writer import (
     ShardStats,
     fingerprint_files,
@@ -30,8 +30,6 @@ from needlebench.dataset.writer import (
 from needlebench.errors import NeedlebenchError
 from needlebench.tasks.grid import ConfigSpec, get_config
 
-MANIFEST = "needlebench.json"
-FORMAT = "needlebench-dataset"
 FORMAT_VERSION = 1
 #: Sizes whose haystack configs get one Parquet shard per context length.
 _SHARD_PER_LENGTH_SIZES = ("128k", "200k", "256k", "1000k")
@@ -115,16 +113,14 @@ def _build_shard(shard: Shard, options: BuildOptions, folder: str, overlap: bool
 
 
 def read_manifest(folder: Path) -> dict | None:
-    """The folder's manifest, or None when it has none; a manifest that is not needlebench's is an error."""
-    path = Path(folder) / MANIFEST
-    if not path.exists():
+    """The folder's manifest, or None when it has none; a manifest that is not needlebench's, a malformed one
+    (checked field by field) or one naming a file outside the folder or through a link is a one-line error
+    (:mod:`.safe_folder`)."""
+    from needlebench.dataset.safe_folder import read_manifest_file
+
+    manifest = read_manifest_file(Path(folder))
+    if manifest is None:
         return None
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise NeedlebenchError(f"{path} is not a readable needlebench manifest: {error}") from error
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise NeedlebenchError(f"{path} is not a needlebench manifest (format {FORMAT!r} expected)")
     if manifest.get("experiments"):
         from needlebench.tasks.experiment import register_manifest_experiments
 
@@ -137,12 +133,13 @@ def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dic
 
     A folder that is not a needlebench dataset (no manifest of ours) is never modified, with or without
     `overwrite`; our own leftovers (a killed build's staging folder) are finished or removed first."""
-    from needlebench.dataset.replace import CARD, leftovers, recover
+    from needlebench.dataset.replace import CARD, leftovers, recover, report_foreign
 
     if not out_dir.exists():
         return None
     if not out_dir.is_dir():
         raise NeedlebenchError(f"--out {out_dir} is an existing file, not a folder; choose another --out")
+    report_foreign(out_dir)
     ours = set(leftovers(out_dir))
     if (out_dir / CARD).is_file() and not (out_dir / MANIFEST).exists() and ours:
         recover(out_dir)  # a first build into the folder was killed after its commit: finish it
@@ -209,6 +206,10 @@ def build_dataset(
         raise NeedlebenchError(f"cannot write output folder {out_dir}: {error.strerror}; choose another --out") from None
     try:
         previous = _check_out_dir(out_dir, options, overwrite)
+        from needlebench.dataset.safe_folder import check_no_links
+
+        for spec in specs:  # never written through a link: refused before any work
+            check_no_links(out_dir, f"data/{spec.name}", f"the build of {spec.name} into {out_dir}")
         created = not out_dir.exists()
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -236,7 +237,7 @@ def _build_into(
     from needlebench import interrupts
     from needlebench.dataset import replace
 
-    staging = Path(tempfile.mkdtemp(prefix=f"{replace.STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
+    staging = replace.make_staging(out_dir)
 
     def discard() -> None:
         shutil.rmtree(staging, ignore_errors=True)

@@ -187,9 +187,11 @@ def _file_sizes(folder: Path | None, files: Iterable[str]) -> tuple[int, int]:
         return 0, 0
     import pyarrow.parquet as pq
 
+    from needlebench.dataset.safe_folder import check_name
+
     download = uncompressed = 0
     for name in files:
-        path = folder / name
+        path = folder / check_name(folder, name, f"the card of {folder}")
         if not path.is_file():
             return 0, 0
         download += path.stat().st_size

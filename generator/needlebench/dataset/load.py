@@ -1,7 +1,8 @@
 """Loading one config's test split: from a built folder, from a Hub repo at a revision, or built on the fly.
 
 The same rows in every case: a folder built by `needlebench build`, the published repo at its tag, and the
-on-the-fly build (cached under ``$NEEDLEBENCH_CACHE/datasets``) all come from the same pinned recipe. A missing
+on-the-fly build (cached under ``$NEEDLEBENCH_CACHE/datasets``, checked on every load against what its build
+recorded, rebuilt when it does not match) all come from the same pinned recipe. A missing
 or unreachable repo, an unknown revision and a folder or repo lacking the config are one-line
 :class:`~needlebench.errors.NeedlebenchError` s.
 """
@@ -9,15 +10,20 @@ or unreachable repo, an unknown revision and a folder or repo lacking the config
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import shutil
 from pathlib import Path
 from typing import Any
 
 from needlebench import __version__
 from needlebench.dataset.options import BuildOptions
+from needlebench.dataset.safe_folder import MANIFEST
 from needlebench.errors import NeedlebenchError
-from needlebench.sources.cache import cache_root
 from needlebench.seeding import RELEASE_SEED
+from needlebench.sources.cache import cache_root
 from needlebench.tasks.grid import get_config
+
+CARD = "README.md"
 
 
 def built_cache_dir(release_seed: int) -> Path:
@@ -25,19 +31,96 @@ def built_cache_dir(release_seed: int) -> Path:
     return cache_root() / "datasets" / f"v{__version__}-seed{release_seed}"
 
 
+def _record_path(folder: Path) -> Path:
+    """Where the on-the-fly build records what it wrote: beside the folder (outside it), HMAC-tagged."""
+    return folder.parent / f"{folder.name}.record"
+
+
+def _digest_of(folder: Path) -> bytes:
+    """sha256 of the folder's manifest and card (the card says which files `load_dataset` reads); both are read
+    without following a link (:mod:`.safe_folder`)."""
+    from needlebench.dataset.safe_folder import MAX_MANIFEST_BYTES, open_no_follow
+
+    digest = hashlib.sha256()
+    for name in (MANIFEST, CARD):
+        digest.update(hashlib.sha256(open_no_follow(folder, name, str(folder / name), MAX_MANIFEST_BYTES)).digest())
+    return digest.digest()
+
+
+def _cache_problem(folder: Path, config: str) -> str | None:
+    """Why the on-the-fly folder cannot be trusted (None: it can, or it does not exist): its manifest and card
+    must be the ones its build recorded (:func:`needlebench.sources.cache.read_checked`), and the files of
+    `config`, when built, must hash to the manifest's fingerprint."""
+    from needlebench.dataset.build import read_manifest
+    from needlebench.dataset.verify import file_difference
+    from needlebench.sources.cache import read_checked
+
+    if not folder.exists() and not folder.is_symlink():
+        return None
+    if folder.is_symlink() or not folder.is_dir():
+        return "is not a folder"
+    try:
+        manifest = read_manifest(folder)
+        recorded = read_checked(_record_path(folder))
+        if manifest is None or recorded is None or bytes(recorded) != _digest_of(folder):
+            return "does not match what its build recorded"
+    except (NeedlebenchError, OSError) as error:
+        return f"cannot be read ({' '.join(str(error).split())[:160]})"
+    if config in manifest["configs"]:
+        try:
+            reason = file_difference(folder, config, manifest["configs"][config])
+        except (NeedlebenchError, OSError) as error:
+            reason = " ".join(str(error).split())[:160]
+        if reason is not None:
+            return f"does not hold what its build wrote for {config} ({reason})"
+    return None
+
+
 def ensure_built(config: str, release_seed: int = RELEASE_SEED) -> Path:
-    """The on-the-fly folder holding `config` (built once, under a file lock so parallel callers wait)."""
+    """The on-the-fly folder holding `config` (built once, under a file lock so parallel callers wait).
+
+    The folder is checked on every load against what its build recorded outside it (:func:`_cache_problem`); a
+    folder that does not match is removed and built again, with a one-line warning."""
     from needlebench.dataset.build import build_dataset, read_manifest
+    from needlebench.sources.cache import write_checked
+    from needlebench.terminal import warn
 
     get_config(config)
     folder = built_cache_dir(release_seed)
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        problem = _cache_problem(folder, config)
+        if problem is not None:
+            warn(f"dataset cache {folder} {problem}; it is built again")
+            if folder.is_symlink() or not folder.is_dir():
+                folder.unlink()
+            else:
+                shutil.rmtree(folder)
         manifest = read_manifest(folder) if folder.exists() else None
         if manifest is None or config not in manifest["configs"]:
             build_dataset([config], folder, BuildOptions(release_seed=release_seed), progress=False)
+            write_checked(_record_path(folder), _digest_of(folder))
     return folder
+
+
+def check_repo_id(repo_id: object) -> str:
+    """``data_repo`` must be a Hub dataset id ``ORG/NAME``, never a local path (``datasets`` would read a folder of
+    that name first): a one-line error pointing at ``data_dir`` otherwise."""
+    from needlebench.sources.hub import REPO_ID
+
+    text = str(repo_id)
+    if not isinstance(repo_id, str) or not REPO_ID.match(text) or ".." in text or "--" in text:
+        raise NeedlebenchError(
+            f"data_repo {text!r} is not a Hub dataset id; allowed: ORG/NAME with letters, digits, '-', '_', '.' "
+            "(for a local folder pass data_dir)"
+        )
+    if Path(text).exists():
+        raise NeedlebenchError(
+            f"data_repo {text!r} names a local path; data_repo takes a Hub dataset id ORG/NAME, pass a folder as "
+            "data_dir"
+        )
+    return text
 
 
 def check_built(folder: Path, config: str) -> None:
@@ -127,6 +210,6 @@ def load_split(
     if data_dir:
         return _load_folder(Path(data_dir).expanduser().resolve(), config)
     if repo_id:
-        return _load_repo(repo_id, revision, config)
+        return _load_repo(check_repo_id(repo_id), revision, config)
     folder = ensure_built(config, RELEASE_SEED if release_seed is None else int(release_seed))
     return _load_folder(folder, config)

@@ -121,7 +121,10 @@ def check_not_older(version: str, tags: Mapping[str, str], where: str) -> None:
 
 def prepare_folder(folder: Path) -> dict[str, Any]:
     """The manifest of a publishable folder: a needlebench dataset whose files match its manifest."""
+    from needlebench.dataset.replace import recover_before_reading
+
     folder = Path(folder)
+    recover_before_reading(folder)  # a replace a killed build committed is finished first, as a build would
     manifest = read_manifest(folder)
     differences = check_files(folder, manifest, list(manifest["configs"]))
     if differences:
@@ -135,6 +138,16 @@ def prepare_folder(folder: Path) -> dict[str, Any]:
 def content_files(manifest: Mapping[str, Any]) -> list[str]:
     """Repository paths of a release's data: the manifest and every listed Parquet file."""
     return [MANIFEST_NAME, *sorted(f for entry in manifest["configs"].values() for f in entry["files"])]
+
+
+def checked_content_files(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """:func:`content_files`, each checked to be a regular file inside `folder` reached through no link
+    (:mod:`needlebench.dataset.safe_folder`): a release never carries a file from outside the dataset."""
+    from needlebench.dataset.safe_folder import check_targets
+
+    names = content_files(manifest)
+    check_targets(Path(folder), names, str(Path(folder) / MANIFEST_NAME))
+    return names
 
 
 def is_content_path(path: str) -> bool:
@@ -162,7 +175,7 @@ def staged_release(
     """A temporary copy (hard links where possible) of the release files, with the card re-rendered."""
     with tempfile.TemporaryDirectory(prefix="needlebench-publish-") as temp:
         staged = Path(temp) / "release"
-        for name in content_files(manifest):
+        for name in checked_content_files(folder, manifest):
             _link_or_copy(Path(folder) / name, staged / name)
         card = render_card(manifest, staged, repo_id=repo_id, version=version, changelog=changelog)
         write_text_atomic(staged / CARD_NAME, card)
@@ -189,7 +202,7 @@ def file_digest(path: Path) -> FileDigest:
 
 
 def local_digests(folder: Path, manifest: Mapping[str, Any]) -> dict[str, FileDigest]:
-    return {name: file_digest(Path(folder) / name) for name in content_files(manifest)}
+    return {name: file_digest(Path(folder) / name) for name in checked_content_files(folder, manifest)}
 
 
 # --- changelog and messages -----------------------------------------------------------------------------------
@@ -475,7 +488,8 @@ class GitRepo:
     def hash_files(self, folder: Path, paths: list[str], *, write: bool) -> dict[str, str]:
         """Blob ids of files (raw bytes, no filters); ``write`` stores them in the object database."""
         args = ["hash-object", "--no-filters", "--stdin-paths"] + (["-w"] if write else [])
-        out = self.run(*args, stdin="".join(f"{folder / p}\n" for p in paths))
+        root = Path(folder).absolute()  # git runs in the repository: a relative folder would resolve there
+        out = self.run(*args, stdin="".join(f"{root / p}\n" for p in paths))
         return dict(zip(paths, out.split(), strict=True))
 
     def show_file(self, revision: str, path: str) -> str | None:
@@ -608,7 +622,7 @@ def _publish_git(
 ) -> PublishResult:
     tags = repo.tags()
     if tag in tags:
-        local = repo.hash_files(folder, content_files(manifest), write=False)
+        local = repo.hash_files(folder, checked_content_files(folder, manifest), write=False)
         remote = _git_content(repo, tags[tag])
         if {path: meta.split()[-1] for path, meta in remote.items()} == local:
             return release_result(

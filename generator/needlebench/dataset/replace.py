@@ -12,8 +12,14 @@ A build writes the complete new dataset into a staging folder inside the output 
    ``data/<config>/``); the staging folder is removed.
 
 A kill before the commit leaves the old dataset (and a staging folder nobody points at); a kill after it leaves the
-new one, and :func:`recover` (run by every build into the folder) finishes steps 2-3: a staging folder is finished
-when the card points into it, else deleted. Files not listed by the manifest (the user's) are never touched.
+new one, and :func:`recover` (run by every build into the folder, and by ``verify`` and ``publish`` before they read
+it) finishes steps 2-3: a staging folder is finished when the card points into it, else deleted. Files not listed by
+the manifest (the user's) are never touched.
+
+Nothing found in the folder is trusted. A staging folder is recovered only when it holds this machine's marker
+(:func:`make_staging`: host, boot id and pid, tagged with the user's secret); any other folder of that name (from a
+clone, another host, an earlier version) is reported and left untouched. Every name read back (the staging manifest's
+files, ``replaces.json``) is checked by :mod:`needlebench.dataset.safe_folder` before anything is removed or placed.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from needlebench.interrupts import pid_alive
 
@@ -33,6 +39,10 @@ MANIFEST = "needlebench.json"
 CARD = "README.md"
 STAGING_PREFIX = ".building-"
 REPLACES = "replaces.json"
+#: This machine's marker inside a staging folder (see :func:`make_staging`); never in a finished dataset.
+MARKER = ".needlebench-build"
+#: Largest card, manifest or ``replaces.json`` read back from a staging folder.
+_MAX_STAGED_BYTES = 64 * 2**20
 #: Temporary files of :func:`write_atomic`: ``.<name>.<pid>.tmp``.
 _TEMP = re.compile(r"^\.(README\.md|needlebench\.json)\.(\d+)\.tmp$")
 #: ``tempfile.mkdtemp`` adds 8 characters of ``[a-z0-9_]``; earlier versions named the folder ``.building-XXXXXXXX``.
@@ -57,28 +67,121 @@ def step() -> None:
 
 
 def staging_name(path: Path) -> bool:
+    """Named like a staging folder (of this version, or ``.building-XXXXXXXX`` of earlier ones)."""
     return bool(_STAGING.match(path.name) or _LEGACY_STAGING.match(path.name))
 
 
-def _owner_alive(path: Path) -> bool:
-    """Whether the build that made `path` may still run. Builds lock the folder (:func:`lock_folder`), so under
-    the lock this process's own names are leftovers of an earlier failed build; other live pids are left alone
-    (a build of a version without the lock, or a reused pid: a leftover kept is harmless)."""
-    match = _STAGING.match(path.name) or _TEMP.match(path.name)
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _marker_record(name: str, pid: int) -> dict:
+    import socket
+
+    return {"host": socket.gethostname(), "boot_id": _boot_id(), "pid": pid, "staging": name}
+
+
+def _marker_tag(record: dict) -> str:
+    from needlebench.sources.cache import sign
+
+    return sign(json.dumps(record, sort_keys=True).encode("utf-8")).hex()
+
+
+def make_staging(out_dir: Path) -> Path:
+    """A new staging folder in `out_dir` with this machine's marker: host, boot id and pid, tagged with the user's
+    secret (:func:`needlebench.sources.cache.sign`), so that only a build of this user on this machine can have
+    made it. Nothing else (a folder of the same name from a clone) is ever recovered."""
+    import tempfile
+
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
+    write_marker(staging, os.getpid())
+    return staging
+
+
+def write_marker(staging: Path, pid: int) -> None:
+    """Mark `staging` as made by the build `pid` of this user on this machine."""
+    record = _marker_record(staging.name, pid)
+    (staging / MARKER).write_text(json.dumps({**record, "tag": _marker_tag(record)}), encoding="utf-8")
+
+
+def staging_state(path: Path) -> tuple[str, str]:
+    """("ours" | "running" | "foreign", why) of a folder named like a staging folder: ours is a leftover of a
+    build of this user on this machine that no longer runs (recovered), running is such a build still running
+    (left alone), foreign is anything else (reported, never used or deleted)."""
+    from needlebench.dataset.safe_folder import open_no_follow, parse_json
+    from needlebench.errors import NeedlebenchError
+    from needlebench.sources.cache import same_tag
+
+    if path.is_symlink() or not path.is_dir():
+        return "foreign", "it is not a folder (a symbolic link?)"
+    match = _STAGING.match(path.name)
     if not match:
+        return "foreign", "it has no marker of this machine (an earlier version's or another's)"
+    try:
+        marker = parse_json(open_no_follow(path, MARKER, str(path / MARKER), 4096), path / MARKER)
+    except FileNotFoundError:
+        return "foreign", "it has no marker of this machine"
+    except NeedlebenchError:
+        return "foreign", "its marker is unreadable"
+    if not isinstance(marker, dict) or not isinstance(marker.get("tag"), str):
+        return "foreign", "its marker is unreadable"
+    pid = int(match.group(1))
+    record = {key: marker.get(key) for key in ("host", "boot_id", "pid", "staging")}
+    if not same_tag(marker["tag"], _marker_tag(record)) or record["staging"] != path.name or record["pid"] != pid:
+        return "foreign", "its marker was not made by this user's needlebench"
+    here = _marker_record(path.name, pid)
+    if record["host"] != here["host"]:
+        return "foreign", f"it was made on the host {record['host']!r}"
+    if record["boot_id"] == here["boot_id"] and pid != os.getpid() and pid_alive(pid):
+        return "running", "its build is still running"
+    return "ours", ""
+
+
+def _temp_leftover(path: Path) -> bool:
+    """A temporary card or manifest file of a build no longer running (a regular file, never a link)."""
+    match = _TEMP.match(path.name)
+    if not match or path.is_symlink() or not path.is_file():
         return False
-    pid = int(match.groups()[-1])
-    return pid != os.getpid() and pid_alive(pid)
+    pid = int(match.group(2))
+    return pid == os.getpid() or not pid_alive(pid)
 
 
 def is_leftover(path: Path) -> bool:
-    """A staging folder or temporary card/manifest file of ours whose build is no longer running."""
-    ours = (path.is_dir() and not path.is_symlink() and staging_name(path)) or bool(_TEMP.match(path.name))
-    return ours and not _owner_alive(path)
+    """A staging folder made by a build of this machine that no longer runs, or a temporary card/manifest file of
+    such a build. Builds lock the folder (:func:`lock_folder`), so under the lock this process's own names are
+    leftovers of an earlier failed build."""
+    if staging_name(path):
+        return staging_state(path)[0] == "ours"
+    return _temp_leftover(path)
 
 
 def leftovers(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if is_leftover(p)) if folder.is_dir() else []
+
+
+def foreign_staging(folder: Path) -> list[tuple[Path, str]]:
+    """Folders named like staging folders that no build of this machine made: (path, why)."""
+    found = []
+    for path in sorted(folder.iterdir()) if folder.is_dir() else ():
+        if staging_name(path) or (path.is_symlink() and path.name.startswith(STAGING_PREFIX)):
+            state, why = staging_state(path)
+            if state == "foreign":
+                found.append((path, why))
+    return found
+
+
+def report_foreign(folder: Path) -> list[Path]:
+    """Warn (one line each) about staging folders this machine did not make; they are left untouched."""
+    from needlebench.terminal import warn
+
+    found = foreign_staging(folder)
+    for path, why in found:
+        warn(f"{path} is named like a build's staging folder but {why}; left untouched (never used or deleted)")
+    return [path for path, _ in found]
 
 
 def lock_folder(folder: Path) -> int:
@@ -127,14 +230,9 @@ def _place(source: Path, target: Path) -> None:
 
 
 def files_of(manifest: dict | None) -> list[str]:
-    if not manifest:
-        return []
-    return [name for entry in manifest.get("configs", {}).values() for name in entry.get("files", [])]
+    from needlebench.dataset.safe_folder import manifest_files
 
-
-def _safe_relative(name: str) -> bool:
-    parts = Path(name).parts
-    return bool(parts) and parts[0] == "data" and ".." not in parts and not Path(name).is_absolute()
+    return manifest_files(manifest)
 
 
 def staging_card(card: str, staging: str, configs: Iterable[str]) -> str:
@@ -155,26 +253,32 @@ def staging_card(card: str, staging: str, configs: Iterable[str]) -> str:
 
 
 def prepare(out_dir: Path, staging: Path, manifest: dict, previous: dict | None) -> None:
-    """Complete the staging folder: kept configs linked in, the final card and manifest, the files to remove."""
+    """Complete the staging folder: kept configs linked in, the final card and manifest, the files to remove.
+    Every name is checked against both folders first (:mod:`.safe_folder`); nothing is placed before."""
     from needlebench.dataset.card import render_card
+    from needlebench.dataset.safe_folder import check_targets
     from needlebench.errors import NeedlebenchError
 
-    for name in files_of(manifest):
-        source = staging / name
-        if not source.exists():  # a config kept from the previous dataset
-            if not (out_dir / name).is_file():
-                raise NeedlebenchError(
-                    f"{out_dir / name}, listed by {out_dir / MANIFEST}, is missing; rebuild its config too "
-                    "or pass --overwrite"
-                )
-            _place(out_dir / name, source)
+    where = str(out_dir / MANIFEST)
+    names = files_of(manifest)
+    check_targets(out_dir, [*names, *files_of(previous), MANIFEST, CARD], where)
+    check_targets(staging, names, where)
+    kept = [name for name in names if not (staging / name).exists()]  # configs kept from the previous dataset
+    for name in kept:
+        if not (out_dir / name).is_file():
+            raise NeedlebenchError(
+                f"{out_dir / name}, listed by {out_dir / MANIFEST}, is missing; rebuild its config too "
+                "or pass --overwrite"
+            )
+    for name in kept:
+        _place(out_dir / name, staging / name)
     step()
     card = render_card(manifest, staging)
     (staging / CARD).write_text(card, encoding="utf-8", newline="\n")
     text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
     (staging / MANIFEST).write_text(text, encoding="utf-8", newline="\n")
-    new = set(files_of(manifest))
-    replaces = sorted(name for name in files_of(previous) if name not in new and _safe_relative(name))
+    new = set(names)
+    replaces = sorted(name for name in files_of(previous) if name not in new)
     (staging / REPLACES).write_text(json.dumps(replaces), encoding="utf-8")
     # the commit's card is checked now, so that the rename below cannot fail on it
     staging_card(card, staging.name, manifest["configs"])
@@ -191,29 +295,61 @@ def commit(out_dir: Path, staging: Path) -> None:
 
 
 def _card_points_into(out_dir: Path, staging: Path) -> bool:
+    from needlebench.dataset.safe_folder import open_no_follow
+    from needlebench.errors import NeedlebenchError
+
     try:
-        card = (out_dir / CARD).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        card = open_no_follow(out_dir, CARD, str(out_dir / CARD), _MAX_STAGED_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError, NeedlebenchError):
         return False
     return f"path: {staging.name}/data/" in card
 
 
+def _finish_plan(out_dir: Path, staging: Path) -> tuple[bytes, dict, list[str], bytes]:
+    """Everything :func:`finish` will act on, read from the staging folder and checked first: its manifest (schema,
+    files inside the staging folder, regular files, no links), the files to remove (Parquet files of the output
+    folder's ``data/``), and the final places of the new files (no links on the way)."""
+    from needlebench.dataset.safe_folder import check_manifest, check_targets, open_no_follow, parse_json
+    from needlebench.errors import NeedlebenchError
+
+    where = str(staging / MANIFEST)
+    manifest_bytes = open_no_follow(staging, MANIFEST, where, _MAX_STAGED_BYTES)
+    manifest = check_manifest(parse_json(manifest_bytes, staging / MANIFEST), where, staging)
+    names = files_of(manifest)
+    for name in names:
+        if not (staging / name).is_file():
+            raise NeedlebenchError(f"{where} lists the file {name!r}, which is not a file in {staging}")
+    check_targets(staging, names, where)
+    replaces_path = staging / REPLACES
+    replaces = parse_json(open_no_follow(staging, REPLACES, str(replaces_path), _MAX_STAGED_BYTES), replaces_path)
+    if not isinstance(replaces, list):
+        raise NeedlebenchError(f"{replaces_path} is not a list of file names")
+    for name in replaces:
+        parts = PurePosixPath(name).parts if isinstance(name, str) else ()
+        if len(parts) < 3 or parts[0] != "data" or not name.endswith(".parquet"):
+            raise NeedlebenchError(
+                f"{replaces_path} names the file {name!r}; allowed: Parquet files under data/ inside {out_dir}"
+            )
+    check_targets(out_dir, [*replaces, *names, MANIFEST, CARD], str(replaces_path))
+    card = open_no_follow(staging, CARD, str(staging / CARD), _MAX_STAGED_BYTES)
+    return manifest_bytes, manifest, replaces, card
+
+
 def finish(out_dir: Path, staging: Path) -> None:
-    """Steps 2-3 of the replace (idempotent: a kill at any point is finished by running it again)."""
-    manifest_bytes = (staging / MANIFEST).read_bytes()
-    manifest = json.loads(manifest_bytes)
-    replaces = json.loads((staging / REPLACES).read_text(encoding="utf-8"))
+    """Steps 2-3 of the replace (idempotent: a kill at any point is finished by running it again). Every name is
+    checked before anything changes (:func:`_finish_plan`)."""
+    manifest_bytes, manifest, replaces, card = _finish_plan(out_dir, staging)
     for name in replaces:
         (out_dir / name).unlink(missing_ok=True)
         _remove_empty_parents(out_dir / name, out_dir)
         step()
-    for config, entry in manifest["configs"].items():
+    for entry in manifest["configs"].values():
         for name in entry["files"]:
             _place(staging / name, out_dir / name)
         step()
     write_atomic(out_dir / MANIFEST, manifest_bytes)
     step()
-    write_atomic(out_dir / CARD, (staging / CARD).read_bytes())
+    write_atomic(out_dir / CARD, card)
     step()
     shutil.rmtree(staging, ignore_errors=True)
 
@@ -230,7 +366,9 @@ def _remove_empty_parents(path: Path, root: Path) -> None:
 
 
 def recover(out_dir: Path) -> list[str]:
-    """Finish a replace a killed build committed, and remove our other leftovers; returns what was done."""
+    """Finish a replace a killed build of this machine committed, and remove its other leftovers; returns what was
+    done. Staging folders this machine did not make are left untouched (callers report them once with
+    :func:`report_foreign`)."""
     done = []
     for path in leftovers(out_dir):
         if path.is_dir() and _card_points_into(out_dir, path) and (path / MANIFEST).is_file():
@@ -243,3 +381,19 @@ def recover(out_dir: Path) -> list[str]:
             path.unlink(missing_ok=True)
             done.append(f"removed {path.name}")
     return done
+
+
+def recover_before_reading(folder: Path) -> list[str]:
+    """For commands that read a dataset folder (verify, publish): finish a replace a killed build of this machine
+    left (under the folder's lock, as a build would), so that the folder reads as one whole dataset."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    report_foreign(folder)
+    if not leftovers(folder):
+        return []
+    lock = lock_folder(folder)
+    try:
+        return recover(folder)
+    finally:
+        os.close(lock)

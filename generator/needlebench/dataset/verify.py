@@ -11,17 +11,17 @@ The fingerprint of a config is :func:`needlebench.dataset.writer.fingerprint_fil
 
 from __future__ import annotations
 
-import re
 import tempfile
 from collections.abc import Iterable, Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from needlebench.dataset.build import FORMAT_VERSION, BuildOptions, build_dataset
 from needlebench.dataset.build import MANIFEST as MANIFEST_NAME
+from needlebench.dataset.build import BuildOptions, build_dataset
 from needlebench.dataset.build import read_manifest as read_build_manifest
 from needlebench.dataset.card import data_files_pattern, is_loaded_file
 from needlebench.dataset.options import RecipeError, check_recipe
+from needlebench.dataset.safe_folder import check_manifest
 from needlebench.dataset.writer import fingerprint_files
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.hub import REPO_ID, hub_error_message, hub_errors
@@ -37,48 +37,12 @@ __all__ = [
     "verify_repo",
 ]
 
-SUPPORTED_FORMAT_VERSIONS = (FORMAT_VERSION,)
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
-
-def _check_relative_file(config: str, name: object) -> str:
-    """A manifest file entry must be a relative POSIX path ``data/<config>/...parquet`` inside the folder."""
-    if not isinstance(name, str):
-        raise NeedlebenchError(
-            f"config {config!r} lists file {name!r}; expected a path like {data_files_pattern(config)}"
-        )
-    path = PurePosixPath(name)
-    if path.is_absolute() or ".." in path.parts or path.parts[:2] != ("data", config) or path.suffix != ".parquet":
-        raise NeedlebenchError(
-            f"config {config!r} lists file {name!r}; allowed: Parquet files under data/{config}/ inside the folder"
-        )
-    return name
-
-
-def validate_manifest(manifest: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Check the fields of a needlebench manifest (format version, configs with rows, fingerprint and files).
-
-    The format itself is checked by :func:`needlebench.dataset.build.read_manifest`, which reads the file.
+def validate_manifest(manifest: Mapping[str, Any], where: str, root: Path | None = None) -> dict[str, Any]:
+    """Check a needlebench manifest: its schema field by field and its file names
+    (:func:`needlebench.dataset.safe_folder.check_manifest`, against the folder `root` when given), then its recipe.
     """
-    version = manifest.get("format_version")
-    if version not in SUPPORTED_FORMAT_VERSIONS:
-        allowed = ", ".join(map(str, SUPPORTED_FORMAT_VERSIONS))
-        raise NeedlebenchError(f"{where} has format_version {version!r}; this needlebench reads {allowed}")
-    configs = manifest.get("configs")
-    if not isinstance(configs, dict) or not configs:
-        raise NeedlebenchError(f'{where} lists no configs; expected a "configs" object with at least one config')
-    for name, entry in configs.items():
-        if not isinstance(entry, dict):
-            raise NeedlebenchError(f"config {name!r} in {where} is {entry!r}; expected an object")
-        if not isinstance(entry.get("rows"), int) or not _HEX64.match(str(entry.get("fingerprint", ""))):
-            raise NeedlebenchError(f'config {name!r} in {where} needs an integer "rows" and a sha256 "fingerprint"')
-        files = entry.get("files")
-        if not isinstance(files, list) or not files:
-            raise NeedlebenchError(f"config {name!r} in {where} lists no files; expected {data_files_pattern(name)}")
-        for file_name in files:
-            _check_relative_file(name, file_name)
-    if not isinstance(manifest.get("recipe", {}), dict):
-        raise NeedlebenchError(f'{where} is invalid: its "recipe" is not an object')
+    check_manifest(manifest, where, root)
     try:
         check_recipe(manifest.get("recipe", {}))
     except RecipeError as error:
@@ -96,13 +60,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not folder.is_dir():
         raise NeedlebenchError(f"dataset folder {folder} does not exist; give a folder written by `needlebench build`")
     path = folder / MANIFEST_NAME
-    try:
-        manifest = read_build_manifest(folder)
-    except UnicodeDecodeError:
-        raise NeedlebenchError(f"{path} is not a readable needlebench manifest: it is not UTF-8 text") from None
+    manifest = read_build_manifest(folder)
     if manifest is None:
         raise NeedlebenchError(f"{folder} is not a needlebench dataset: it has no {MANIFEST_NAME}")
-    return validate_manifest(manifest, str(path))
+    return validate_manifest(manifest, str(path), folder)
 
 
 def select_configs(manifest: Mapping[str, Any], configs: Iterable[str] | None, where: str) -> list[str]:
@@ -201,7 +162,10 @@ def verify_folder(
 
     ``label`` names the dataset in error messages (default: the folder's manifest path).
     """
+    from needlebench.dataset.replace import recover_before_reading
+
     folder = Path(folder)
+    recover_before_reading(folder)  # a replace a killed build committed is finished first, as a build would
     manifest = read_manifest(folder)
     where = label or str(folder / MANIFEST_NAME)
     names = select_configs(manifest, configs, where)

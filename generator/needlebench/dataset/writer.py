@@ -207,6 +207,7 @@ def write_shard(
     2-core benchmark machine: a tenth less CPU and wall time for `single_en_128k` with two workers)."""
     schema = schema_with_features(family)
     stats = ShardStats()
+    path = Path(path).absolute()  # pyarrow expands a leading "~" of a relative path: a folder named "~" stays one
     temporary = path.with_name(f".{path.name}.tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
     batch: list[dict] = []

@@ -1,8 +1,9 @@
 """The arguments of ``needlebench eval``: needlebench's own options with our parser, lm-eval's with lm-eval's.
 
 needlebench's options (``--subset``, ``--no-length-check``, ``--skip-too-long``, ``--resume``, ``--reasoning``,
-``--think-end``) are read by :data:`OWN_OPTIONS` (argparse, no abbreviations); everything else is parsed by
-lm-eval's own sub-command parsers (``lm_eval/_cli/run.py``, ``ls.py``, ``validate.py``, as
+``--think-end``, ``--think-unclosed``, ``--chunk-rows``, ``--no-chunk``, ``--full-samples``) are added as the first
+group of lm-eval's own ``run`` parser (:func:`add_own_options`) and taken out of the parsed namespace before
+lm-eval sees it; everything else is parsed by lm-eval's own sub-command parsers (``lm_eval/_cli/run.py``, ``ls.py``, ``validate.py``, as
 ``lm_eval/_cli/harness.py`` assembles them), so ``--model_args``/``--metadata``/``--gen_kwargs`` are merged and
 typed exactly as lm-eval merges them. Every parse error is one line (:class:`NeedlebenchError`, exit status 2),
 and ``--help`` lists needlebench's options first, then lm-eval's.
@@ -49,6 +50,20 @@ def _positive_tokens(value: str) -> str:
             f"{value!r} is not a positive number of tokens; use --reasoning (doubles) or --reasoning N"
         )
     return value
+
+
+def _unclosed(value: str) -> str:
+    from needlebench.evaluation.thinking import UNCLOSED_CHOICES
+
+    if value not in UNCLOSED_CHOICES:
+        raise argparse.ArgumentTypeError(f"{value!r} is not allowed; allowed: {', '.join(UNCLOSED_CHOICES)}")
+    return value
+
+
+def _chunk_rows(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of rows, e.g. --chunk-rows 16")
+    return int(value)
 
 
 def _rows(value: str) -> int:
@@ -109,6 +124,33 @@ def add_own_options(parser: argparse.ArgumentParser) -> None:
         metavar="MARK",
         help="end-of-reasoning marker; text up to it is stripped before scoring (default '</think>'; '' keeps all)",
     )
+    group.add_argument(
+        "--think-unclosed",
+        dest=OWN_PREFIX + "think_unclosed",
+        type=_unclosed,
+        metavar="keep|empty",
+        help="what the default metrics score of a reasoning block never closed: its text (keep, default) or nothing",
+    )
+    group.add_argument(
+        "--chunk-rows",
+        dest=OWN_PREFIX + "chunk_rows",
+        type=_chunk_rows,
+        metavar="N",
+        help="run each task in chunks of N rows (default: chunks of about 8M context tokens; bounded memory)",
+    )
+    group.add_argument(
+        "--no-chunk",
+        dest=OWN_PREFIX + "chunked",
+        action="store_false",
+        default=True,
+        help="run each task whole, as plain lm-eval does",
+    )
+    group.add_argument(
+        "--full-samples",
+        dest=OWN_PREFIX + "full_samples",
+        action="store_true",
+        help="log samples with their prompts (default: lean logs without the prompt text; see `needlebench show`)",
+    )
     parser._action_groups.remove(group)
     parser._action_groups.insert(2, group)  # after "positional arguments" and "options" (-h)
 
@@ -168,7 +210,7 @@ def lm_eval_parser() -> tuple[_OneLineParser, dict[str, _OneLineParser]]:
         prog="needlebench eval",
         description="lm-eval's command line with needlebench's models and tasks. `needlebench eval run --help` lists "
         "the options of a run: needlebench's own (--subset, --no-length-check, --skip-too-long, --resume, "
-        "--reasoning, --think-end), then lm-eval's.",
+        "--reasoning, --think-end, --think-unclosed, --chunk-rows, --no-chunk, --full-samples), then lm-eval's.",
     )
     subparsers = root.add_subparsers(dest="command", metavar="COMMAND")
     for command in (Run, List, Validate):
@@ -223,8 +265,14 @@ def parse_eval(argv: Sequence[str]) -> tuple[str, argparse.Namespace | None, Eva
                 f"--subset {subset} and --metadata subset={metadata['subset']!r} disagree; pass only one of them"
             )
         namespace.metadata = {**metadata, "subset": subset}
+    if own["chunk_rows"] is not None and not own["chunked"]:
+        raise NeedlebenchError("give --chunk-rows or --no-chunk, not both")
     parsed = EvalArgs(
         namespace=namespace,
+        think_unclosed=own["think_unclosed"],
+        chunk_rows=own["chunk_rows"],
+        chunked=own["chunked"],
+        full_samples=own["full_samples"],
         skip_too_long=own["skip_too_long"],
         length_check=own["length_check"],
         resume=own["resume"],

@@ -12,13 +12,16 @@
 * **Reasoning budgets.** ``--reasoning`` doubles every task's ``max_gen_toks``; ``--reasoning=N`` sets it to N.
   The run then reads a generated task folder whose YAMLs include ours and override only
   ``generation_kwargs``. ``--think-end MARK`` sets the end-of-reasoning marker stripped before scoring
-  (default ``</think>``; see :mod:`needlebench.evaluation.thinking`).
+  (default ``</think>``) and ``--think-unclosed keep|empty`` what the default metrics score of a reasoning block
+  never closed (default ``keep``: the whole output); see :mod:`needlebench.evaluation.thinking`.
 * **Resume.** ``--resume`` adds lm-eval's ``--use_cache`` with a database under the output folder keyed by the
   model and its arguments (lm-eval keys each entry by the request: prompt and generation settings), so a killed
   run, started again with the same command, only computes the rows it had not finished.
-* **Health.** After the run, every needlebench task of the newest ``results_*.json`` gets ``output_truncated``
-  (rows whose output used all of ``max_gen_toks``), ``no_final_answer`` (share of rows whose reasoning block was
-  never closed) and ``skipped_too_long`` beside its scores; ``needlebench report`` shows them.
+* **Health.** After the run, ``needlebench_health_<date>.json`` beside the newest ``results_<date>.json`` gives
+  every needlebench task ``output_truncated`` (rows whose output used all of ``max_gen_toks``),
+  ``no_final_answer`` (share of rows whose reasoning block was never closed) and ``skipped_too_long``, and the
+  tasks not run because none of their rows fit (``not_run``); lm-eval's results file is left as lm-eval wrote it.
+  ``needlebench report`` shows them (and reads older results that carry them inline).
 """
 
 from __future__ import annotations
@@ -45,7 +48,11 @@ from needlebench.evaluation.harness import (
     size_groups,
     task_name,
 )
-from needlebench.evaluation.thinking import THINK_END_ENV, has_final_answer
+from needlebench.evaluation.thinking import (
+    THINK_END_ENV,
+    THINK_UNCLOSED_ENV,
+    has_final_answer,
+)
 from needlebench.tasks.grid import get_config, registry
 
 if TYPE_CHECKING:
@@ -85,8 +92,12 @@ class EvalArgs:
     length_check: bool = True
     resume: bool = False
     think_end: str | None = None
+    think_unclosed: str | None = None  # "keep" or "empty"
     reasoning: str | None = None  # "double" or an integer string
     subset: int | None = None
+    chunk_rows: int | None = None  # --chunk-rows N (see needlebench.evaluation.chunked)
+    chunked: bool = True  # False: --no-chunk
+    full_samples: bool = False
     user_include_path: str | None = None  # the user's own --include_path (ours is added beside it)
 
     def value(self, name: str) -> Any:
@@ -434,6 +445,8 @@ def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
     prepared = PreparedRun(namespace, output, check, args)
     if args.think_end is not None:
         prepared.env[THINK_END_ENV] = args.think_end
+    if args.think_unclosed is not None:
+        prepared.env[THINK_UNCLOSED_ENV] = args.think_unclosed
     if check is not None and check.too_long:
         dropped = check.dropped
         samples = {task: indices for task, indices in check.keep.items() if task not in dropped}
@@ -503,7 +516,8 @@ def _raw_response(record: Mapping[str, Any]) -> str:
 
 
 def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, Any]]:
-    """Add ``output_truncated``, ``no_final_answer`` and ``skipped_too_long`` to the newest results JSON."""
+    """Write ``output_truncated``, ``no_final_answer`` and ``skipped_too_long`` per task into the run-health file
+    of the newest results JSON (see the module doc)."""
     if prepared.output is None or not prepared.output.exists():
         return {}
     results_path = _newest(prepared.output, "results_*.json")
@@ -523,9 +537,9 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
     skipped = prepared.preflight.too_long if prepared.preflight else {}
     data = json.loads(results_path.read_text(encoding="utf-8"))
     health: dict[str, dict[str, Any]] = {}
+    not_run: dict[str, dict[str, int]] = {}
     for task in prepared.preflight.dropped if prepared.preflight else []:  # not run: none of its rows fit
-        data.setdefault("results", {})[task] = {"alias": task, "skipped_too_long,none": len(skipped[task])}
-        data.setdefault("n-samples", {})[task] = {"original": prepared.preflight.checked[task], "effective": 0}
+        not_run[task] = {"original": prepared.preflight.checked[task], "effective": 0}
         health[task] = {"skipped_too_long": len(skipped[task])}
     for config in needlebench_configs(args.tasks):
         task = task_name(config)
@@ -546,7 +560,11 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
                     lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in responses]
                     entry["output_truncated"] = sum(length >= budget for length in lengths)
         health[task] = entry
-        for key, value in entry.items():
-            data["results"][task][f"{key},none"] = value
-    results_path.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    from needlebench.evaluation.report import health_path
+
+    record = {"results_file": results_path.name, "tasks": health, "not_run": not_run}
+    target = health_path(results_path)
+    temp = target.with_name(target.name + ".tmp")
+    temp.write_text(json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    os.replace(temp, target)
     return health

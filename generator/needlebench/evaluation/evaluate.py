@@ -13,6 +13,7 @@ until a model is actually needed.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -61,6 +62,7 @@ def run_eval(argv: list[str]) -> int:
 
     if _lm_eval_missing():
         raise NeedlebenchError("eval needs lm-evaluation-harness; install it with `pip install 'needlebench[eval]'`")
+    from needlebench.evaluation.chunked import chunked_evaluation
     from needlebench.evaluation.eval_args import check_run, parse_eval
     from needlebench.evaluation.eval_guard import prepare, write_health
 
@@ -79,6 +81,12 @@ def run_eval(argv: list[str]) -> int:
         namespace = prepared.namespace
     if getattr(namespace, "include_path", "") is None:
         namespace.include_path = str(default_include_path())
+    chunking = None
+    if prepared is not None:  # the chunked runner (issue 24): lm-eval's evaluate runs in chunks below
+        from needlebench.evaluation.chunked import ChunkOptions, chunk_store
+
+        chunking = ChunkOptions(chunk_rows=args.chunk_rows, chunked=args.chunked, full_samples=args.full_samples)
+        chunking.store = chunk_store(prepared)
     env = prepared.env if prepared is not None else {}
     for note in prepared.notes if prepared is not None else []:
         print(f"needlebench: {note}", file=sys.stderr)
@@ -90,7 +98,10 @@ def run_eval(argv: list[str]) -> int:
     try:
         setup_logging()
         defaults = args is None or not _only_known_tasks(args)
-        with project_tasks_kept(user_include, managers=managers, defaults=defaults):
+        with (
+            project_tasks_kept(user_include, managers=managers, defaults=defaults),
+            chunked_evaluation(chunking) if chunking else contextlib.nullcontext(),
+        ):
             namespace.func(namespace)
     except SystemExit as exc:
         status = _exit_status(exc.code)
@@ -238,6 +249,18 @@ def oracle_answers(requests: Sequence[Any]) -> list[str]:
     return answers
 
 
+#: What the oracle answers on a row it is told to get wrong (``wrong=`` model arg).
+WRONG_ANSWER = "I do not know."
+
+
+def _answered_wrongly(doc: Mapping[str, Any], share: float) -> bool:
+    """Is this row among the ``share`` the oracle answers wrongly (by a hash of its id)?"""
+    import hashlib
+
+    digest = hashlib.sha256(str(doc.get("id", "")).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < share
+
+
 @cache
 def _oracle_class() -> type:
     """Define (once) and return the oracle ``LM`` subclass; importing lm-eval happens here."""
@@ -246,17 +269,27 @@ def _oracle_class() -> type:
     class NeedlebenchOracleLM(LM):
         """A model that answers each NeedleBench / Counting-Stars prompt with the row's correct answer."""
 
-        def __init__(self, delay: float | str = 0.0, request_log: str | None = None, **_ignored: Any) -> None:
+        def __init__(
+            self, delay: float | str = 0.0, request_log: str | None = None, wrong: float | str = 0.0, **_ignored: Any
+        ) -> None:
             """``delay`` (seconds per request) and ``request_log`` (a file that gets one line per answered
-            request: the row id) make a run observable: resume and progress checks use them."""
+            request: the row id) make a run observable: resume and progress checks use them. ``wrong`` (0..1)
+            answers that share of the rows wrongly, chosen by a hash of the row id (the same rows in every run),
+            so that scores, their spread and the aggregations have something to show."""
             super().__init__()
             self.delay = float(delay or 0.0)
             self.request_log = Path(request_log) if request_log else None
+            self.wrong = float(wrong or 0.0)
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
             import time
 
             answers = oracle_answers(requests)
+            if self.wrong:
+                answers = [
+                    WRONG_ANSWER if _answered_wrongly(getattr(request, "doc", None) or {}, self.wrong) else answer
+                    for request, answer in zip(requests, answers, strict=True)
+                ]
             for request, answer in zip(requests, answers, strict=True):
                 if self.delay:
                     time.sleep(self.delay)

@@ -9,7 +9,9 @@ The task folder's ``utils.py`` is a thin wrapper that re-exports the hooks defin
   rows of the given grid lengths; ``subset`` keeps that many rows stratified over the grid (see
   :mod:`needlebench.evaluation.subset`). The Hub keys carry a ``data_`` prefix because model args share the namespace
   (``hf`` and ``vllm`` take ``pretrained`` and ``revision``).
-* ``process_*`` are the per-family ``process_results`` hooks, returning the metrics of one row.
+* ``process_*`` are the per-family ``process_results`` hooks, returning the metrics of one row: the default
+  metrics and, beside each, its reference-exact twin ``<metric>_reference`` (the row scored as the reference code
+  scores it, see :mod:`needlebench.evaluation.scoring.reference`; M-RS ``strict`` has none).
 * :func:`agg_perf_4`, :func:`agg_flat_mean` and :func:`agg_relation_weighted` are the custom aggregations
   (CircularEval over ``(item_id, rotation, correct)`` tuples, the mean over per-needle / per-star lists, and the
   v2 ATC score weighted by relation count over ``(relations, score)`` pairs).
@@ -32,11 +34,11 @@ from typing import Any
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation import scoring
 from needlebench.evaluation.subset import SUBSET_KEY, parse_subset, select_subset
-from needlebench.evaluation.thinking import strip_reasoning
+from needlebench.evaluation.thinking import reference_text, strip_reasoning
 from needlebench.tasks.grid import SIZES, ConfigSpec, get_config, registry
 
 #: Version written to every task's ``metadata.version`` (bump when prompts, metrics or generation change).
-TASK_VERSION = 1.0
+TASK_VERSION = 1.1
 
 #: Prefix of every task and group name.
 TASK_PREFIX = "needlebench_"
@@ -69,47 +71,80 @@ class FamilyTemplate:
 #: guide sentence invites a line of reasoning first); M-RT answers 11-20 short answers; ATC reasoning prompts
 #: ask for chain-of-thought; Counting-Stars budgets are set per config from the number of stars.
 FAMILY_TEMPLATES: dict[str, FamilyTemplate] = {
-    "single": FamilyTemplate("single", "S-RT (single-needle retrieval)", "process_single", (("score", "mean"),), 256),
+    "single": FamilyTemplate(
+        "single",
+        "S-RT (single-needle retrieval)",
+        "process_single",
+        (("score", "mean"), ("score_reference", "mean")),
+        256,
+    ),
     "multi_retrieval": FamilyTemplate(
         "multi_retrieval",
         "M-RT (multi-needle retrieval)",
         "process_multi_retrieval",
-        (("recall", "mean"), ("needle_hits", "agg_flat_mean")),
+        (
+            ("recall", "mean"),
+            ("needle_hits", "agg_flat_mean"),
+            ("recall_reference", "mean"),
+            ("needle_hits_reference", "agg_flat_mean"),
+        ),
         512,
     ),
     "multi_reasoning": FamilyTemplate(
         "multi_reasoning",
         "M-RS (multi-needle reasoning)",
         "process_multi_reasoning",
-        (("reference", "mean"), ("strict", "mean")),
+        (("reference", "mean"), ("strict", "mean"), ("reference_reference", "mean")),
         256,
     ),
     "atc": FamilyTemplate(
         "atc",
         "ATC (ancestral trace challenge, multiple choice, CircularEval)",
         "process_atc",
-        (("acc", "mean"), ("perf_4", "agg_perf_4")),
+        (("acc", "mean"), ("perf_4", "agg_perf_4"), ("acc_reference", "mean"), ("perf_4_reference", "agg_perf_4")),
         128,
     ),
-    "atc_open": FamilyTemplate("atc_open", "ATC (open-ended)", "process_atc_open", (("score", "mean"),), 512),
+    "atc_open": FamilyTemplate(
+        "atc_open", "ATC (open-ended)", "process_atc_open", (("score", "mean"), ("score_reference", "mean")), 512
+    ),
     "counting_stars": FamilyTemplate(
         "counting_stars",
         "Counting-Stars",
         "process_counting_stars",
-        (("star_score", "mean"), ("per_star", "agg_flat_mean")),
+        (
+            ("star_score", "mean"),
+            ("per_star", "agg_flat_mean"),
+            ("star_score_reference", "mean"),
+            ("per_star_reference", "agg_flat_mean"),
+        ),
         8 * 32 + 64,
     ),
     # NeedleBench v2 (M-RT v2 uses the v1 M-RT template: same hook, metrics and budget). M-RS and ATC ask for
     # reasoning ending in \boxed{}; ATC chains run up to 512 relations.
-    "v2_single": FamilyTemplate("v2_single", "S-RT v2 (single-needle retrieval)", "process_single_v2", (("score", "mean"),), 256),
+    "v2_single": FamilyTemplate(
+        "v2_single",
+        "S-RT v2 (single-needle retrieval)",
+        "process_single_v2",
+        (("score", "mean"), ("score_reference", "mean")),
+        256,
+    ),
     "v2_multi_reasoning": FamilyTemplate(
-        "v2_multi_reasoning", "M-RS v2 (multi-needle reasoning)", "process_multi_reasoning_v2", (("exact", "mean"),), 1024
+        "v2_multi_reasoning",
+        "M-RS v2 (multi-needle reasoning)",
+        "process_multi_reasoning_v2",
+        (("exact", "mean"), ("exact_reference", "mean")),
+        1024,
     ),
     "v2_atc": FamilyTemplate(
         "v2_atc",
         "ATC v2 (ancestral trace challenge, four question types)",
         "process_atc_v2",
-        (("accuracy", "mean"), ("weighted", "agg_relation_weighted")),
+        (
+            ("accuracy", "mean"),
+            ("weighted", "agg_relation_weighted"),
+            ("accuracy_reference", "mean"),
+            ("weighted_reference", "agg_relation_weighted"),
+        ),
         2048,
     ),
 }
@@ -120,32 +155,49 @@ ATC_REASONING_MAX_GEN_TOKS = 1024
 TOKENS_PER_STAR = 8
 STAR_SLACK_TOKENS = 64
 
+#: Suffix of the reference-exact twin of a metric (see :mod:`needlebench.evaluation.scoring.reference`).
+REFERENCE_SUFFIX = "_reference"
+#: Metrics without a reference twin (M-RS ``strict`` is this project's own rule).
+NO_REFERENCE = ("strict",)
+
+
+def reference_metric(metric: str) -> str:
+    """The name of a metric's reference-exact twin (``score`` -> ``score_reference``)."""
+    return metric + REFERENCE_SUFFIX
+
+
+def with_reference(metrics: Iterable[str]) -> tuple[str, ...]:
+    """The metrics followed by the reference twins of those that have one."""
+    metrics = tuple(metrics)
+    return metrics + tuple(reference_metric(metric) for metric in metrics if metric not in NO_REFERENCE)
+
+
 #: Groups by family: (group name, metrics it aggregates over the family's tasks).
 FAMILY_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "single": ("needlebench_single", ("score",)),
-    "multi_retrieval": ("needlebench_multi_retrieval", ("recall",)),
-    "multi_reasoning": ("needlebench_multi_reasoning", ("reference", "strict")),
-    "atc": ("needlebench_atc", ("acc", "perf_4", "score")),
-    "counting_stars": ("needlebench_counting_stars", ("star_score",)),
+    "single": ("needlebench_single", with_reference(("score",))),
+    "multi_retrieval": ("needlebench_multi_retrieval", with_reference(("recall",))),
+    "multi_reasoning": ("needlebench_multi_reasoning", with_reference(("reference", "strict"))),
+    "atc": ("needlebench_atc", with_reference(("acc", "perf_4", "score"))),
+    "counting_stars": ("needlebench_counting_stars", with_reference(("star_score",))),
 }
 
 #: NeedleBench v2 groups by family, the metrics of the v2 size groups, and the group of every v2 task.
 V2_PREFIX = f"{TASK_PREFIX}v2"
 V2_FAMILY_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "single": (f"{V2_PREFIX}_single", ("score",)),
-    "multi_retrieval": (f"{V2_PREFIX}_multi_retrieval", ("recall",)),
-    "multi_reasoning": (f"{V2_PREFIX}_multi_reasoning", ("exact",)),
-    "atc": (f"{V2_PREFIX}_atc", ("accuracy", "weighted")),
+    "single": (f"{V2_PREFIX}_single", with_reference(("score",))),
+    "multi_retrieval": (f"{V2_PREFIX}_multi_retrieval", with_reference(("recall",))),
+    "multi_reasoning": (f"{V2_PREFIX}_multi_reasoning", with_reference(("exact",))),
+    "atc": (f"{V2_PREFIX}_atc", with_reference(("accuracy", "weighted"))),
 }
-V2_SIZE_GROUP_METRICS = ("score", "recall", "exact")
-V2_ALL_METRICS = ("score", "recall", "exact", "accuracy", "weighted")
+V2_SIZE_GROUP_METRICS = with_reference(("score", "recall", "exact"))
+V2_ALL_METRICS = with_reference(("score", "recall", "exact", "accuracy", "weighted"))
 
 #: Metrics aggregated by the per-size groups (each over the member tasks that report it).
 SIZE_GROUP_METRICS = {
-    "single": ("score",),
-    "multi_retrieval": ("recall",),
-    "multi_reasoning": ("reference", "strict"),
-    "counting_stars": ("star_score",),
+    "single": with_reference(("score",)),
+    "multi_retrieval": with_reference(("recall",)),
+    "multi_reasoning": with_reference(("reference", "strict")),
+    "counting_stars": with_reference(("star_score",)),
 }
 
 
@@ -346,55 +398,90 @@ def loaded_rows() -> Iterable[Mapping[str, Any]]:
 # --------------------------------------------------------------------------------------------- process_results
 
 
-def _prediction(results: Sequence[Any]) -> str:
-    """The generated text of a ``generate_until`` request (lm-eval passes a one-element list), reasoning
-    (``<think>...</think>``, see :mod:`needlebench.evaluation.thinking`) stripped."""
+def _output(results: Sequence[Any]) -> str:
+    """The generated text of a ``generate_until`` request (lm-eval passes a one-element list)."""
     if not results:
         return ""
     value = results[0]
-    return strip_reasoning(value if isinstance(value, str) else str(value))
+    return value if isinstance(value, str) else str(value)
+
+
+def _prediction(results: Sequence[Any]) -> str:
+    """The text the default metrics score: the output with its reasoning (``<think>...</think>``) stripped, see
+    :func:`needlebench.evaluation.thinking.strip_reasoning`."""
+    return strip_reasoning(_output(results))
+
+
+def _reference_prediction(results: Sequence[Any]) -> str:
+    """The text the ``*_reference`` metrics score: what OpenCompass's reasoning-model configs hand the evaluators
+    (:func:`needlebench.evaluation.thinking.reference_text`; the raw output when it has no reasoning marker)."""
+    return reference_text(_output(results))
 
 
 def process_single_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
-    """v2 S-RT: 100 when the answer keyword is in the prediction, else 0."""
+    """v2 S-RT: 100 when the answer keyword is in the prediction, else 0 (and its reference twin)."""
     keyword = doc["keywords"][0] if doc["keywords"] else ""
-    return {"score": scoring.single_retrieval_v2_score(_prediction(results), keyword)}
+    return {
+        "score": scoring.single_retrieval_v2_score(_prediction(results), keyword),
+        "score_reference": scoring.single_retrieval_v2_score(_reference_prediction(results), keyword),
+    }
 
 
 def process_multi_reasoning_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
     """v2 M-RS: 100 when the last ``\\boxed{}`` of the prediction, cleaned, is the eldest name."""
-    return {"exact": scoring.boxed_exact_score(_prediction(results), doc["answer"])}
+    return {
+        "exact": scoring.boxed_exact_score(_prediction(results), doc["answer"]),
+        "exact_reference": scoring.boxed_exact_score(_reference_prediction(results), doc["answer"]),
+    }
 
 
 def process_atc_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
     """v2 ATC: boxed exact match (0/100) and the ``(relations, score)`` pair of the relation-weighted score."""
+    relations = int(doc["num_needles"])
     score = scoring.boxed_exact_score(_prediction(results), doc["answer"])
-    return {"accuracy": score, "weighted": (int(doc["num_needles"]), score)}
+    reference = scoring.boxed_exact_score(_reference_prediction(results), doc["answer"])
+    return {
+        "accuracy": score,
+        "weighted": (relations, score),
+        "accuracy_reference": reference,
+        "weighted_reference": (relations, reference),
+    }
 
 
 def process_single(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
     """S-RT: the paper score (Levenshtein similarity to the needle, 100 when the keyword is present)."""
-    prediction = _prediction(results)
     needle = doc["needles"][0] if doc["needles"] else ""
     keyword = doc["keywords"][0] if doc["keywords"] else ""
-    return {"score": scoring.single_retrieval_score(prediction, needle, keyword)}
+    return {
+        "score": scoring.single_retrieval_score(_prediction(results), needle, keyword),
+        "score_reference": scoring.single_retrieval_score(_reference_prediction(results), needle, keyword),
+    }
+
+
+def _retrieval_metrics(prediction: str, keywords: list[str], suffix: str = "") -> dict[str, Any]:
+    hits = [100.0 if hit else 0.0 for hit in scoring.keyword_hits(prediction, keywords)]
+    return {f"recall{suffix}": scoring.multi_retrieval_recall(prediction, keywords), f"needle_hits{suffix}": hits}
 
 
 def process_multi_retrieval(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
-    """M-RT: needle recall (0..100) and the per-needle hits (100/0, in the order of ``keywords``)."""
-    prediction = _prediction(results)
+    """M-RT: needle recall (0..100) and the per-needle hits (100/0, in the order of ``keywords``), and their
+    reference twins."""
     keywords = list(doc["keywords"])
-    hits = [100.0 if hit else 0.0 for hit in scoring.keyword_hits(prediction, keywords)]
-    return {"recall": scoring.multi_retrieval_recall(prediction, keywords), "needle_hits": hits}
+    return {
+        **_retrieval_metrics(_prediction(results), keywords),
+        **_retrieval_metrics(_reference_prediction(results), keywords, REFERENCE_SUFFIX),
+    }
 
 
 def process_multi_reasoning(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
-    """M-RS: the reference keyword score and the strict (whole answer contained) score, both 0..100."""
+    """M-RS: the reference keyword score and the strict (whole answer contained) score, both 0..100, and the
+    keyword score on the reference's text (``reference_reference``)."""
     prediction = _prediction(results)
     answer, language = doc["answer"], doc["language"]
     return {
         "reference": scoring.reasoning_reference_score(prediction, answer, language),
         "strict": scoring.reasoning_strict_score(prediction, answer, language),
+        "reference_reference": scoring.reasoning_reference_score(_reference_prediction(results), answer, language),
     }
 
 
@@ -405,28 +492,57 @@ def atc_choice_correct(doc: Mapping[str, Any], prediction: str) -> bool:
 
 
 def process_atc(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
-    """Multiple-choice ATC: per-row accuracy (0/100) and the CircularEval tuple ``(item_id, rotation, correct)``."""
+    """Multiple-choice ATC: per-row accuracy (0/100) and the CircularEval tuple ``(item_id, rotation, correct)``;
+    the ``_reference`` twins read the option with OpenCompass's ``first_option_postprocess``."""
+    item, rotation = str(doc["item_id"]), str(doc["rotation"])
     correct = atc_choice_correct(doc, _prediction(results))
-    return {"acc": 100.0 if correct else 0.0, "perf_4": (str(doc["item_id"]), str(doc["rotation"]), correct)}
+    reference = scoring.atc_reference_correct(_reference_prediction(results), str(doc["answer_letter"]))
+    return {
+        "acc": 100.0 if correct else 0.0,
+        "perf_4": (item, rotation, correct),
+        "acc_reference": 100.0 if reference else 0.0,
+        "perf_4_reference": (item, rotation, reference),
+    }
 
 
 def process_atc_open(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
-    """Open-ended ATC: 100 when the extracted final name is the eldest ancestor, else 0."""
-    return {"score": scoring.open_answer_score(_prediction(results), doc["answer"])}
+    """Open-ended ATC: 100 when the extracted final name is the eldest ancestor, else 0; the reference twin is the
+    S-RT evaluator with the name as needle and keyword."""
+    return {
+        "score": scoring.open_answer_score(_prediction(results), doc["answer"]),
+        "score_reference": scoring.open_atc_reference_score(_reference_prediction(results), str(doc["answer"])),
+    }
+
+
+def _star_lists(doc: Mapping[str, Any]) -> tuple[list[int], list[int] | None]:
+    wrong = doc.get("wrong_counts")
+    reasoning = scoring.normalize_task(doc["task_variant"]) == "reasoning"
+    return list(doc["star_counts"]), (list(wrong) if wrong and reasoning else None)
 
 
 def counting_stars_star_scores(doc: Mapping[str, Any], prediction: str) -> list[float]:
     """Per-star scores (0..1, in star order) of a Counting-Stars row."""
-    task = doc["task_variant"]
-    wrong = doc.get("wrong_counts")
-    wrong_counts = list(wrong) if wrong and scoring.normalize_task(task) == "reasoning" else None
-    return scoring.star_scores(prediction, list(doc["star_counts"]), wrong_counts, task, doc["language"])
+    stars, wrong = _star_lists(doc)
+    return scoring.star_scores(prediction, stars, wrong, doc["task_variant"], doc["language"])
+
+
+def counting_stars_reference_scores(doc: Mapping[str, Any], prediction: str) -> list[float]:
+    """Per-star scores of a Counting-Stars row as ``viz.ipynb`` computes them (0 where it would raise)."""
+    stars, wrong = _star_lists(doc)
+    return scoring.notebook_star_scores(prediction, stars, wrong, doc["task_variant"], doc["language"])
 
 
 def process_counting_stars(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
-    """Counting-Stars: the row score (mean over stars, 0..1) and the per-star scores kept for heatmaps."""
+    """Counting-Stars: the row score (mean over stars, 0..1) and the per-star scores kept for heatmaps, and
+    their reference twins (the notebook's parse-and-score rule)."""
     stars = counting_stars_star_scores(doc, _prediction(results))
-    return {"star_score": math.fsum(stars) / len(stars) if stars else 0.0, "per_star": stars}
+    reference = counting_stars_reference_scores(doc, _reference_prediction(results))
+    return {
+        "star_score": math.fsum(stars) / len(stars) if stars else 0.0,
+        "per_star": stars,
+        "star_score_reference": math.fsum(reference) / len(reference) if reference else 0.0,
+        "per_star_reference": reference,
+    }
 
 
 # --------------------------------------------------------------------------------------------- aggregations
@@ -520,6 +636,9 @@ def render_base_template(template: FamilyTemplate) -> str:
         "output_type: generate_until",
         "custom_dataset: !function utils.load_dataset",
         "test_split: test",
+        # zero-shot: no few-shot pool (without one lm-eval decodes every test row into a list at task load)
+        "fewshot_config:",
+        "  samples: []",
         "doc_to_text: prompt",
         "doc_to_target: answer",
         f"process_results: !function utils.{template.process_results}",

@@ -28,6 +28,10 @@ named by their config name and summarised in the ``experiments`` table (mean ove
 ``judged_samples_*.jsonl`` beside a samples file (``needlebench judge``) is read instead of it: S-RT/M-RT/M-RS
 rows are scored with the judge's 1-10 rating x 10, unrated ones left out and counted; every table and figure
 states the scorer.
+
+``--scoring reference`` (:func:`apply_scoring`) reports the reference-exact ``*_reference`` metrics in place of the
+default ones (computed from the logged outputs for runs logged without them); every table title and figure subtitle
+says which scoring it shows.
 """
 
 from __future__ import annotations
@@ -119,6 +123,8 @@ class TaskRun:
     )  # lm-eval's results JSON: metric -> value
     #: Where the grid came from: ``built-in``, ``experiment (DIR)`` (a dataset manifest) or ``observed``.
     grid_source: str = "built-in"
+    #: Which rule-based metrics the samples hold: ``default`` or ``reference`` (see :func:`apply_scoring`).
+    scoring: str = "default"
 
     @property
     def standard(self) -> bool:
@@ -148,7 +154,7 @@ class TaskRun:
     def scorer(self) -> str:
         """Which scorer the numbers of this run come from (stated in the tables and figures)."""
         if not self.judged:
-            return "rule (lm-eval metric)"
+            return "rule (lm-eval metric)" if self.scoring == "default" else "rule (lm-eval *_reference metric)"
         models = sorted({s.judge_model for s in self.samples if s.judge_model})
         text = f"judge {', '.join(models) or '?'} (1-10 rating x 10)"
         return text + (f"; {self.unscored} unscored" if self.unscored else "")
@@ -166,6 +172,7 @@ class Results:
     runs: list[TaskRun]
     reported: list[list[Any]]  # [model, task or group, metric, value, samples]
     sources: list[Path]
+    scoring: str = "default"
 
     def entities(self) -> list[str]:
         return sorted({run.entity for run in self.runs}, key=_entity_order(self.runs))
@@ -214,14 +221,18 @@ def _response_text(record: Mapping[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
+#: Metrics logged as CircularEval tuples ``[item_id, rotation, correct]``.
+CIRCULAR_METRICS = ("perf_4", "perf_4_reference")
+
+
 def _check_metrics(path: Path, line: int, metrics: Mapping[str, Any]) -> None:
     for name, value in metrics.items():
-        if name == "perf_4":
+        if name in CIRCULAR_METRICS:
             if not (isinstance(value, list) and len(value) == 3):
                 raise _bad(
                     path,
                     line,
-                    f"metric perf_4 is {value!r}, not [item_id, rotation, correct]",
+                    f"metric {name} is {value!r}, not [item_id, rotation, correct]",
                 )
         elif isinstance(value, list):
             if not all(isinstance(item, (int, float)) for item in value):
@@ -393,6 +404,32 @@ def read_results_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("results", {}), dict):
         raise _bad(path, 1, "not an lm-eval results object (no 'results' mapping)")
     return data
+
+
+#: Run health ``needlebench eval`` writes beside lm-eval's ``results_<date>.json`` (same date).
+HEALTH_FILE_PREFIX = "needlebench_health_"
+
+
+def health_path(results_path: Path) -> Path:
+    """The run-health file of a ``results_<date>.json``: ``needlebench_health_<date>.json`` beside it."""
+    date = results_path.name.removeprefix("results_").removesuffix(".json")
+    return results_path.with_name(f"{HEALTH_FILE_PREFIX}{date}.json")
+
+
+def read_health(results_path: Path) -> dict[str, Any]:
+    """The run health of a results file: ``{"tasks": {task: {key: value}}, "not_run": {task: n-samples}}``, from
+    its ``needlebench_health_<date>.json`` (empty when there is none; older runs carry the keys inline in the
+    results, which :func:`load_results` reads as metrics)."""
+    path = health_path(results_path)
+    if not path.is_file():
+        return {"tasks": {}, "not_run": {}}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise NeedlebenchError(f"{path}: not a readable run-health file ({error})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("tasks", {}), dict):
+        raise _bad(path, 1, "not a needlebench run-health object (no 'tasks' mapping)")
+    return {"tasks": data.get("tasks") or {}, "not_run": data.get("not_run") or {}}
 
 
 def _model_args(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -597,7 +634,12 @@ def load_results(
         counts = (
             data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
         )
-        for task, metrics in data.get("results", {}).items():
+        health = read_health(path)
+        tasks = dict(data.get("results", {}))
+        for task in health["not_run"]:  # none of its rows fit: not in lm-eval's results, counted in the health
+            tasks.setdefault(task, {})
+            counts = {**counts, task: health["not_run"][task]}
+        for task, metrics in tasks.items():
             if not isinstance(metrics, dict):
                 continue
             values = {
@@ -607,6 +649,11 @@ def load_results(
                 and "_stderr" not in key
                 and isinstance(value, (int, float))
             }
+            values.update(
+                (key, float(value))
+                for key, value in (health["tasks"].get(task) or {}).items()
+                if key in HEALTH and isinstance(value, (int, float))
+            )
             key = (model, task)
             if key not in reported or date > reported[key][0]:
                 reported[key] = (
@@ -655,6 +702,73 @@ def load_results(
     ]
     runs = sorted(newest.values(), key=lambda run: (run.model.lower(), run.task))
     return Results(runs, rows, paths)
+
+
+# --------------------------------------------------------------------------------------------- scoring
+
+#: ``--scoring``: the default metrics, or their reference-exact ``*_reference`` twins.
+SCORING_CHOICES = ("default", "reference")
+#: What every table title and figure subtitle says about the scoring.
+SCORING_LABEL = {
+    "default": "scoring: default (needlebench rules)",
+    "reference": "scoring: reference (OpenCompass evaluators, Counting-Stars viz.ipynb; the *_reference metrics)",
+}
+
+
+def check_scoring(scoring: str) -> str:
+    """``scoring`` when it is one of :data:`SCORING_CHOICES`, else a one-line error naming it."""
+    if scoring not in SCORING_CHOICES:
+        raise NeedlebenchError(f"--scoring {scoring!r} is not allowed; allowed: {', '.join(SCORING_CHOICES)}")
+    return scoring
+
+
+def _reference_twins(sample: Sample) -> dict[str, Any]:
+    """A sample's ``*_reference`` metrics: as lm-eval logged them, or, for samples logged before they existed,
+    computed from the logged output with the task's hook."""
+    from needlebench.evaluation import harness
+
+    logged = {name: value for name, value in sample.metrics.items() if name.endswith(harness.REFERENCE_SUFFIX)}
+    if logged:
+        return logged
+    template = harness.FAMILY_TEMPLATES[harness.template_key(sample.spec)]
+    hook = getattr(harness, template.process_results)
+    try:
+        computed = hook(sample.doc, [sample.response])
+    except (KeyError, TypeError, ValueError) as error:
+        raise NeedlebenchError(
+            f"cannot score row {sample.doc.get('id')!r} of {sample.spec.name} by the reference rules ({error!r}); "
+            "its samples lack the *_reference metrics and its doc the columns to compute them: rerun the task"
+        ) from None
+    return {name: value for name, value in computed.items() if name.endswith(harness.REFERENCE_SUFFIX)}
+
+
+def apply_scoring(results: Results, scoring: str) -> Results:
+    """Make ``scoring``'s metrics the ones every table and figure reads.
+
+    ``default`` leaves the samples as read. ``reference`` puts each rule-scored sample's ``<metric>_reference``
+    under ``<metric>`` (so every mean, CircularEval and grid follows the reference's aggregation unchanged) and
+    drops metrics without a reference twin (M-RS ``strict``); lm-eval's reported numbers are swapped the same way.
+    Judged samples keep their judge scores.
+    """
+    from needlebench.evaluation.harness import REFERENCE_SUFFIX
+
+    results.scoring = check_scoring(scoring)
+    for run in results.runs:
+        run.scoring = scoring
+    if scoring == "default":
+        return results
+    for run in results.runs:
+        for sample in run.samples:
+            if sample.judged:
+                continue
+            twins = _reference_twins(sample)
+            sample.metrics = {name.removesuffix(REFERENCE_SUFFIX): value for name, value in twins.items()}
+        run.reported = {
+            name.removesuffix(REFERENCE_SUFFIX): value
+            for name, value in run.reported.items()
+            if name.endswith(REFERENCE_SUFFIX)
+        }
+    return results
 
 
 # --------------------------------------------------------------------------------------------- aggregation
@@ -1335,7 +1449,7 @@ def _task_metrics(run: TaskRun) -> list[str]:
     if run.spec.is_v2:
         return [V2_HEADLINE_METRIC[family]]
     if family == "multi_reasoning":
-        return ["reference", "strict"]
+        return ["reference"] if run.scoring == "reference" else ["reference", "strict"]
     if family == "atc":
         return ["score"] if run.spec.variant == "open" else ["perf_4", "acc"]
     if family == "counting_stars":
@@ -1546,6 +1660,8 @@ def build_tables(results: Results) -> list[Table]:
     harness = lm_eval_table(results)
     if harness:
         tables.append(harness)
+    for table in tables:
+        table.title = f"{table.title} [{SCORING_LABEL[results.scoring]}]"
     return tables
 
 
@@ -1731,15 +1847,22 @@ def write_html(
 def scorer_text(results: Results) -> str:
     """One line saying which scorer each task's numbers come from (rule-based metric or model judge)."""
     judged = [run for run in results.runs if run.judged]
+    rules = (
+        "the rule-based metrics lm-eval logged"
+        if results.scoring == "default"
+        else "the reference-exact *_reference metrics lm-eval logged (computed from the output for runs without "
+        "them), as OpenCompass's evaluators and the Counting-Stars notebook score"
+    )
     if not judged:
-        return "Scorer: the rule-based metrics lm-eval logged (no judged_samples_*.jsonl found)."
+        return f"Scorer: {rules} (no judged_samples_*.jsonl found); {SCORING_LABEL[results.scoring]}."
     parts = [f"{run.entity} / {run.label}: {run.scorer}" for run in judged]
     rule = len(results.runs) - len(judged)
     return (
         "Scorer: judge scores from judged_samples_*.jsonl (`needlebench judge`; rating 1-10 shown x 10 on the "
         "0-100 scale, unrated samples left out of every mean and counted as unscored) for "
         + "; ".join(parts)
-        + (f"; the other {rule} task(s): the rule-based metrics lm-eval logged." if rule else ".")
+        + (f"; the other {rule} task(s): {rules}." if rule else ".")
+        + f" {SCORING_LABEL[results.scoring]}."
     )
 
 
@@ -1752,10 +1875,12 @@ def write_report(
     pdf: bool = False,
     figures: bool = True,
     data_dirs: Sequence[Path | str] = (),
+    scoring: str = "default",
 ) -> list[Path]:
     """Tables (Markdown, CSV), figures (PNG, PDF on request), ``README.md`` and ``report.html`` in ``out_dir``.
 
-    ``figures=False`` writes the tables only (``--no-figures``).
+    ``figures=False`` writes the tables only (``--no-figures``). ``scoring="reference"`` reports the
+    reference-exact ``*_reference`` metrics instead of the default ones (:func:`apply_scoring`).
 
     Everything is read and computed before the first file is written, so bad input writes nothing.
     """
@@ -1763,7 +1888,8 @@ def write_report(
 
     if isinstance(results, (str, Path)):
         results = [results]
-    loaded = load_results(list(results), names, data_dirs)
+    check_scoring(scoring)
+    loaded = apply_scoring(load_results(list(results), names, data_dirs), scoring)
     tables = build_tables(loaded)
     scorers = scorer_text(loaded)
     planned = report_figures.plan_figures(loaded, annotate=annotate) if figures else []

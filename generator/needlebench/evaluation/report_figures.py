@@ -30,6 +30,7 @@ from typing import Any
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.report import (
     HEADLINE_METRIC,
+    SCORING_LABEL,
     ObservedSpec,
     Results,
     Sample,
@@ -125,6 +126,8 @@ class Lines:
     ylabels: dict[str, str]
     #: x-axis label per panel (context length unless given).
     xlabels: dict[str, str] = field(default_factory=dict)
+    #: ``default`` or ``reference`` (stated in the title).
+    scoring: str = "default"
 
 
 @dataclass
@@ -237,7 +240,8 @@ def _what(run: TaskRun) -> str:
 
 
 def _scorer_note(run: TaskRun) -> str:
-    return f"; scorer: {run.scorer}" if run.judged else ""
+    """The subtitle's end: which scoring (default or reference) and, for judged runs, the judge."""
+    return f"; {SCORING_LABEL[run.scoring]}" + (f"; scorer: {run.scorer}" if run.judged else "")
 
 
 def build_heatmap(run: TaskRun) -> Heatmap | None:
@@ -396,7 +400,7 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
                 "compare_models_by_length",
                 "Models compared: score against context length",
                 "lines",
-                lines=Lines(ordered, ylabels, xlabels),
+                lines=Lines(ordered, ylabels, xlabels, results.scoring),
             )
         )
     return figures
@@ -547,6 +551,7 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
     text = "Models compared: paper score against context length, one line per model (n = rows)"
     if lines.xlabels:
         text += "; ATC: perf_4 against needle count (n = whole items)"
+    text += f"; {SCORING_LABEL[lines.scoring]}"
     figure.suptitle(
         textwrap.fill(text, width=max(40, int(12 * figure.get_figwidth()))), fontsize=10
     )

@@ -14,8 +14,10 @@ the encoding of short "glue" windows around each junction, re-scanned until they
 the corpus' own pieces (see :meth:`TokenizedCorpus.count`). Nothing is ever re-tokenised in full.
 
 The token array and boundary tables are cached on disk, keyed by the text's sha256 and the tokenizer. An entry records
-the text's hash, the tokenizer and a digest of its arrays; loading checks them, the tables' invariants and a few
-random spans re-encoded, and recomputes (with a one-line warning) whatever does not pass.
+the text's hash, the tokenizer and an HMAC tag of its arrays and record, keyed by the user's secret kept outside the
+cache (:func:`needlebench.sources.cache.secret`), so an edited entry cannot be made to pass by recomputing a digest;
+loading checks the tag, the tables' invariants and a few random spans re-encoded, and recomputes (with a one-line
+warning) whatever does not pass.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from needlebench.sources.cache import cache_root
 from needlebench.sources.corpus import Corpus
 from needlebench.sources.tokenizer import TextTokenizer
 
-CACHE_FORMAT = 6
+CACHE_FORMAT = 7
 
 #: Sentence terminators followed by optional closing quotes/brackets.
 _SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’」』)）]*")
@@ -358,8 +360,12 @@ def _warn(message: str) -> None:
     print(f"needlebench: warning: {' '.join(message.split())}", file=sys.stderr)
 
 
-def _tables_digest(tables: dict[str, np.ndarray]) -> str:
-    digest = hashlib.sha256()
+def _tables_tag(tables: dict[str, np.ndarray], meta: dict) -> str:
+    """HMAC-SHA256 (keyed by the user's secret) of the entry's record and arrays."""
+    from needlebench.sources.cache import signer
+
+    digest = signer()
+    digest.update(json.dumps(meta, sort_keys=True).encode("utf-8") + b"\x1f")
     for key in _TABLES:
         array = np.ascontiguousarray(tables[key])
         digest.update(f"{key}\x1f{array.dtype.str}\x1f{array.shape}\x1f".encode())
@@ -368,7 +374,7 @@ def _tables_digest(tables: dict[str, np.ndarray]) -> str:
 
 
 def _entry_meta(text: str, tokenizer: TextTokenizer) -> dict:
-    """What a cache entry must record about its inputs (its tables' digest is added when written)."""
+    """What a cache entry must record about its inputs (its tag is added when written)."""
     return {
         "format": CACHE_FORMAT,
         "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
@@ -429,14 +435,17 @@ def _read_entry(path: Path, text: str, tokenizer: TextTokenizer) -> tuple[dict |
         return None, f"is unreadable ({type(error).__name__})"
     if not isinstance(meta, dict) or {k: meta.get(k) for k in _entry_meta(text, tokenizer)} != _entry_meta(text, tokenizer):
         return None, "was made from another text or tokenizer"
-    if meta.get("digest") != _tables_digest(tables):
-        return None, "does not match its recorded digest"
+    from needlebench.sources.cache import same_tag
+
+    if not same_tag(meta.get("tag"), _tables_tag(tables, _entry_meta(text, tokenizer))):
+        return None, "does not match its recorded tag"
     problem = check_tables(text, tokenizer, tables)
     return (None, problem) if problem else (tables, None)
 
 
 def _write_entry(path: Path, text: str, tokenizer: TextTokenizer, tables: dict[str, np.ndarray]) -> None:
-    meta = {**_entry_meta(text, tokenizer), "digest": _tables_digest(tables)}
+    meta = _entry_meta(text, tokenizer)
+    meta = {**meta, "tag": _tables_tag(tables, meta)}
     encoded = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = tempfile.NamedTemporaryFile(

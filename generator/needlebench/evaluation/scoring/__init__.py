@@ -31,6 +31,13 @@ from needlebench.evaluation.scoring.reasoning import (
     reasoning_reference_score,
     reasoning_strict_score,
 )
+from needlebench.evaluation.scoring.reference import (
+    atc_reference_correct,
+    notebook_counting_stars_score,
+    notebook_star_scores,
+    open_atc_reference_score,
+    opencompass_first_option,
+)
 from needlebench.evaluation.scoring.retrieval import (
     keyword_hits,
     levenshtein_similarity,
@@ -90,6 +97,12 @@ __all__ = [
     "v2_size_table",
     "v2_task_table",
     "atc_v2_table",
+    # reference-exact twins (the *_reference metrics)
+    "opencompass_first_option",
+    "atc_reference_correct",
+    "open_atc_reference_score",
+    "notebook_star_scores",
+    "notebook_counting_stars_score",
     # overall
     "NEEDLEBENCH_WEIGHTS",
     "needlebench_overall",

@@ -1,0 +1,211 @@
+"""Nothing read from a dataset folder is trusted: one check for every file name, and the manifest's schema.
+
+A dataset folder may come from anyone (a cloned Hub repository, a copied archive). Every file name read from one
+(the manifest's files, a staging folder's ``replaces.json`` and manifest, the files a card measures) goes through
+:func:`check_name`: a relative, normalised POSIX path inside the folder, with no symbolic link on the way (each
+existing component is ``lstat``-ed), else a one-line :class:`~needlebench.errors.NeedlebenchError` naming it. The
+manifest is read without following a link, size-limited, and checked field by field (:func:`check_manifest`).
+Callers check every name before they change anything, so a refused folder is left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from needlebench.errors import NeedlebenchError
+
+MANIFEST = "needlebench.json"
+FORMAT = "needlebench-dataset"
+FORMAT_VERSIONS = (1,)
+#: A manifest is a few kB per config; anything beyond this is not one of ours.
+MAX_MANIFEST_BYTES = 16 * 2**20
+#: Config names: the built-in ones and experiment names (``^[a-z][a-z0-9_]*$``).
+_CONFIG_NAME = re.compile(r"^[a-z][a-z0-9_]{0,127}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_TOP_KEYS = {"format", "format_version", "generator_version", "recipe", "configs", "experiments"}
+_ENTRY_INTS = ("rows", "haystack_tokens", "prompt_tokens")
+
+
+def check_name(root: Path, name: object, what: str) -> str:
+    """`name`, read from `what`, as a path inside the folder `root`: a relative, normalised POSIX path (no ``..``,
+    ``.``, empty or absolute part) with no symbolic link at any existing component; else a one-line error."""
+    if not isinstance(name, str) or not name or "\0" in name or "\\" in name:
+        raise NeedlebenchError(f"{what} names the file {name!r}; allowed: a relative path inside {root}")
+    path = PurePosixPath(name)
+    if path.is_absolute() or str(path) != name or any(part in (".", "..") for part in path.parts):
+        raise NeedlebenchError(
+            f"{what} names the file {name!r}, outside {root} or not normalised; allowed: a relative path inside it "
+            "without '..'"
+        )
+    check_no_links(root, name, what)
+    return name
+
+
+def check_no_links(root: Path, name: str, what: str) -> None:
+    """Refuse a symbolic link at any existing component of `root`/`name` (the folder `root` itself may be one)."""
+    current = Path(root)
+    for part in PurePosixPath(name).parts:
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return  # nothing further exists: whatever is made there is made by us
+        except NotADirectoryError:
+            raise NeedlebenchError(f"{what} names the file {name!r}, but {current.parent} is not a folder") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise NeedlebenchError(
+                f"{what} names the file {name!r}, which goes through the symbolic link {current}; needlebench never "
+                "follows links inside a dataset folder"
+            )
+
+
+def check_config_name(name: object, what: str) -> str:
+    if not isinstance(name, str) or not _CONFIG_NAME.match(name):
+        raise NeedlebenchError(f"{what} names the config {name!r}; allowed: names matching ^[a-z][a-z0-9_]*$")
+    return name
+
+
+def check_data_file(root: Path | None, config: str, name: object, what: str) -> str:
+    """A file of `config` listed in `what`: a Parquet file under ``data/<config>/`` inside `root` (checked for links
+    when `root` is given)."""
+    if not isinstance(name, str):
+        raise NeedlebenchError(
+            f"config {config!r} in {what} lists the file {name!r}; expected a path like "
+            f"data/{config}/test-00000-of-00001.parquet"
+        )
+    path = PurePosixPath(name)
+    if (
+        path.is_absolute()
+        or ".." in path.parts
+        or path.parts[:2] != ("data", config)
+        or len(path.parts) < 3
+        or path.suffix != ".parquet"
+    ):
+        raise NeedlebenchError(
+            f"config {config!r} in {what} lists the file {name!r}; allowed: Parquet files under data/{config}/ "
+            "inside the folder"
+        )
+    if root is None:
+        if str(path) != name or "." in path.parts or "\\" in name or "\0" in name:
+            raise NeedlebenchError(f"config {config!r} in {what} lists the file {name!r}, which is not normalised")
+        return name
+    return check_name(root, name, what)
+
+
+def check_manifest(manifest: object, where: str, root: Path | None = None) -> dict[str, Any]:
+    """The schema of a needlebench manifest, field by field (a one-line error naming the field); with `root`, its
+    files are also checked against the folder (:func:`check_name`)."""
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise NeedlebenchError(f"{where} is not a needlebench manifest (format {FORMAT!r} expected)")
+    unknown = sorted(str(key) for key in manifest if key not in _TOP_KEYS)
+    if unknown:
+        raise NeedlebenchError(f"{where} has the unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_TOP_KEYS))}")
+    version = manifest.get("format_version")
+    if isinstance(version, bool) or version not in FORMAT_VERSIONS:
+        allowed = ", ".join(map(str, FORMAT_VERSIONS))
+        raise NeedlebenchError(f"{where} has format_version {version!r}; this needlebench reads {allowed}")
+    if not isinstance(manifest.get("generator_version", ""), str):
+        raise NeedlebenchError(f'{where} is invalid: its "generator_version" is not a string')
+    if not isinstance(manifest.get("recipe", {}), dict):
+        raise NeedlebenchError(f'{where} is invalid: its "recipe" is not an object')
+    if not isinstance(manifest.get("experiments") or {}, dict):
+        raise NeedlebenchError(f'{where} is invalid: its "experiments" is not an object')
+    configs = manifest.get("configs")
+    if not isinstance(configs, dict) or not configs:
+        raise NeedlebenchError(f'{where} lists no configs; expected a "configs" object with at least one config')
+    seen: set[str] = set()
+    for name, entry in configs.items():
+        check_config_name(name, where)
+        if not isinstance(entry, dict):
+            raise NeedlebenchError(f"config {name!r} in {where} is {_short(entry)}; expected an object")
+        if not isinstance(entry.get("rows"), int) or not _HEX64.match(str(entry.get("fingerprint", ""))):
+            raise NeedlebenchError(f'config {name!r} in {where} needs an integer "rows" and a sha256 "fingerprint"')
+        for key in _ENTRY_INTS:
+            value = entry.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise NeedlebenchError(f'config {name!r} in {where} has "{key}" {_short(value)}; expected a count')
+        files = entry.get("files")
+        if not isinstance(files, list) or not files:
+            raise NeedlebenchError(
+                f'config {name!r} in {where} has "files" {_short(files)}; expected a list of its Parquet files '
+                f"such as data/{name}/test-00000-of-00001.parquet"
+            )
+        for file_name in files:
+            check_data_file(root, name, file_name, where)
+            if file_name in seen:
+                raise NeedlebenchError(f"config {name!r} in {where} lists the file {file_name!r} twice")
+            seen.add(file_name)
+    return manifest
+
+
+def _short(value: object) -> str:
+    text = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def open_no_follow(root: Path, name: str, what: str, limit: int | None = None) -> bytes:
+    """The bytes of the regular file `root`/`name` (checked by :func:`check_name`, opened without following a
+    link), at most `limit` bytes; a one-line error otherwise. FileNotFoundError when it does not exist."""
+    check_name(root, name, what)
+    path = Path(root) / name
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        if isinstance(error, FileNotFoundError):
+            raise
+        raise NeedlebenchError(f"{path} cannot be read: {error.strerror}") from None
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise NeedlebenchError(f"{path} is not a regular file; needlebench reads only files it wrote there")
+        if limit is not None and info.st_size > limit:
+            raise NeedlebenchError(
+                f"{path} holds {info.st_size:,} bytes; a needlebench file there has at most {limit:,}"
+            )
+        return handle.read() if limit is None else handle.read(limit + 1)
+
+
+def parse_json(data: bytes, path: Path) -> Any:
+    """JSON text of a file read from a folder, any failure (deep nesting included) a one-line error."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise NeedlebenchError(f"{path} is not a readable needlebench manifest: it is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise NeedlebenchError(f"{path} is not a readable needlebench manifest: {error}") from None
+    except RecursionError:
+        raise NeedlebenchError(f"{path} is not a readable needlebench manifest: it is nested too deeply") from None
+
+
+def read_manifest_file(root: Path, name: str = MANIFEST, *, where: str | None = None) -> dict[str, Any] | None:
+    """The schema-checked manifest `root`/`name` (its files checked against `root`), or None when absent."""
+    path = Path(root) / name
+    try:
+        data = open_no_follow(root, name, str(path), MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        return None
+    return check_manifest(parse_json(data, path), where or str(path), Path(root))
+
+
+def manifest_files(manifest: Mapping[str, Any] | None) -> list[str]:
+    if not manifest:
+        return []
+    return [name for entry in manifest["configs"].values() for name in entry["files"]]
+
+
+def check_targets(root: Path, names: Iterable[str], what: str) -> None:
+    """Each name is a safe place inside `root` (:func:`check_name`) and, when it exists, a regular file."""
+    for name in names:
+        check_name(root, name, what)
+        try:
+            info = os.lstat(Path(root) / name)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise NeedlebenchError(f"{what} names the file {name!r}, but {Path(root) / name} is not a regular file")

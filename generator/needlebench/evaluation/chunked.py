@@ -1,0 +1,333 @@
+"""Chunked evaluation: ``needlebench eval run`` in memory bounded by a chunk of rows, not by the config.
+
+lm-eval's ``evaluate`` builds a request for every row of every task before the model runs, and keeps every row
+(the decoded dataset row, the request's context, the logged sample) until the end: at 1M tokens that is several
+copies of gigabytes of prompt text. While ``needlebench eval run`` runs, :func:`chunked_evaluation` replaces
+``lm_eval.evaluator.evaluate`` (the function ``simple_evaluate`` calls once the model and the tasks are built)
+with :func:`evaluate_in_chunks`:
+
+* each task's selected rows (``--limit`` / ``--samples`` as lm-eval reads them) are cut into consecutive chunks
+  in dataset order, which is by context length, so a chunk's rows share their haystack prefix (vLLM's prefix
+  cache) and a chunk holds about :data:`CHUNK_TOKENS` context tokens (``--chunk-rows N``: N rows);
+* every chunk is a shallow copy of the task whose dataset is the chunk's rows (``Dataset.select``: Arrow reads
+  only those rows), run through lm-eval's own ``evaluate`` with the one model instance;
+* a chunk's logged samples are made lean at once (:mod:`needlebench.evaluation.lean_samples`) and their
+  ``doc_id`` set back to the row's index in the task, then everything the chunk held is released;
+* the per-sample metric values of all chunks, in row order, are aggregated once with lm-eval's own
+  ``_process_results`` (the tasks' aggregation functions, ``!function`` ones included, stderr, groups,
+  ``n-samples``): the results equal an unchunked run's, whatever metrics a task has.
+
+With ``--resume`` every finished chunk is saved (lean samples, which carry the metric values) under the output
+folder; a run started again with the same command reads finished chunks instead of running them. Plain
+``lm_eval`` is untouched (nothing is patched outside ``needlebench eval``), and ``--no-chunk`` runs lm-eval's
+``evaluate`` as is (logged samples still lean unless ``--full-samples``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import pickle
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from needlebench.evaluation.lean_samples import lean_sample
+
+#: Context tokens per chunk (rows of a config are cut where the sum of their ``context_length`` passes it): about
+#: 32 MB of English prompt text, a few hundred MB of lm-eval's copies of it.
+CHUNK_TOKENS = 8_000_000
+#: Rows per chunk of a task whose rows carry no ``context_length``.
+CHUNK_ROWS_UNSIZED = 1000
+#: The column giving a row's size.
+LENGTH_COLUMN = "context_length"
+
+
+@dataclass
+class ChunkOptions:
+    """``--chunk-rows N`` / ``--no-chunk`` / ``--full-samples`` of ``needlebench eval run`` (parsed with the run's
+    other options by :mod:`needlebench.evaluation.eval_args`)."""
+
+    chunk_rows: int | None = None  # rows per chunk; None: by CHUNK_TOKENS
+    chunked: bool = True
+    full_samples: bool = False
+    store: Path | None = None  # --resume: finished chunks are kept here
+
+
+# --------------------------------------------------------------------------------------------- planning
+
+
+def _eval_split(task: Any) -> str | None:
+    """The split lm-eval evaluates a task on (test, else validation), or None."""
+    config = task.config
+    if task.has_test_docs():
+        return config.test_split
+    if task.has_validation_docs():
+        return config.validation_split
+    return None
+
+
+def _selectable_docs(task: Any) -> Any | None:
+    """The task's evaluated docs as a ``datasets.Dataset`` rows can be selected from, or None (then the task
+    runs in one piece: its docs are computed by ``process_docs`` or are not a Dataset)."""
+    split = _eval_split(task)
+    if split is None or getattr(task.config, "process_docs", None) is not None:
+        return None
+    dataset = getattr(task, "dataset", None)
+    try:
+        docs = dataset[split]  # type: ignore[index]
+    except (KeyError, TypeError):
+        return None
+    return docs if hasattr(docs, "select") and hasattr(docs, "column_names") else None
+
+
+def selected_positions(task: Any, count: int, limit: float | None, samples: Sequence[int] | None) -> list[int]:
+    """Row indices lm-eval evaluates of a task with ``count`` docs: ``--samples``, else the first ``limit``."""
+    if samples:
+        return sorted({int(index) for index in samples})
+    from lm_eval.evaluator_utils import get_sample_size
+
+    size = get_sample_size(task, limit)
+    return list(range(count if size is None else min(int(size), count)))
+
+
+def plan_chunks(positions: Sequence[int], lengths: Sequence[int] | None, chunk_rows: int | None) -> list[list[int]]:
+    """Consecutive chunks of ``positions``: ``chunk_rows`` rows each, else by :data:`CHUNK_TOKENS` of
+    ``lengths`` (one per position), else :data:`CHUNK_ROWS_UNSIZED` rows."""
+    if chunk_rows is not None or lengths is None:
+        size = chunk_rows or CHUNK_ROWS_UNSIZED
+        return [list(positions[start : start + size]) for start in range(0, len(positions), size)]
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for position, length in zip(positions, lengths, strict=True):
+        if current and tokens + int(length) > CHUNK_TOKENS:
+            chunks.append(current)
+            current, tokens = [], 0
+        current.append(position)
+        tokens += int(length)
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _lengths(docs: Any, positions: Sequence[int]) -> list[int] | None:
+    if LENGTH_COLUMN not in docs.column_names:
+        return None
+    column = docs.select_columns([LENGTH_COLUMN])[LENGTH_COLUMN]
+    return [int(column[position] or 0) for position in positions]
+
+
+def _rows(positions: Sequence[int]) -> Any:
+    """``positions`` as a ``range`` when contiguous (``Dataset.select`` then slices without an index map)."""
+    if positions and list(positions) == list(range(positions[0], positions[-1] + 1)):
+        return range(positions[0], positions[-1] + 1)
+    return list(positions)
+
+
+def chunk_task(task: Any, docs: Any, positions: Sequence[int]) -> Any:
+    """A shallow copy of ``task`` whose evaluated docs are the rows ``positions`` of ``docs``."""
+    split = _eval_split(task)
+    chunk = copy.copy(task)
+    # a pickled memory-mapped Dataset is its file paths: unpickled, it maps the files anew, so the pages a chunk
+    # reads leave the process's RSS with the chunk (read through the task's own mapping they would stay mapped,
+    # adding up to the whole Arrow file)
+    fresh = pickle.loads(pickle.dumps(docs))
+    chunk.dataset = {**dict(task.dataset), split: fresh.select(_rows(positions))}
+    chunk.task_docs = chunk.eval_docs
+    chunk._instances = None
+    return chunk
+
+
+# --------------------------------------------------------------------------------------------- resume store
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str, ensure_ascii=False))
+
+
+class ChunkStore:
+    """Finished chunks of a run (``--resume``): one JSON file per chunk, keyed by everything that decides its
+    answers (task config, model, chat and system settings, rows)."""
+
+    def __init__(self, folder: Path, lm: Any, settings: dict[str, Any]) -> None:
+        self.folder = folder
+        model = getattr(lm, "lm", lm)  # lm-eval's CachingLM wraps the model
+        self.base = {"model": type(model).__name__, **settings}
+
+    def _path(self, task: Any, positions: Sequence[int]) -> Path:
+        key = json.dumps(
+            [self.base, task.task_name, task.dump_config(), list(positions)],
+            sort_keys=True,
+            default=str,
+            ensure_ascii=False,
+        )
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
+        return self.folder / f"{task.task_name}-{positions[0]}-{positions[-1]}-{digest}.json"
+
+    def load(self, task: Any, positions: Sequence[int]) -> list[dict[str, Any]] | None:
+        path = self._path(task, positions)
+        if not path.is_file():
+            return None
+        try:
+            return list(json.loads(path.read_text(encoding="utf-8"))["samples"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # a damaged chunk file is run again
+
+    def save(self, task: Any, positions: Sequence[int], samples: list[dict[str, Any]]) -> None:
+        path = self._path(task, positions)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_suffix(".tmp")
+        temp.write_text(
+            json.dumps({"samples": _jsonable(samples)}, ensure_ascii=False),
+            encoding="utf-8",
+        )
+        os.replace(temp, path)
+
+
+# --------------------------------------------------------------------------------------------- evaluate
+
+
+def _filter_order(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Samples grouped by filter (first seen first), rows in order within each: lm-eval's order."""
+    by_filter: dict[Any, list[dict[str, Any]]] = {}
+    for sample in samples:
+        by_filter.setdefault(sample.get("filter"), []).append(sample)
+    return [sample for group in by_filter.values() for sample in group]
+
+
+def _note(text: str) -> None:
+    print(f"needlebench: {text}", file=sys.stderr, flush=True)
+
+
+def evaluate_in_chunks(
+    original: Callable[..., Any],
+    options: ChunkOptions,
+    lm: Any,
+    task_dict: Any,
+    limit: float | None = None,
+    samples: dict[str, list[int]] | None = None,
+    bootstrap_iters: int | None = 100000,
+    log_samples: bool = True,
+    write_out: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """lm-eval's ``evaluate`` (same arguments, same result) run chunk by chunk; see the module doc."""
+    from lm_eval.evaluator_utils import _process_results
+
+    lean = not options.full_samples
+    if not options.chunked or "tasks" not in task_dict or getattr(lm, "world_size", 1) > 1:
+        result = original(
+            lm=lm,
+            task_dict=task_dict,
+            limit=limit,
+            samples=samples,
+            bootstrap_iters=bootstrap_iters,
+            log_samples=log_samples,
+            write_out=write_out,
+            **kwargs,
+        )
+        if result is not None and lean:
+            for task_samples in (result.get("samples") or {}).values():
+                for sample in task_samples:
+                    lean_sample(sample)
+        return result
+    groups, tasks = task_dict.get("groups", {}), task_dict["tasks"]
+    settings = {key: kwargs.get(key) for key in ("system_instruction", "apply_chat_template", "fewshot_as_multiturn")}
+    store = ChunkStore(options.store, lm, settings) if options.store is not None else None
+    accumulated: dict[str, Any] = {}
+    first = True
+    for name, task in tasks.items():
+        docs = _selectable_docs(task)
+        indices = samples.get(name) if samples else None
+        raw_metrics: dict[tuple[str, str], list[Any]] = defaultdict(list)
+        logged: list[dict[str, Any]] = []
+        if docs is None:
+            pieces: list[tuple[list[int] | None, Any]] = [(None, task)]
+        else:
+            positions = selected_positions(task, len(docs), limit, indices)
+            chunks = plan_chunks(
+                positions,
+                None if options.chunk_rows else _lengths(docs, positions),
+                options.chunk_rows,
+            )
+            pieces = [(chunk, None) for chunk in chunks]
+        for number, (chunk, whole) in enumerate(pieces, start=1):
+            chunk_samples = store.load(task, chunk) if store is not None and chunk else None
+            if chunk_samples is not None:
+                _note(f"{name}: chunk {number}/{len(pieces)} (rows {chunk[0]}-{chunk[-1]}) read from the resume store")
+            else:
+                if chunk is not None and len(pieces) > 1:
+                    _note(f"{name}: chunk {number}/{len(pieces)}, rows {chunk[0]}-{chunk[-1]} ({len(chunk)})")
+                piece = whole if whole is not None else chunk_task(task, docs, chunk)
+                result = original(
+                    lm=lm,
+                    task_dict={"tasks": {name: piece}, "groups": {}},
+                    limit=limit if whole is not None else None,
+                    samples={name: indices} if whole is not None and indices else None,
+                    bootstrap_iters=0,
+                    log_samples=True,
+                    write_out=write_out and first,
+                    **kwargs,
+                )
+                first = False
+                if result is None:  # not rank 0
+                    return None
+                chunk_samples = list(result["samples"][name])
+                del result, piece
+                for sample in chunk_samples:
+                    if chunk is not None:
+                        sample["doc_id"] = chunk[int(sample["doc_id"])]
+                    if lean or not log_samples:
+                        lean_sample(sample)
+                if store is not None and chunk:
+                    store.save(task, chunk, chunk_samples)
+            for sample in chunk_samples:
+                for metric in sample.get("metrics", []):
+                    raw_metrics[(metric, sample["filter"])].append(sample[metric])
+            if log_samples:
+                logged.extend(chunk_samples)
+            del chunk_samples
+        accumulated[name] = {
+            "task": task,
+            "raw_metrics": raw_metrics,
+            "logged_samples": _filter_order(logged),
+        }
+    results = _process_results(accumulated, groups, bootstrap_iters)
+    return results._to_eval_results(samples=results.samples if log_samples else None)
+
+
+@contextmanager
+def chunked_evaluation(options: ChunkOptions) -> Iterator[None]:
+    """While the block runs, ``lm_eval.evaluator.evaluate`` (called by ``simple_evaluate``) runs in chunks."""
+    import lm_eval.evaluator
+
+    original = lm_eval.evaluator.evaluate
+
+    def evaluate(*args: Any, **kwargs: Any) -> Any:
+        if args:  # simple_evaluate passes keywords only; anything else is not ours to change
+            return original(*args, **kwargs)
+        return evaluate_in_chunks(original, options, **kwargs)
+
+    lm_eval.evaluator.evaluate = evaluate
+    try:
+        yield
+    finally:
+        lm_eval.evaluator.evaluate = original
+
+
+def chunk_store(prepared: Any) -> Path | None:
+    """Where ``--resume`` keeps finished chunks: beside the response cache under the output folder (None
+    without ``--resume``)."""
+    from needlebench.evaluation.eval_guard import cache_path
+
+    if not prepared.args.resume or prepared.output is None:
+        return None
+    cache = cache_path(prepared.output, prepared.args)
+    return cache.with_name(cache.name + "-chunks")

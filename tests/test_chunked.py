@@ -1,0 +1,223 @@
+"""Chunked evaluation and lean sample logs, through ``needlebench eval`` (lm-eval end to end, the oracle).
+
+* a run in chunks of 7 rows equals the unchunked run (``--no-chunk``) on every metric, stderr, ``n-samples``,
+  group and per-row score, on 4k configs (custom aggregations: CircularEval ``perf_4``, per-needle lists) and a
+  128k one (Counting-Stars), with the oracle answering a fixed share of rows wrongly so that the scores vary;
+* ``--resume`` reads finished chunks instead of running them;
+* lean logs keep no prompt, carry its SHA-256, which ``needlebench show DIR ID --prompt`` reproduces, and
+  ``needlebench report`` writes the same tables from lean and full (``--full-samples``) logs.
+
+The runs take ``--subset 40`` rows per task (Counting-Stars has 32).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from needlebench.evaluation.chunked import CHUNK_TOKENS, plan_chunks
+from needlebench.evaluation.eval_args import parse_eval
+from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
+from needlebench.evaluation.lean_samples import PROMPT_HASH_KEY, lean_sample
+from needlebench.evaluation.report import write_report
+from support import build_data
+
+CONFIGS = ["single_en_4k", "multi_retrieval_en_4k", "atc_en", "counting_stars_acquisition_en_128k"]
+TASKS = [f"needlebench_{config}" for config in CONFIGS]
+#: A small group over two of the tasks (weighted by rows), so that group aggregation is compared too.
+GROUP = """group: chunk_test_group
+task:
+  - needlebench_single_en_4k
+  - needlebench_multi_retrieval_en_4k
+aggregate_metric_list:
+  - metric: score
+    aggregation: mean
+    weight_by_size: true
+"""
+#: Values that differ between any two runs (dates, timings, environment).
+VOLATILE = {
+    "date",
+    "start_time",
+    "end_time",
+    "total_evaluation_time_seconds",
+    "config",
+    "git_hash",
+    "pretty_env_info",
+    "transformers_version",
+    "lm_eval_version",
+    "upper_git_hash",
+}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
+        capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_data(CONFIGS, tmp_path_factory.mktemp("data") / "needlebench")
+
+
+@pytest.fixture(scope="module")
+def group_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("group")
+    (folder / "chunk_test_group.yaml").write_text(GROUP, encoding="utf-8")
+    return folder
+
+
+def _run(
+    data_dir: Path,
+    group_dir: Path,
+    output: Path,
+    *extra: str,
+    model_args: str = "wrong=0.3",
+    tasks: str = "",
+    rows: int = 40,
+) -> None:
+    argv = [
+        "run", "--model", ORACLE_MODEL, "--model_args", model_args,
+        "--tasks", tasks or ",".join([*TASKS[2:], "chunk_test_group"]), "--include_path", str(group_dir),
+        "--metadata", json.dumps({"data_dir": str(data_dir)}), "--subset", str(rows),
+        "--log_samples", "--output_path", str(output), *extra,
+    ]  # fmt: skip
+    assert run_eval(argv) == 0
+
+
+def _results(output: Path) -> dict[str, Any]:
+    paths = sorted(output.rglob("results_*.json"))
+    assert paths, f"no results under {output}"
+    data = json.loads(paths[-1].read_text(encoding="utf-8"))
+    return {key: value for key, value in data.items() if key not in VOLATILE}
+
+
+def _samples(output: Path) -> dict[str, list[dict[str, Any]]]:
+    found = {}
+    for path in sorted(output.rglob("samples_*.jsonl")):
+        task = path.name.removeprefix("samples_").rsplit("_", 1)[0]
+        found[task] = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return found
+
+
+@pytest.fixture(scope="module")
+def runs(data_dir: Path, group_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    _run(data_dir, group_dir, root / "chunked", "--chunk-rows", "7")
+    _run(data_dir, group_dir, root / "whole", "--no-chunk", "--full-samples")
+    return {name: root / name for name in ("chunked", "whole")}
+
+
+def _leaned(samples: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Full samples as a lean log holds them (lm-eval's writer turns the empty ``arguments`` list into {})."""
+    for task_samples in samples.values():
+        for sample in task_samples:
+            lean_sample(sample)
+            sample["arguments"] = {}
+    return samples
+
+
+def test_chunked_run_equals_unchunked_run_on_every_metric(runs: dict[str, Path]):
+    chunked, whole = _results(runs["chunked"]), _results(runs["whole"])
+    assert chunked == whole  # results, groups, stderr, n-samples, configs, versions, task hashes
+    results = chunked["results"]
+    # the comparison has something to compare: scores spread, stderr computed, groups and custom aggregations
+    assert 0 < results["needlebench_single_en_4k"]["score,none"] < 100
+    assert results["needlebench_single_en_4k"]["score_stderr,none"] > 0
+    assert 0 < results["needlebench_atc_en"]["perf_4,none"] < 100
+    assert 0 < results["needlebench_counting_stars_acquisition_en_128k"]["per_star,none"] < 1
+    assert "chunk_test_group" in chunked["groups"]
+    assert chunked["n-samples"]["needlebench_single_en_4k"]["effective"] == 40
+    assert set(chunked["task_hashes"]) >= set(TASKS)
+    # per row: the same ids, outputs and scores in the same order
+    assert _samples(runs["chunked"]) == _leaned(_samples(runs["whole"]))
+
+
+def test_lean_logs_keep_no_prompt_and_show_recovers_it(runs: dict[str, Path], data_dir: Path):
+    lean = _samples(runs["chunked"])["needlebench_single_en_4k"]
+    full = {sample["doc"]["id"]: sample for sample in _samples(runs["whole"])["needlebench_single_en_4k"]}
+    sample = lean[0]
+    assert "prompt" not in sample["doc"] and sample["arguments"] == {}
+    row_id = sample["doc"]["id"]
+    prompt = full[row_id]["doc"]["prompt"]
+    assert sample["doc"][PROMPT_HASH_KEY] == hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+    assert sample["prompt_hash"] == full[row_id]["prompt_hash"]  # lm-eval's hash of the context the model got
+    assert full[row_id]["arguments"]["gen_args_0"]["arg_0"] == prompt
+    for key in ("resps", "filtered_resps", "score", "doc_hash", "target"):
+        assert sample[key] == full[row_id][key], key
+    shown = _cli("show", str(data_dir), row_id, "--prompt")
+    assert shown.returncode == 0 and shown.stdout == prompt
+    fields = _cli("show", str(data_dir), row_id)
+    assert fields.returncode == 0 and sample["doc"][PROMPT_HASH_KEY] in fields.stdout
+    lean_bytes = sum(path.stat().st_size for path in runs["chunked"].rglob("samples_*.jsonl"))
+    full_bytes = sum(path.stat().st_size for path in runs["whole"].rglob("samples_*.jsonl"))
+    assert lean_bytes * 4 < full_bytes
+    bad = _cli("show", str(data_dir), "single_en_4k-L999-d0-r0")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        f"needlebench: error: no row 'single_en_4k-L999-d0-r0' in config single_en_4k of {data_dir}"
+    ]
+
+
+def test_report_reads_lean_and_full_logs_alike(runs: dict[str, Path], tmp_path: Path):
+    write_report(runs["chunked"], tmp_path / "lean", figures=False)
+    write_report(runs["whole"], tmp_path / "full", figures=False)
+    tables = sorted(path.name for path in (tmp_path / "lean").glob("*.md"))
+    assert "needlebench_4k.md" in tables and "counting_stars.md" in tables
+    for name in tables:
+        if name != "README.md":
+            assert (tmp_path / "lean" / name).read_text(encoding="utf-8") == (tmp_path / "full" / name).read_text(
+                encoding="utf-8"
+            ), name
+
+
+def test_resume_reads_finished_chunks(data_dir: Path, group_dir: Path, tmp_path: Path):
+    log = tmp_path / "requests.log"
+    model_args = f"wrong=0.3,request_log={log}"
+    args = ("--chunk-rows", "4", "--resume")
+    _run(data_dir, group_dir, tmp_path / "out", *args, model_args=model_args, tasks=TASKS[0], rows=10)
+    first = log.read_text(encoding="utf-8").split()
+    assert len(first) == 10  # every row once
+    before = _results(tmp_path / "out")
+    _run(data_dir, group_dir, tmp_path / "out", *args, model_args=model_args, tasks=TASKS[0], rows=10)
+    assert log.read_text(encoding="utf-8").split() == first  # no row asked again: every chunk was read back
+    assert _results(tmp_path / "out") == before
+
+
+def test_chunk_options_and_plans():
+    _command, namespace, options = parse_eval(["run", "--chunk-rows", "16", "--tasks", "x", "--full-samples"])
+    assert namespace.tasks == ["x"] and options.chunk_rows == 16 and options.full_samples and options.chunked
+    assert not any(name.startswith("needlebench_") for name in vars(namespace))  # lm-eval gets only its own
+    assert parse_eval(["run", "--no-chunk"])[2].chunked is False
+    for bad, message in [
+        (["--chunk-rows", "0"], "argument --chunk-rows: '0' is not a positive number of rows, e.g. --chunk-rows 16"),
+        (["--chunk-rows"], "argument --chunk-rows: expected one argument"),
+        (["--chunk-rows=4", "--no-chunk"], "give --chunk-rows or --no-chunk, not both"),
+    ]:
+        with pytest.raises(Exception, match="^" + re.escape(message)):
+            parse_eval(["run", *bad])
+    assert plan_chunks([0, 1, 2, 3, 4], None, 2) == [[0, 1], [2, 3], [4]]
+    million = 1_000_000
+    per_chunk = CHUNK_TOKENS // million
+    chunks = plan_chunks(list(range(3 * per_chunk)), [million] * (3 * per_chunk), None)
+    assert [len(chunk) for chunk in chunks] == [per_chunk] * 3
+    assert plan_chunks([5, 6], [CHUNK_TOKENS * 2, 10], None) == [[5], [6]]  # a row larger than a chunk: alone
+
+
+def test_bad_chunk_option_is_one_line_through_the_cli():
+    done = _cli("eval", "run", "--model", ORACLE_MODEL, "--tasks", "needlebench_single_en_4k", "--chunk-rows", "x")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        (
+            "needlebench: error: argument --chunk-rows: 'x' is not a positive number of rows, e.g. --chunk-rows 16; "
+            "see `needlebench eval run --help`"
+        )
+    ]
