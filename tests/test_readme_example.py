@@ -25,7 +25,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 #: The example must stay small enough for CI: rows per task at most this.
-MAX_SUBSET = 8
+MAX_SUBSET = 4
 
 
 def _readme_commands():
