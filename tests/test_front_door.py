@@ -3,7 +3,8 @@
 The matrix is derived from the config registry (:func:`needlebench.tasks.grid.registry`) and the modes each
 config declares (:attr:`ConfigSpec.compat_modes`, :attr:`ConfigSpec.accepts_hf_tokenizer`), plus every experiment
 file of ``scripts/experiments``: one cell per family variant (edition, family, ATC / Counting-Stars variant, star
-count), language and mode, at the family's smallest size. Each cell is built with the ``needlebench`` command (one
+count), language and mode, at the family's smallest size (and three depths, ``--depths 0,50,100``, where a family has
+a depth grid: the modes' code paths are the same at every depth, and CI's time is short). Each cell is built with the ``needlebench`` command (one
 ``build`` call per mode for all its configs), checked with ``needlebench verify``, loaded with
 ``datasets.load_dataset``, exported with ``needlebench tasks`` and run through lm-eval with ``needlebench eval``:
 ``needlebench-oracle`` scores full marks and lm-eval's ``dummy`` model (it answers "lol") about zero on a
@@ -37,6 +38,8 @@ EXPERIMENT_FILES = sorted((ROOT / "scripts" / "experiments").glob("*.yaml"))
 #: Every mode the command line has: the default, each ``--compat`` mode, and ``--tokenizer hf:...``.
 HF = "hf"
 ALL_MODES = ("default", *COMPAT_MODES, HF)
+#: The depth grid of the built-in builds (``--depths``; ATC and Counting-Stars have none).
+DEPTHS = "0,50,100"
 #: Rows per task in the lm-eval runs (an ATC item is four rows, so one whole item).
 SUBSET = 4
 #: lm-eval's ``dummy`` model answers "lol": a score at most this share of full marks counts as about zero.
@@ -115,6 +118,14 @@ def run(*args: str | Path, cwd: Path | None = None, timeout: float = 600) -> sub
         [sys.executable, "-c", "from needlebench.cli import main; main()", *map(str, args)],
         capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False,
     )
+
+
+def children_cpu() -> float:
+    """CPU seconds used by finished child processes (wall time depends on what else the machine runs)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -245,10 +256,11 @@ def built(inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
     tokenizer = smollm_dir()
     root = tmp_path_factory.mktemp("builds")
     folders, timings = {}, {}
+    cpu = children_cpu()
     for build in BUILDS:
         out = root / build.id
         args: list[str] = ["build"]
-        args += ["--experiment", str(build.experiment)] if build.experiment else list(build.configs)
+        args += ["--experiment", str(build.experiment)] if build.experiment else [*build.configs, "--depths", DEPTHS]
         if build.mode in COMPAT_MODES:
             args += ["--compat", build.mode]
         if build.mode == HF:
@@ -257,7 +269,7 @@ def built(inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
         ok(run(*args, *mode_options(build, inputs, tokenizer), "--out", out))
         timings[build.id] = round(time.monotonic() - started, 1)
         folders[build.id] = out
-    print(f"build seconds: {timings}")
+    print(f"build seconds: {timings}; CPU seconds of all builds: {children_cpu() - cpu:.1f}")
     return folders
 
 
@@ -266,7 +278,9 @@ def test_every_build_verifies(build: Build, built: dict[str, Path], inputs: dict
     options = mode_options(build, inputs, smollm_dir())
     if build.mode == HF:
         options += ["--tokenizer", f"hf:{smollm_dir()}"]
+    started, cpu = time.monotonic(), children_cpu()
     result = ok(run("verify", built[build.id], *options))
+    print(f"verify {build.id}: {time.monotonic() - started:.1f} s ({children_cpu() - cpu:.1f} CPU s)")
     assert "all configs match their fingerprints" in result.stdout
 
 
@@ -275,9 +289,13 @@ def test_every_cell_loads_with_datasets(cell: tuple[Build, str], built: dict[str
     import datasets
 
     build, config = cell
+    from needlebench.dataset.verify import read_manifest
+
     split = datasets.load_dataset(str(built[build.id]), config, split="test")
     spec = spec_of(config)
-    assert split.num_rows == spec.num_rows
+    assert split.num_rows == read_manifest(built[build.id])["configs"][config]["rows"] > 0
+    if build.experiment is not None or not spec.depths:  # the registry's grid (no --depths override)
+        assert split.num_rows == spec.num_rows
     assert split.features.to_dict() == features_dict(spec.schema_family)
     first = split[0]
     assert first["config"] == config and first["language"] == spec.language and first["prompt"]
@@ -305,11 +323,11 @@ def task_folder(built: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 
 
 def evaluate(model: str, task_folder: Path, output: Path) -> dict:
-    started = time.monotonic()
+    started, cpu = time.monotonic(), children_cpu()
     tasks = ",".join(task_of(build, config) for build, config in CELLS)
     ok(run("eval", "run", "--model", model, "--include_path", task_folder, "--tasks", tasks,
            "--subset", str(SUBSET), "--output_path", output, timeout=900))
-    print(f"lm-eval {model}: {time.monotonic() - started:.1f} s for {len(CELLS)} tasks")
+    print(f"lm-eval {model}: {time.monotonic() - started:.1f} s ({children_cpu() - cpu:.1f} CPU s) for {len(CELLS)} tasks")
     return json.loads(sorted(output.rglob("results_*.json"))[-1].read_text(encoding="utf-8"))
 
 
