@@ -303,6 +303,33 @@ def test_every_cell_loads_with_datasets(cell: tuple[Build, str], built: dict[str
     assert first["tokenizer"].startswith("hf:" if build.mode == HF else "cl100k_base")
 
 
+COMPAT_CELLS = [cell for cell in CELLS if cell[0].mode in COMPAT_MODES]
+
+
+@pytest.mark.parametrize("cell", COMPAT_CELLS, ids=[cell_id(cell) for cell in COMPAT_CELLS])
+def test_compat_cells_hold_the_rows_of_the_reference_construction(
+    cell: tuple[Build, str], built: dict[str, Path], inputs: dict[str, Path]
+):
+    """The byte-for-byte comparisons with the reference loaders (tests/test_compat_opencompass.py,
+    test_v2_compat.py, test_counting_stars.py) check the rows the library yields; the rows the command wrote are
+    those rows: the first 12 of each compat cell, every column."""
+    import itertools
+
+    import datasets
+    from needlebench.dataset.options import BuildOptions
+    from needlebench.dataset.rows import iter_rows
+
+    build, config = cell
+    files = {"haystack_en": inputs["haystack_en"], "haystack_zh": inputs["haystack_zh"],
+             "needles": inputs["needles"], "names": inputs["names"]} if build.mode == "opencompass" else {}
+    options = BuildOptions(compat=build.mode, depths=tuple(float(d) for d in DEPTHS.split(",")),
+                           **{key: str(path) for key, path in files.items()})
+    expected = list(itertools.islice(iter_rows(spec_of(config), options), 12))
+    written = {row["id"]: row for row in datasets.load_dataset(str(built[build.id]), config, split="test")}
+    for row in expected:
+        assert written[row["id"]] == row, row["id"]
+
+
 # --------------------------------------------------------------------------------------------- lm-eval
 
 
