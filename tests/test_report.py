@@ -591,3 +591,16 @@ def test_one_language_run_marks_cells_and_reports_health_in_percent(tmp_path: Pa
     assert not re.search(r"–\s*\(n=", "".join(path.read_text(encoding="utf-8") for path in out.glob("*.md")))
     health = (out / "run_health.md").read_text(encoding="utf-8")
     assert "No final answer (%)" in health and "| dummy | needlebench_single_en_4k | 1 | 0 | 1 | 25.0 |" in health
+
+
+def test_a_cell_of_en_only_and_zh_only_cells_is_partial_in_every_process():
+    """The overall of a table whose tasks ran in one language each, not the same one: 'partial', never 'EN only' or
+    'ZH only' by the order of a set (which varies from process to process)."""
+    from types import SimpleNamespace
+
+    from needlebench.evaluation.report import _combined_note
+
+    cells = [SimpleNamespace(note=note) for note in ("partial: EN only", "partial: ZH only", "", "partial")]
+    assert _combined_note(cells) == "partial"
+    assert _combined_note(cells[::-1]) == "partial"
+    assert _combined_note([SimpleNamespace(note="partial: ZH only"), SimpleNamespace(note="partial")]) == "partial: ZH only"
