@@ -172,7 +172,10 @@ class ConfigSpec:
         if self.compat_modes:
             allowed = f"use --compat {' or --compat '.join(self.compat_modes)}, or no --compat"
         elif self.family == "counting_stars":
-            allowed = f"only the M={DEFAULT_STARS} Counting-Stars configs have one; build it without --compat"
+            allowed = (
+                f"the reference's star lists are fixed for M={DEFAULT_STARS} and it has M={self.stars}; "
+                "build it without --compat"
+            )
         else:
             allowed = "build it without --compat"
         raise NeedlebenchError(f"compat mode {compat} does not apply to {self.name}; {allowed}")
