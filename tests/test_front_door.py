@@ -116,7 +116,11 @@ def run(*args: str | Path, cwd: Path | None = None, timeout: float = 600) -> sub
     """The ``needlebench`` command (its console-script entry point) in a fresh process."""
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        check=False,
     )
 
 
@@ -148,10 +152,15 @@ def test_the_matrix_covers_every_family_variant_language_and_mode():
     assert {s.name for s in experiment_specs()} <= {config for _, config in cells}
     # the cells the families of the issue name, spelled out (a derivation that lost one fails here)
     for expected in [
-        ("opencompass", "v2_single_en_4k"), ("opencompass", "v2_multi_retrieval_zh_4k"),
-        ("opencompass", "v2_multi_reasoning_en_4k"), ("opencompass", "v2_atc_zh"), ("opencompass", "atc_en_512"),
-        ("counting-stars", "counting_stars_reasoning_zh_128k"), (HF, "multi_reasoning_zh_4k"),
-        ("default", "counting_stars_acquisition_en_128k_m1024"), ("default", "atc_zh_open"),
+        ("opencompass", "v2_single_en_4k"),
+        ("opencompass", "v2_multi_retrieval_zh_4k"),
+        ("opencompass", "v2_multi_reasoning_en_4k"),
+        ("opencompass", "v2_atc_zh"),
+        ("opencompass", "atc_en_512"),
+        ("counting-stars", "counting_stars_reasoning_zh_128k"),
+        (HF, "multi_reasoning_zh_4k"),
+        ("default", "counting_stars_acquisition_en_128k_m1024"),
+        ("default", "atc_zh_open"),
     ]:
         assert expected in cells, expected
 
@@ -204,16 +213,28 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         documents = [text[i * size : (i + 1) * size] for i in range(40)]  # about 10,000 tokens in each language
         files[f"haystack_{language}"] = folder / name
         files[f"haystack_{language}"].write_text(
-            "".join(json.dumps({"text": doc, "title": str(i)}, ensure_ascii=False) + "\n" for i, doc in enumerate(documents)),
+            "".join(
+                json.dumps({"text": doc, "title": str(i)}, ensure_ascii=False) + "\n" for i, doc in enumerate(documents)
+            ),
             encoding="utf-8",
         )
         files[f"slice_{language}"] = folder / f"{language}_slice.txt"
         files[f"slice_{language}"].write_text(text[: 100 * size], encoding="utf-8")
     needles = [
-        ("Hidden on Red Island is the Blue Gem.", "Red Island", "Blue Gem", "English",
-         "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'"),
-        ("Hidden on Green Island is the Gold Cup.", "Green Island", "Gold Cup", "English",
-         "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'"),
+        (
+            "Hidden on Red Island is the Blue Gem.",
+            "Red Island",
+            "Blue Gem",
+            "English",
+            "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'",
+        ),
+        (
+            "Hidden on Green Island is the Gold Cup.",
+            "Green Island",
+            "Gold Cup",
+            "English",
+            "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'",
+        ),
         ("红岛上藏着蓝宝石。", "红岛", "蓝宝石", "Chinese", "红岛上藏着什么？请按照'红岛上藏着______。'的格式回答。"),
         ("绿岛上藏着金杯。", "绿岛", "金杯", "Chinese", "绿岛上藏着什么？请按照'绿岛上藏着______。'的格式回答。"),
     ]
@@ -227,12 +248,65 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         encoding="utf-8",
     )
     # ATC chains of up to 512 relations need 513 distinct names per language
-    given = ["Ann", "Bob", "Cid", "Dee", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jon", "Kim", "Lou", "Max", "Ned", "Oto",
-             "Pam", "Quin", "Rex", "Sue", "Tom", "Uma", "Vic", "Wes", "Xia", "Yul", "Zed"]
-    family = ["Lee", "Ray", "Fox", "Moss", "Park", "Hunt", "Cole", "Dunn", "Egan", "Ford", "Gray", "Hale", "Irwin",
-              "Judd", "Kent", "Lowe", "Marsh", "Nash", "Orr", "Pike", "Quay", "Reed", "Shaw"]
+    given = [
+        "Ann",
+        "Bob",
+        "Cid",
+        "Dee",
+        "Eve",
+        "Fay",
+        "Gus",
+        "Hal",
+        "Ivy",
+        "Jon",
+        "Kim",
+        "Lou",
+        "Max",
+        "Ned",
+        "Oto",
+        "Pam",
+        "Quin",
+        "Rex",
+        "Sue",
+        "Tom",
+        "Uma",
+        "Vic",
+        "Wes",
+        "Xia",
+        "Yul",
+        "Zed",
+    ]
+    family = [
+        "Lee",
+        "Ray",
+        "Fox",
+        "Moss",
+        "Park",
+        "Hunt",
+        "Cole",
+        "Dunn",
+        "Egan",
+        "Ford",
+        "Gray",
+        "Hale",
+        "Irwin",
+        "Judd",
+        "Kent",
+        "Lowe",
+        "Marsh",
+        "Nash",
+        "Orr",
+        "Pike",
+        "Quay",
+        "Reed",
+        "Shaw",
+    ]
     english = [f"{a} {b}" for a in given for b in family]
-    chinese = [a + b for a in "赵钱孙李周吴郑王冯陈褚卫蒋沈韩杨朱秦尤许何吕施张孔曹严华金魏陶姜" for b in "伟芳娜敏静丽强磊军洋勇艳杰娟涛明超秀霞平刚桂"]
+    chinese = [
+        a + b
+        for a in "赵钱孙李周吴郑王冯陈褚卫蒋沈韩杨朱秦尤许何吕施张孔曹严华金魏陶姜"
+        for b in "伟芳娜敏静丽强磊军洋勇艳杰娟涛明超秀霞平刚桂"
+    ]
     files["names"] = folder / "names.json"
     files["names"].write_text(
         json.dumps({"English": ",".join(english), "Chinese": ",".join(chinese)}, ensure_ascii=False), encoding="utf-8"
@@ -243,8 +317,16 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def mode_options(build: Build, inputs: dict[str, Path], tokenizer: Path) -> list[str]:
     """The options of a build's mode, as a user gives them (the same ones re-point inputs for `verify`)."""
     if build.mode == "opencompass":
-        return ["--haystack-en", str(inputs["haystack_en"]), "--haystack-zh", str(inputs["haystack_zh"]),
-                "--needles", str(inputs["needles"]), "--names", str(inputs["names"])]
+        return [
+            "--haystack-en",
+            str(inputs["haystack_en"]),
+            "--haystack-zh",
+            str(inputs["haystack_zh"]),
+            "--needles",
+            str(inputs["needles"]),
+            "--names",
+            str(inputs["names"]),
+        ]
     if build.mode == HF and build.experiment is None:
         return ["--haystack-en", str(inputs["slice_en"]), "--haystack-zh", str(inputs["slice_zh"])]
     return []
@@ -320,10 +402,21 @@ def test_compat_cells_hold_the_rows_of_the_reference_construction(
     from needlebench.dataset.rows import iter_rows
 
     build, config = cell
-    files = {"haystack_en": inputs["haystack_en"], "haystack_zh": inputs["haystack_zh"],
-             "needles": inputs["needles"], "names": inputs["names"]} if build.mode == "opencompass" else {}
-    options = BuildOptions(compat=build.mode, depths=tuple(float(d) for d in DEPTHS.split(",")),
-                           **{key: str(path) for key, path in files.items()})
+    files = (
+        {
+            "haystack_en": inputs["haystack_en"],
+            "haystack_zh": inputs["haystack_zh"],
+            "needles": inputs["needles"],
+            "names": inputs["names"],
+        }
+        if build.mode == "opencompass"
+        else {}
+    )
+    options = BuildOptions(
+        compat=build.mode,
+        depths=tuple(float(d) for d in DEPTHS.split(",")),
+        **{key: str(path) for key, path in files.items()},
+    )
     expected = list(itertools.islice(iter_rows(spec_of(config), options), 12))
     written = {row["id"]: row for row in datasets.load_dataset(str(built[build.id]), config, split="test")}
     for row in expected:
@@ -352,10 +445,27 @@ def task_folder(built: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 def evaluate(model: str, task_folder: Path, output: Path) -> dict:
     started, cpu = time.monotonic(), children_cpu()
     tasks = ",".join(task_of(build, config) for build, config in CELLS)
-    ok(run("eval", "run", "--model", model, "--include_path", task_folder, "--tasks", tasks,
-           "--subset", str(SUBSET), "--output_path", output, timeout=900))
-    print(f"lm-eval {model}: {time.monotonic() - started:.1f} s ({children_cpu() - cpu:.1f} CPU s) for {len(CELLS)} tasks")
-    return json.loads(sorted(output.rglob("results_*.json"))[-1].read_text(encoding="utf-8"))
+    ok(
+        run(
+            "eval",
+            "run",
+            "--model",
+            model,
+            "--include_path",
+            task_folder,
+            "--tasks",
+            tasks,
+            "--subset",
+            str(SUBSET),
+            "--output_path",
+            output,
+            timeout=900,
+        )
+    )
+    print(
+        f"lm-eval {model}: {time.monotonic() - started:.1f} s ({children_cpu() - cpu:.1f} CPU s) for {len(CELLS)} tasks"
+    )
+    return json.loads(max(output.rglob("results_*.json")).read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")

@@ -59,12 +59,19 @@ def test_a_bug_in_build_is_one_line_and_a_saved_traceback(tmp_path: Path):
     assert saved.parent == cache / "crash" and saved.name.endswith("-build.txt")
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600  # tracebacks name the user's paths: theirs only
     text = saved.read_text(encoding="utf-8")
-    assert "Traceback (most recent call last)" in text and 'in build\n    manifest = build_dataset(' in text
+    assert "Traceback (most recent call last)" in text and "in build\n    manifest = build_dataset(" in text
     assert "in planted" in text and text.rstrip().endswith("missing ['needle_boundaries']")
     assert not out.exists()
 
-    debug = run("needlebench.dataset.build:build_dataset", "build", "single_en_4k", "--out", str(out),
-                cache=tmp_path / "cache2", debug=True)
+    debug = run(
+        "needlebench.dataset.build:build_dataset",
+        "build",
+        "single_en_4k",
+        "--out",
+        str(out),
+        cache=tmp_path / "cache2",
+        debug=True,
+    )
     assert debug.returncode == 1
     assert "Traceback (most recent call last)" in debug.stderr and "in planted" in debug.stderr
     assert debug.stderr.rstrip().splitlines()[-1].startswith("needlebench: internal error in build: ValueError: ")
@@ -94,9 +101,18 @@ def test_a_bug_inside_lm_eval_during_eval_run_is_one_line(tmp_path: Path):
 
     data = build_data(["atc_en_open"], tmp_path / "data")
     result = run(
-        "lm_eval.evaluator:evaluate", "eval", "run", "--model", "needlebench-oracle",
-        "--tasks", "needlebench_atc_en_open", "--subset", "2",
-        "--metadata", json.dumps({"data_dir": str(data)}), cache=tmp_path / "cache",
+        "lm_eval.evaluator:evaluate",
+        "eval",
+        "run",
+        "--model",
+        "needlebench-oracle",
+        "--tasks",
+        "needlebench_atc_en_open",
+        "--subset",
+        "2",
+        "--metadata",
+        json.dumps({"data_dir": str(data)}),
+        cache=tmp_path / "cache",
     )
     assert result.returncode == 1
     last = result.stderr.rstrip().splitlines()[-1]
