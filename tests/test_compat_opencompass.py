@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from needlebench.dataset.options import BuildOptions
@@ -107,3 +109,28 @@ def test_unicode_line_separators_inside_json_strings_are_not_line_breaks(tmp_pat
     needles.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
     row = next(iter_rows(get_config("single_en_4k"), BuildOptions(**{**options.__dict__, "needles": str(needles)}), (1000,)))
     assert "Red Island\u2028is the Blue Gem." in row["prompt"]
+
+
+def test_the_command_line_writes_the_hand_checked_prompts(options, tmp_path):
+    """The front door: `needlebench build --compat opencompass` from the same files (the writer checks each row
+    against its family's schema), `needlebench verify`, `datasets.load_dataset`: the hand-checked prompts."""
+    import datasets
+
+    out = tmp_path / "d"
+    inputs = ["--haystack-en", options.haystack_en, "--needles", options.needles]
+    for args in (["build", "single_en_4k", "multi_retrieval_en_4k", "--compat", "opencompass", *inputs,
+                  "--out", str(out)], ["verify", str(out), *inputs]):
+        result = subprocess.run(
+            [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
+            capture_output=True, text=True, timeout=600, check=False,
+        )
+        assert result.returncode == 0, result.stderr
+    rows = {row["id"]: row for row in datasets.load_dataset(str(out), "single_en_4k", split="test")}
+    haystack0 = "Alpha beta gamma.Zeta eta theta.Delta epsilon."
+    needle1 = "\n" + NEEDLES[1]["needle"] + "\n"
+    assert rows["single_en_4k-L1000-d0-r0"]["prompt"] == FRAME.format(
+        context=needle1 + haystack0, question=GUIDED.format(island="Green")
+    )
+    assert rows["single_en_4k-L1000-d0-r0"]["needle_boundaries"] == ["compat"]
+    retrieval = datasets.load_dataset(str(out), "multi_retrieval_en_4k", split="test")
+    assert retrieval[0]["compat"] == "opencompass" and retrieval.num_rows == get_config("multi_retrieval_en_4k").num_rows

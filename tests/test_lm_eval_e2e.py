@@ -149,6 +149,26 @@ def test_oracle_scores_full_marks_through_the_cli(oracle_output: Path, tmp_path:
     assert all(float(line["Me-Acq EN"]) == 1.0 for line in _csv(reference_dir / "counting_stars.csv"))
 
 
+def test_report_command_on_the_oracle_run(oracle_output: Path, tmp_path: Path):
+    """The front door of the report: `needlebench report` on lm-eval's output writes the tables write_report does."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "cli-report"
+    result = subprocess.run(
+        [sys.executable, "-c", "from needlebench.cli import main; main()", "report", str(oracle_output),
+         "--out", str(out), "--no-figures"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert str(out / "needlebench_4k.csv") in "".join(result.stdout.split())  # Rich wraps long paths when piped
+    write_report(oracle_output, tmp_path / "library-report", figures=False)
+    for name in ("needlebench_4k.csv", "needlebench_4k.md", "scores.csv"):
+        assert (out / name).read_bytes() == (tmp_path / "library-report" / name).read_bytes(), name
+    (row,) = _csv(out / "needlebench_4k.csv")
+    assert row["Model"] == ORACLE_MODEL and float(row["S-RT EN"]) == 100.0
+
+
 def test_subset_keeps_project_tasks_with_include_path_and_models_share_a_table(
     oracle_output: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

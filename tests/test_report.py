@@ -683,3 +683,16 @@ def test_health_from_its_own_file_and_from_lean_samples(tmp_path: Path):
     report.health_path(path).write_text("{", encoding="utf-8")
     with pytest.raises(NeedlebenchError, match="not a readable run-health file"):
         report.write_report(folder, tmp_path / "bad", figures=False)
+
+
+def test_a_cell_of_en_only_and_zh_only_cells_is_partial_in_every_process():
+    """The overall of a table whose tasks ran in one language each, not the same one: 'partial', never 'EN only' or
+    'ZH only' by the order of a set (which varies from process to process)."""
+    from types import SimpleNamespace
+
+    from needlebench.evaluation.report import _combined_note
+
+    cells = [SimpleNamespace(note=note) for note in ("partial: EN only", "partial: ZH only", "", "partial")]
+    assert _combined_note(cells) == "partial"
+    assert _combined_note(cells[::-1]) == "partial"
+    assert _combined_note([SimpleNamespace(note="partial: ZH only"), SimpleNamespace(note="partial")]) == "partial: ZH only"

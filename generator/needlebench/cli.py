@@ -1,6 +1,8 @@
 """The `needlebench` command line: list, build, eval, show, budget, report, publish, verify.
 
-User errors (:class:`NeedlebenchError`) print one line on stderr and exit with status 2.
+User errors (:class:`NeedlebenchError`) print one line on stderr and exit with status 2. Anything unexpected (a bug)
+prints one line too, naming the command and the exception, and exits with status 1; its traceback is saved under
+the cache root (``crash/``) for a report, or shown with ``NEEDLEBENCH_DEBUG=1``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ app = typer.Typer(
     no_args_is_help=True,
     help="NeedleBench and Counting-Stars as reproducible Hugging Face datasets and lm-eval tasks.",
     context_settings={"help_option_names": ["-h", "--help"]},
+    # no Rich traceback (its local variables can show prompt text and paths): main() reports a crash in one line
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
 )
 console = Console()
 
@@ -457,12 +462,66 @@ def main() -> None:
         where = f" ({error.filename})" if getattr(error, "filename", None) else ""
         print(f"needlebench: error: {error.strerror or error}{where}", file=sys.stderr)
         sys.exit(1)
+    except Exception as error:  # noqa: BLE001 - a bug: one line and a saved traceback, never a traceback
+        _report_crash(error)
+        sys.exit(1)
     if interrupts.interrupted():  # typer turns KeyboardInterrupt into exit status 130
         interrupts.exit_now()
     status = code if isinstance(code, int) else 0
     if _FAST_EXIT_COMMANDS.intersection(sys.argv[1:2]):  # everything is written and closed: skip the teardown
         interrupts.exit_now(status)
     sys.exit(status)
+
+
+#: Set to anything but "", "0", "false" or "no" to see the traceback of an internal error on the terminal.
+DEBUG_ENV = "NEEDLEBENCH_DEBUG"
+
+
+def _command_name(argv: list[str]) -> str:
+    """The sub-command of a command line (its first word that is not an option), for messages and file names."""
+    import re
+
+    word = next((arg for arg in argv if not arg.startswith("-")), "needlebench")
+    return re.sub(r"[^A-Za-z0-9_-]", "_", word)[:40] or "needlebench"
+
+
+def _report_crash(error: BaseException) -> None:
+    """One line on stderr for an unexpected exception: the command, the exception and where its traceback went.
+
+    With ``NEEDLEBENCH_DEBUG=1`` the traceback is printed instead of saved. Otherwise it goes to
+    ``<cache root>/crash/<UTC time>-<command>.txt`` (readable by the user only); the command line is not
+    recorded there (it may hold a token), only the command's name and the versions."""
+    import os
+    import platform
+    import traceback
+    from datetime import datetime, timezone
+
+    from needlebench.sources.cache import cache_root
+
+    command = _command_name(sys.argv[1:])
+    summary = " ".join(f"{type(error).__name__}: {error}".split())
+    if len(summary) > 300:
+        summary = summary[:299] + "…"
+    text = "".join(traceback.format_exception(error))
+    if os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no"):
+        sys.stderr.write(text)
+        print(f"needlebench: internal error in {command}: {summary}; please report it", file=sys.stderr)
+        return
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    path = cache_root() / "crash" / f"{stamp}-{command}.txt"
+    header = (
+        f"needlebench {__version__} internal error in `needlebench {command}`\n"
+        f"python {platform.python_version()} on {platform.platform()}\n\n"
+    )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
+            handle.write(header + text)
+    except OSError as failure:
+        where = f"(could not save its traceback: {failure.strerror or failure}; rerun with {DEBUG_ENV}=1 to see it)"
+    else:
+        where = f"full traceback in {path}"
+    print(f"needlebench: internal error in {command}: {summary}; {where}, please report it", file=sys.stderr)
 
 
 #: Commands that own no background processes or libraries with exit hooks (unlike `eval`, whose vLLM engine

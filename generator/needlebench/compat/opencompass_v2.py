@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 
 from needlebench import __version__
 from needlebench.compat.opencompass import (
+    COMPAT_BOUNDARY,
     _accumulate,
     _inputs,
     _reasoning_points,
@@ -131,4 +132,7 @@ def atc_v2_rows(spec: ConfigSpec, *, names_path: str | None = None, version: str
 def rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
     """Rows of a v2 haystack config for `lengths`, in the reference's loop order."""
     generators = {"single": single_rows, "multi_retrieval": multi_retrieval_rows, "multi_reasoning": multi_reasoning_rows}
-    return generators[spec.family](spec, settings, lengths)
+    for row in generators[spec.family](spec, settings, lengths):
+        # raw token offsets, as the reference inserts them: no boundary is chosen (as in v1 compat)
+        row["needle_boundaries"] = [COMPAT_BOUNDARY] * len(row["needles"])
+        yield row

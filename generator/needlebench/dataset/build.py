@@ -285,11 +285,11 @@ def _check_writable(out_dir: Path) -> None:
 
 
 def _validate(specs: list[ConfigSpec], options: BuildOptions) -> None:
-    """Checks that need no data: the tokenizer against the families, buffers against lengths."""
+    """Checks that need no data: the compat mode and tokenizer against the configs, buffers against lengths."""
     from needlebench.tasks.haystack import effective_buffer
 
     for spec in specs:
-        options.check_tokenizer(spec)
+        options.check_modes(spec)
         if spec.family in ("single", "multi_retrieval", "multi_reasoning"):
             for length in spec.lengths:
                 effective_buffer(spec, length, options.settings_for(spec))

@@ -10,12 +10,10 @@ from needlebench.dataset.writer import COMPRESSIONS
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED
 from needlebench.sources.tokenizer import CL100K_NAMES, DEFAULT_TOKENIZER
-from needlebench.tasks.grid import ConfigSpec
+from needlebench.tasks.grid import COMPAT_MODES, HF_TOKENIZER_FAMILIES, ConfigSpec
 from needlebench.tasks.settings import HaystackSettings
 
-COMPAT_MODES = ("opencompass", "counting-stars")
-#: Families whose lengths may be counted in another tokenizer (``--tokenizer hf:...``): the tokenised haystack.
-HF_TOKENIZER_FAMILIES = ("single", "multi_retrieval", "multi_reasoning")
+__all__ = ["COMPAT_MODES", "HF_TOKENIZER_FAMILIES", "BuildOptions", "RecipeError"]  # modes: tasks.grid declares them
 
 
 #: The paper's haystack file of each language in the Hub dataset opencompass/NeedleBench.
@@ -84,9 +82,15 @@ class BuildOptions:
         if self.buffer is not None and self.buffer < 0:
             raise NeedlebenchError(f"buffer {self.buffer} is negative; it must be 0 or more tokens")
 
+    def check_modes(self, spec: ConfigSpec) -> None:
+        """The compat mode and the tokenizer apply to `spec` (as declared in :mod:`needlebench.tasks.grid`); a
+        one-line error before anything is built when they do not."""
+        spec.check_mode(self.compat)
+        self.check_tokenizer(spec)
+
     def check_tokenizer(self, spec: ConfigSpec) -> None:
         """A tokenizer other than cl100k_base counts only the haystack families (built-in and experiments)."""
-        if self.tokenizer != DEFAULT_TOKENIZER and spec.family not in HF_TOKENIZER_FAMILIES:
+        if self.tokenizer != DEFAULT_TOKENIZER and not spec.accepts_hf_tokenizer:
             raise NeedlebenchError(
                 f"config {spec.name} counts cl100k_base tokens only; --tokenizer {self.tokenizer} applies to the "
                 "single_*, multi_retrieval_* and multi_reasoning_* configs and to experiments"

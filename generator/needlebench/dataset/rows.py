@@ -33,8 +33,7 @@ def iter_rows(
         from needlebench.tasks.experiment import experiment_rows
 
         return experiment_rows(spec, options.settings_for(spec), spec.select_lengths(lengths))
-    if options.compat == "counting-stars":
-        raise NeedlebenchError(f"compat mode counting-stars does not apply to {spec.name}; use --compat opencompass")
+    spec.check_mode(options.compat)
     if spec.family == "atc" and spec.is_v2:
         if options.compat == "opencompass":
             from needlebench.compat.opencompass_v2 import atc_v2_rows
@@ -77,8 +76,7 @@ def iter_rows(
 
 
 def _counting_stars_rows(spec: ConfigSpec, options: BuildOptions, lengths: tuple[int, ...] | None) -> Iterator[dict]:
-    if options.compat == "opencompass":
-        raise NeedlebenchError(f"compat mode opencompass does not apply to {spec.name}; use --compat counting-stars")
+    spec.check_mode(options.compat)
     if options.question_position != "end":
         raise NeedlebenchError(
             f"question position {options.question_position!r} is not supported by {spec.name}; "

@@ -951,9 +951,14 @@ def _task_note(runs: Sequence[TaskRun], partial: Sequence[TaskRun], label: str, 
 
 
 def _combined_note(cells: Sequence[Cell]) -> str:
-    """The note of a cell computed from ``cells``: the most specific of their notes."""
-    notes = sorted({cell.note for cell in cells if cell.note}, key=len)
-    return notes[-1] if notes else ""
+    """The note of a cell computed from ``cells``: the most specific of their notes. Cells of one language each,
+    but not the same one ("EN only" beside "ZH only"), make a ``partial`` cell (both languages are in it)."""
+    notes = {cell.note for cell in cells if cell.note}
+    only = {note for note in notes if note.endswith(" only")}
+    if len(only) > 1:
+        notes = (notes - only) | {"partial"}
+    ordered = sorted(notes, key=lambda note: (len(note), note))  # never the order of a set (it varies by process)
+    return ordered[-1] if ordered else ""
 
 
 def _noted(cell: Cell, note: str) -> Cell:

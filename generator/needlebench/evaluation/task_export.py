@@ -27,21 +27,27 @@ from needlebench.evaluation.harness import (
 )
 from needlebench.tasks.grid import get_config
 
-#: The hooks module every task YAML refers to (``!function utils.<hook>``): a thin import of the library.
-UTILS_PY = '''"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by `needlebench tasks`)."""
 
-from needlebench.evaluation.harness import (  # noqa: F401
-    agg_flat_mean,
-    agg_perf_4,
-    load_dataset,
-    process_atc,
-    process_atc_open,
-    process_counting_stars,
-    process_multi_reasoning,
-    process_multi_retrieval,
-    process_single,
-)
-'''
+def hook_names() -> list[str]:
+    """Every hook a task YAML names (``!function utils.<hook>``): the dataset loader, each family's
+    ``process_results`` and the aggregations that are not lm-eval's own; derived from the templates, so a new
+    family's hooks are in the bundled ``utils.py`` without a second list to update."""
+    names = {"load_dataset"}
+    for template in FAMILY_TEMPLATES.values():
+        names.add(template.process_results)
+        names.update(aggregation for _, aggregation in template.metrics if aggregation != "mean")
+    return sorted(names)
+
+
+def utils_py() -> str:
+    """The hooks module every task YAML refers to: a thin import of the library."""
+    imports = "".join(f"    {name},\n" for name in hook_names())
+    return (
+        '"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by `needlebench tasks`)."""\n\n'
+        f"from needlebench.evaluation.harness import (  # noqa: F401\n{imports})\n"
+    )
+
+
 NOTE = "# Written by `needlebench tasks` for the dataset folder {folder}; rerun it instead of editing.\n"
 GROUP_PREFIX = "needlebench_experiment_"
 
@@ -55,7 +61,7 @@ def task_files_for_folder(folder: Path) -> dict[str, str]:
     folder = Path(folder).resolve()
     manifest = read_manifest(folder)  # registers the folder's experiments
     note = NOTE.format(folder=folder)
-    files = {"utils.py": UTILS_PY}
+    files = {"utils.py": utils_py()}
     specs = [get_config(name) for name in manifest["configs"]]
     for key in sorted({template_key(spec) for spec in specs}):
         files[base_template_filename(key)] = note + render_base_template(FAMILY_TEMPLATES[key]).split("\n", 1)[1]

@@ -168,6 +168,14 @@ class ExperimentSpec(ConfigSpec):
         return self.experiment.num_rows
 
     @property
+    def compat_modes(self) -> tuple[str, ...]:
+        return ()  # an experiment is needlebench's own construction; it has no reference to reproduce
+
+    @property
+    def accepts_hf_tokenizer(self) -> bool:
+        return True
+
+    @property
     def approx_tokens(self) -> int:
         return sum(length - self.buffer for length in self.lengths) * len(self.depths) * self.repeats
 

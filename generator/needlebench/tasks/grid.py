@@ -28,6 +28,24 @@ FAMILIES = {
     "counting_stars": "Counting-Stars",
 }
 
+#: The build modes of each family beside the default, as the command line spells them: ``--compat MODE``
+#: (the reference construction, byte for byte; Counting-Stars only for the paper's M=32, whose star lists are
+#: fixed) and ``--tokenizer hf:...`` (lengths counted in a model's own tokens: the families with a tokenised
+#: haystack). `needlebench build` refuses every other combination in one line (:meth:`ConfigSpec.check_mode`),
+#: and ``tests/test_front_door.py`` builds, verifies and evaluates every combination declared here: a family or
+#: mode joins that matrix by being declared.
+COMPAT_MODES_BY_FAMILY = {
+    "single": ("opencompass",),
+    "multi_retrieval": ("opencompass",),
+    "multi_reasoning": ("opencompass",),
+    "atc": ("opencompass",),
+    "counting_stars": ("counting-stars",),
+}
+#: Every ``--compat`` mode, in the order they are listed.
+COMPAT_MODES = tuple(dict.fromkeys(mode for modes in COMPAT_MODES_BY_FAMILY.values() for mode in modes))
+#: Families whose lengths may be counted in another tokenizer (``--tokenizer hf:...``).
+HF_TOKENIZER_FAMILIES = ("single", "multi_retrieval", "multi_reasoning")
+
 #: 20-point linear depth list (int-truncated, as the reference computes it) and the 11-point sparse list.
 DEPTHS_LINEAR_20 = tuple(int(i * 100 / 19) for i in range(20))
 DEPTHS_SPARSE_11 = (0, 10, 21, 31, 42, 52, 63, 73, 84, 94, 100)
@@ -134,6 +152,33 @@ class ConfigSpec:
     @property
     def task_label(self) -> str:
         return FAMILIES[self.family]
+
+    @property
+    def compat_modes(self) -> tuple[str, ...]:
+        """The ``--compat`` modes this config builds in (:data:`COMPAT_MODES_BY_FAMILY`)."""
+        if self.family == "counting_stars" and self.stars != DEFAULT_STARS:
+            return ()  # the reference's star lists are fixed at M=32
+        return COMPAT_MODES_BY_FAMILY[self.family]
+
+    @property
+    def accepts_hf_tokenizer(self) -> bool:
+        """Can its lengths be counted in a Hugging Face tokenizer (``--tokenizer hf:...``)?"""
+        return self.family in HF_TOKENIZER_FAMILIES
+
+    def check_mode(self, compat: str | None) -> None:
+        """A one-line error when ``--compat compat`` does not apply to this config (None, the default, always does)."""
+        if compat is None or compat in self.compat_modes:
+            return
+        if self.compat_modes:
+            allowed = f"use --compat {' or --compat '.join(self.compat_modes)}, or no --compat"
+        elif self.family == "counting_stars":
+            allowed = (
+                f"the reference's star lists are fixed for M={DEFAULT_STARS} and it has M={self.stars}; "
+                "build it without --compat"
+            )
+        else:
+            allowed = "build it without --compat"
+        raise NeedlebenchError(f"compat mode {compat} does not apply to {self.name}; {allowed}")
 
     @property
     def is_v2(self) -> bool:
