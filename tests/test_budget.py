@@ -64,7 +64,7 @@ def test_configs_are_names_and_a_folder_lacking_one_is_a_user_error(tmp_path: Pa
 
     folder = tmp_path / "data"
     make_dataset_folder(folder, {"atc_en": 4})  # prompts "prompt-0" ... : one word each
-    monkeypatch.setattr(budget, "load_tokenizer", lambda path: WordTokenizer())
+    monkeypatch.setattr(budget, "load_tokenizer", lambda path, gguf_file=None: WordTokenizer())
 
     def run(configs: list[str], max_length: int, max_gen_toks: int) -> list[dict]:
         return budget.run_budget(
@@ -162,7 +162,7 @@ def test_counter_falls_back_to_batch_encoding_when_cuts_are_unsafe():
 
 
 def test_report_summarises_per_config_and_length(srt_data: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(budget, "load_tokenizer", lambda path: WordTokenizer())
+    monkeypatch.setattr(budget, "load_tokenizer", lambda path, gguf_file=None: WordTokenizer())
     report = budget.budget_report(
         "words", 1000, ["single_en_4k"], chat_template=False, max_gen_toks=16, data_dir=str(srt_data), progress=False
     )
@@ -181,7 +181,7 @@ def test_report_summarises_per_config_and_length(srt_data: Path, monkeypatch: py
 def test_a_config_of_many_lengths_is_summarised_in_bins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """ATC rows each have their own length (~140 distinct in atc_en): the summary bins them; --rows lists the rows."""
     data = build_data(["atc_en"], tmp_path / "atc")
-    monkeypatch.setattr(budget, "load_tokenizer", lambda path: WordTokenizer())
+    monkeypatch.setattr(budget, "load_tokenizer", lambda path, gguf_file=None: WordTokenizer())
     report = budget.budget_report(
         "words", 480, ["atc_en"], chat_template=False, max_gen_toks=16, data_dir=str(data), progress=False
     )

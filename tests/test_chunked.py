@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from needlebench.evaluation.chunked import CHUNK_TOKENS, plan_chunks, take_chunk_options
+from needlebench.evaluation.chunked import CHUNK_TOKENS, plan_chunks
+from needlebench.evaluation.eval_args import parse_eval
 from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
 from needlebench.evaluation.lean_samples import PROMPT_HASH_KEY, lean_sample
 from needlebench.evaluation.report import write_report
@@ -191,16 +193,17 @@ def test_resume_reads_finished_chunks(data_dir: Path, group_dir: Path, tmp_path:
 
 
 def test_chunk_options_and_plans():
-    argv, options = take_chunk_options(["run", "--chunk-rows", "16", "--tasks", "x", "--full-samples"])
-    assert argv == ["run", "--tasks", "x"] and options.chunk_rows == 16 and options.full_samples
-    assert take_chunk_options(["run", "--no-chunk"])[1].chunked is False
+    _command, namespace, options = parse_eval(["run", "--chunk-rows", "16", "--tasks", "x", "--full-samples"])
+    assert namespace.tasks == ["x"] and options.chunk_rows == 16 and options.full_samples and options.chunked
+    assert not any(name.startswith("needlebench_") for name in vars(namespace))  # lm-eval gets only its own
+    assert parse_eval(["run", "--no-chunk"])[2].chunked is False
     for bad, message in [
-        (["--chunk-rows", "0"], "--chunk-rows '0' is not a positive number of rows, e.g. --chunk-rows 16"),
-        (["--chunk-rows"], "--chunk-rows needs a number of rows, e.g. --chunk-rows 16"),
+        (["--chunk-rows", "0"], "argument --chunk-rows: '0' is not a positive number of rows, e.g. --chunk-rows 16"),
+        (["--chunk-rows"], "argument --chunk-rows: expected one argument"),
         (["--chunk-rows=4", "--no-chunk"], "give --chunk-rows or --no-chunk, not both"),
     ]:
-        with pytest.raises(Exception, match="^" + message.replace("(", r"\(").replace(")", r"\)") + "$"):
-            take_chunk_options(["run", *bad])
+        with pytest.raises(Exception, match="^" + re.escape(message)):
+            parse_eval(["run", *bad])
     assert plan_chunks([0, 1, 2, 3, 4], None, 2) == [[0, 1], [2, 3], [4]]
     million = 1_000_000
     per_chunk = CHUNK_TOKENS // million
@@ -213,5 +216,8 @@ def test_bad_chunk_option_is_one_line_through_the_cli():
     done = _cli("eval", "run", "--model", ORACLE_MODEL, "--tasks", "needlebench_single_en_4k", "--chunk-rows", "x")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "needlebench: error: --chunk-rows 'x' is not a positive number of rows, e.g. --chunk-rows 16"
+        (
+            "needlebench: error: argument --chunk-rows: 'x' is not a positive number of rows, e.g. --chunk-rows 16; "
+            "see `needlebench eval run --help`"
+        )
     ]

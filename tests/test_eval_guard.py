@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation import harness
-from needlebench.evaluation.eval_guard import needlebench_configs, split_own_options
+from needlebench.evaluation.eval_args import parse_eval
+from needlebench.evaluation.eval_guard import needlebench_configs
 from needlebench.evaluation.evaluate import run_eval
 from needlebench.evaluation.report import write_report
 from needlebench.evaluation.thinking import has_final_answer, reference_text, strip_reasoning
@@ -358,14 +359,15 @@ def test_reference_text_is_opencompass_extract_non_reasoning_content():
 
 
 def test_own_options_are_taken_out_and_groups_expand():
-    args = split_own_options(
-        ["run", "--skip-too-long", "--think-end", "</r>", "--reasoning=64", "--tasks", "x", "--resume", "--think-unclosed", "empty"]
-    )
-    assert args.argv == ["run", "--tasks", "x"]
+    argv = ["run", "--skip-too-long", "--think-end", "</r>", "--reasoning=64", "--tasks", "x", "--resume"]
+    _command, namespace, args = parse_eval([*argv, "--think-unclosed", "empty"])
+    assert not any(name.startswith("needlebench_") for name in vars(namespace))  # lm-eval gets only its own
+    assert args.tasks == ["x"]
     assert args.skip_too_long and args.resume and args.think_end == "</r>" and args.reasoning == "64"
-    assert args.think_unclosed == "empty" and split_own_options(["run", "--think-unclosed=keep"]).think_unclosed == "keep"
-    with pytest.raises(NeedlebenchError, match="--think-unclosed 'drop' is not allowed; allowed: keep, empty"):
-        split_own_options(["run", "--think-unclosed", "drop"])
+    assert parse_eval(["run", "--reasoning", "--tasks", "x"])[2].reasoning == "double"
+    assert args.think_unclosed == "empty" and parse_eval(["run", "--think-unclosed=keep"])[2].think_unclosed == "keep"
+    with pytest.raises(NeedlebenchError, match="--think-unclosed: 'drop' is not allowed; allowed: keep, empty"):
+        parse_eval(["run", "--think-unclosed", "drop"])
     assert "single_en_4k" in needlebench_configs("needlebench_4k,hellaswag")
     assert needlebench_configs("needlebench_atc_en,needlebench_atc_en") == ["atc_en"]
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation import harness
-from needlebench.evaluation.evaluate import oracle_answers, with_default_include_path
+from needlebench.evaluation.evaluate import oracle_answers
 from needlebench.tasks.grid import get_config, registry
 from support import (
     KEYWORD,
@@ -359,23 +359,18 @@ def test_lm_eval_finds_and_parses_every_task():
             assert entry["aggregation"] == "mean" or callable(entry["aggregation"])
 
 
-def test_default_include_path_is_added_once():
-    path = Path("/x/harness_tasks")
-    assert with_default_include_path(["run", "--model", "hf"], path) == [
-        "run",
-        "--include_path",
-        str(path),
-        "--model",
-        "hf",
-    ]
-    assert with_default_include_path(["--model", "hf"], path) == ["--model", "hf", "--include_path", str(path)]
-    given = ["run", "--include_path=/y", "--tasks", "t"]
-    assert with_default_include_path(given, path) == given
-    assert with_default_include_path(["--help"], path) == ["--help"]
+def test_eval_arguments_are_parsed_by_lm_eval_parser():
+    """The legacy form (no sub-command) is a run; the user's --include_path is kept as given."""
+    from needlebench.evaluation.eval_args import parse_eval
+
+    command, namespace, args = parse_eval(["--model", "hf", "--tasks", "a,b", "--include_path=/y"])
+    assert command == "run" and namespace.tasks == ["a", "b"] and args.user_include_path == "/y"
+    command, namespace, args = parse_eval(["run", "--model", "hf", "--tasks", "t"])
+    assert namespace.include_path is None and args.tasks == ["t"]  # run_eval adds the project's folder
 
 
 def test_run_eval_returns_lm_eval_exit_status(capsys):
     from needlebench.evaluation.evaluate import run_eval
 
-    assert run_eval(["run", "--no-such-option"]) == 2
-    assert "--no-such-option" in capsys.readouterr().err
+    with pytest.raises(NeedlebenchError, match="unrecognized arguments: --no-such-option"):
+        run_eval(["run", "--no-such-option"])

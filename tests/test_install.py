@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from needlebench import resources
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.evaluate import with_default_include_path
+from needlebench.evaluation.evaluate import default_include_path
 from needlebench.evaluation.harness import task_files
 
 try:
@@ -122,7 +122,7 @@ def test_tasks_path_in_a_checkout_is_the_repository_folder(tmp_path):
         assert (TASKS / name).is_file()
     assert resources.card_template() == CARD
     # `needlebench eval` adds the same folder when no --include_path is given
-    assert with_default_include_path(["run", "--tasks", "t"]) == ["run", "--include_path", str(TASKS), "--tasks", "t"]
+    assert default_include_path() == TASKS
 
 
 def test_missing_data_files_are_one_clear_error(monkeypatch, tmp_path):

@@ -6,11 +6,8 @@ import json
 
 import pytest
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.evaluate import (
-    project_tasks_kept,
-    with_default_include_path,
-    with_subset_metadata,
-)
+from needlebench.evaluation.eval_args import parse_eval
+from needlebench.evaluation.evaluate import project_tasks_kept
 from needlebench.evaluation.subset import coverage, parse_subset, stratified_indices
 from needlebench.tasks.grid import get_config
 
@@ -103,30 +100,21 @@ def test_parse_subset_rejects_bad_values():
 
 
 def test_eval_subset_becomes_task_metadata():
-    argv = [
-        "run",
-        "--model",
-        "hf",
-        "--tasks",
-        "needlebench_single_en_4k",
-        "--metadata",
-        json.dumps({"data_dir": "d"}),
-        "--subset",
-        "40",
-    ]
-    assert with_subset_metadata(argv) == [*argv[:-2], "--metadata", "subset=40"]
-    assert with_subset_metadata(["run", "--subset=8"]) == [
-        "run",
-        "--metadata",
-        "subset=8",
-    ]
-    assert with_subset_metadata(["run", "--limit", "4"]) == ["run", "--limit", "4"]
+    argv = ["run", "--model", "hf", "--tasks", "needlebench_single_en_4k", "--metadata", json.dumps({"data_dir": "d"})]
+    assert parse_eval([*argv, "--subset", "40"])[2].metadata == {"data_dir": "d", "subset": 40}
+    assert parse_eval(["run", "--tasks", "t", "--subset=8"])[2].metadata == {"subset": 8}
+    assert parse_eval(["run", "--tasks", "t", "--metadata", "subset=8", "--subset", "8"])[2].metadata == {"subset": 8}
+    assert parse_eval(["run", "--tasks", "t", "--limit", "4"])[2].metadata == {}
     with pytest.raises(NeedlebenchError, match="--subset and --limit"):
-        with_subset_metadata(["run", "--subset", "8", "--limit", "4"])
-    with pytest.raises(NeedlebenchError, match="rows per task"):
-        with_subset_metadata(["run", "--subset"])
-    with pytest.raises(NeedlebenchError, match="eval run"):
-        with_subset_metadata(["ls", "--subset", "3"])
+        parse_eval(["run", "--subset", "8", "--limit", "4"])
+    with pytest.raises(NeedlebenchError, match="disagree"):
+        parse_eval(["run", "--tasks", "t", "--metadata", "subset=4", "--subset", "8"])
+    with pytest.raises(NeedlebenchError, match="--subset: expected one argument"):
+        parse_eval(["run", "--subset"])
+    with pytest.raises(NeedlebenchError, match="whole number"):
+        parse_eval(["run", "--subset", "ten"])
+    with pytest.raises(NeedlebenchError, match="needlebench eval ls --help"):
+        parse_eval(["ls", "--subset", "3"])
 
 
 def test_user_include_path_keeps_the_project_tasks(tmp_path, monkeypatch):
@@ -140,15 +128,11 @@ def test_user_include_path_keeps_the_project_tasks(tmp_path, monkeypatch):
 
     monkeypatch.setattr(lm_eval_tasks, "TaskManager", Recorder)
     ours = tmp_path / "ours"
-    argv = ["run", "--include_path", str(tmp_path / "mine")]
-    assert (
-        with_default_include_path(argv, ours) == argv
-    )  # the user's folder is passed on as given
-    with project_tasks_kept(argv, ours):
+    managers = []
+    with project_tasks_kept(str(tmp_path / "mine"), ours, managers=managers):
         lm_eval_tasks.TaskManager(include_path=str(tmp_path / "mine"))
-    assert seen == [[str(ours), str(tmp_path / "mine")]]
+    assert seen == [[str(ours), str(tmp_path / "mine")]] and len(managers) == 1
     assert lm_eval_tasks.TaskManager is Recorder  # restored
-    with project_tasks_kept(["run"], ours):
-        assert (
-            lm_eval_tasks.TaskManager is Recorder
-        )  # nothing to add: --include_path is defaulted instead
+    with project_tasks_kept(None, ours):  # nothing to add: --include_path is defaulted instead
+        lm_eval_tasks.TaskManager(include_path="default")
+    assert seen[-1] == "default"

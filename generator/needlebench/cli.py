@@ -324,8 +324,9 @@ def show(
 @app.command(short_help="List the rows whose prompt would not fit a model's context.")
 def budget(
     configs: Annotated[list[str], typer.Argument(help="Config names or globs.")],
-    tokenizer: Annotated[str, typer.Option(help="The model's tokenizer (name or local path).")],
+    tokenizer: Annotated[str, typer.Option(help="The model's tokenizer: a model or tokenizer folder, a .gguf file, a folder holding one .gguf, or a model name in the local Hugging Face cache.")],
     max_length: Annotated[int, typer.Option("--max-length", help="The model's context length.")],
+    gguf_file: Annotated[Optional[str], typer.Option("--gguf-file", help="The GGUF file (a name inside the --tokenizer folder), as lm-eval's gguf_file model arg.")] = None,
     chat_template: Annotated[bool, typer.Option("--chat-template", help="Count with the chat template applied.")] = False,
     max_gen_toks: Annotated[Optional[int], typer.Option("--max-gen-toks", help="Tokens reserved for the answer (default: the task's).")] = None,
     data_dir: Annotated[Optional[str], typer.Option("--data-dir", help="A built dataset folder (default: build on the fly).")] = None,
@@ -337,7 +338,10 @@ def budget(
     from needlebench.tasks.grid import match_configs
 
     names_list = [spec.name for spec in match_configs(configs)]
-    report = budget_report(tokenizer, max_length, names_list, chat_template=chat_template, max_gen_toks=max_gen_toks, data_dir=data_dir)
+    report = budget_report(
+        tokenizer, max_length, names_list, chat_template=chat_template, max_gen_toks=max_gen_toks, data_dir=data_dir,
+        gguf_file=gguf_file,
+    )
     print(format_budget(report, rows=rows))
     if report.over:
         raise typer.Exit(1)

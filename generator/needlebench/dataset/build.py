@@ -138,7 +138,7 @@ def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dic
     if not out_dir.exists():
         return None
     if not out_dir.is_dir():
-        raise NeedlebenchError(f"output {out_dir} exists and is not a folder; choose another --out")
+        raise NeedlebenchError(f"--out {out_dir} is an existing file, not a folder; choose another --out")
     report_foreign(out_dir)
     ours = set(leftovers(out_dir))
     if (out_dir / CARD).is_file() and not (out_dir / MANIFEST).exists() and ours:
@@ -271,8 +271,10 @@ def _check_writable(out_dir: Path) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        where = "exists" if existing == out_dir.absolute() else f"is below {existing}, which"
-        raise NeedlebenchError(f"output {out_dir} {where} is not a folder; choose another --out")
+        where = "is an existing file, not a folder" if existing == out_dir.absolute() else (
+            f"is below {existing}, which is not a folder"
+        )
+        raise NeedlebenchError(f"--out {out_dir} {where}; choose another --out")
     try:
         with tempfile.TemporaryFile(dir=existing):  # unnamed on Linux; removed on close either way
             pass

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,13 @@ from needlebench.tasks.grid import ConfigSpec, get_config
 ENCODE_BATCH = 64
 
 
-@lru_cache(maxsize=4)
-def load_tokenizer(path: str) -> Any:
-    """A transformers tokenizer from a local folder, or a model name already in the local Hugging Face cache.
+def load_tokenizer(path: str, gguf_file: str | None = None) -> Any:
+    """A transformers tokenizer as lm-eval loads it: a local folder, a ``.gguf`` file (or ``path`` plus
+    ``gguf_file``), or a model name already in the local Hugging Face cache (see
+    :mod:`needlebench.evaluation.model_tokenizer`). Nothing is downloaded; cached per source."""
+    from needlebench.evaluation.model_tokenizer import load_tokenizer as load
 
-    Nothing is downloaded (``local_files_only``); cached per path."""
-    from needlebench.sources.hf_tokenizer import load_transformers_tokenizer
-
-    return load_transformers_tokenizer(path)
+    return load(path, gguf_file)
 
 
 def render_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> str:
@@ -302,12 +300,14 @@ def budget_report(
     max_gen_toks: int | None,
     data_dir: str | None,
     progress: bool = True,
+    gguf_file: str | None = None,
 ) -> BudgetReport:
     """Count every prompt of ``configs`` under the model's tokenizer: a summary per (config, length) and the rows
     lm-eval would left-truncate.
 
     ``max_gen_toks`` None (or <= 0) uses each task's own budget (the ``max_gen_toks`` of its YAML). A
     ``data_dir`` lacking a config is a one-line error. ``progress`` shows a bar over all rows (on stderr).
+    ``gguf_file`` names the GGUF file inside the ``tokenizer`` folder (as lm-eval's ``gguf_file`` model arg).
     """
     if max_length <= 0:
         raise NeedlebenchError(f"max length {max_length} must be a positive number of tokens")
@@ -315,7 +315,7 @@ def budget_report(
         raise NeedlebenchError("no configs given; name at least one, e.g. single_en_4k")
     specs = [get_config(name) for name in configs]
     budgets = [_task_budget(spec, max_gen_toks, max_length) for spec in specs]
-    tok = load_tokenizer(tokenizer)
+    tok = load_tokenizer(tokenizer, gguf_file)
     counter = TokenCounter(tok)
     from tqdm import tqdm
 

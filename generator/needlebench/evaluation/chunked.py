@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.lean_samples import lean_sample
 
 #: Context tokens per chunk (rows of a config are cut where the sum of their ``context_length`` passes it): about
@@ -52,42 +51,13 @@ LENGTH_COLUMN = "context_length"
 
 @dataclass
 class ChunkOptions:
-    """``--chunk-rows N`` / ``--no-chunk`` / ``--full-samples`` of ``needlebench eval run``."""
+    """``--chunk-rows N`` / ``--no-chunk`` / ``--full-samples`` of ``needlebench eval run`` (parsed with the run's
+    other options by :mod:`needlebench.evaluation.eval_args`)."""
 
     chunk_rows: int | None = None  # rows per chunk; None: by CHUNK_TOKENS
     chunked: bool = True
     full_samples: bool = False
     store: Path | None = None  # --resume: finished chunks are kept here
-
-
-def take_chunk_options(argv: Sequence[str]) -> tuple[list[str], ChunkOptions]:
-    """``argv`` without ``--chunk-rows N``, ``--no-chunk`` and ``--full-samples``, and those options."""
-    rest: list[str] = []
-    options = ChunkOptions()
-    args = list(argv)
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        name, eq, value = arg.partition("=")
-        if name == "--no-chunk" and not eq:
-            options.chunked = False
-        elif name == "--full-samples" and not eq:
-            options.full_samples = True
-        elif name == "--chunk-rows":
-            if not eq:
-                if index + 1 >= len(args):
-                    raise NeedlebenchError("--chunk-rows needs a number of rows, e.g. --chunk-rows 16")
-                index += 1
-                value = args[index]
-            if not value.isdigit() or int(value) < 1:
-                raise NeedlebenchError(f"--chunk-rows {value!r} is not a positive number of rows, e.g. --chunk-rows 16")
-            options.chunk_rows = int(value)
-        else:
-            rest.append(arg)
-        index += 1
-    if options.chunk_rows is not None and not options.chunked:
-        raise NeedlebenchError("give --chunk-rows or --no-chunk, not both")
-    return rest, options
 
 
 # --------------------------------------------------------------------------------------------- planning

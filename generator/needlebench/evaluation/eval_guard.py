@@ -26,11 +26,11 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
 import os
-import re
 import shutil
 import tempfile
 import urllib.error
@@ -38,7 +38,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness import (
@@ -51,15 +51,12 @@ from needlebench.evaluation.harness import (
 from needlebench.evaluation.thinking import (
     THINK_END_ENV,
     THINK_UNCLOSED_ENV,
-    UNCLOSED_CHOICES,
-    check_unclosed,
     has_final_answer,
 )
 from needlebench.tasks.grid import get_config, registry
 
-#: Options ``needlebench eval`` consumes itself (everything else goes to lm-eval unchanged).
-OWN_FLAGS = ("--skip-too-long", "--no-length-check", "--resume")
-OWN_VALUED = ("--think-end", "--think-unclosed", "--reasoning")
+if TYPE_CHECKING:
+    from needlebench.evaluation.model_tokenizer import TokenizerSource
 
 #: Models with no context window (answers do not depend on the prompt length).
 WINDOWLESS_MODELS = ("needlebench-oracle", "dummy")
@@ -87,134 +84,89 @@ HEALTH_KEYS = ("output_truncated", "no_final_answer", "skipped_too_long")
 
 @dataclass
 class EvalArgs:
-    """The lm-eval arguments needlebench reads, and its own options (already removed from ``argv``)."""
+    """A parsed ``needlebench eval`` command: lm-eval's options as lm-eval's own parser read them (``namespace``,
+    see :mod:`needlebench.evaluation.eval_args`) and needlebench's own options."""
 
-    argv: list[str]
+    namespace: argparse.Namespace
     skip_too_long: bool = False
     length_check: bool = True
     resume: bool = False
     think_end: str | None = None
     think_unclosed: str | None = None  # "keep" or "empty"
     reasoning: str | None = None  # "double" or an integer string
-    options: dict[str, str | None] = field(default_factory=dict)
+    subset: int | None = None
+    chunk_rows: int | None = None  # --chunk-rows N (see needlebench.evaluation.chunked)
+    chunked: bool = True  # False: --no-chunk
+    full_samples: bool = False
+    user_include_path: str | None = None  # the user's own --include_path (ours is added beside it)
 
-    def get(self, name: str) -> str | None:
-        return self.options.get(name)
+    def value(self, name: str) -> Any:
+        """lm-eval's option ``name`` (its ``dest``, e.g. ``"output_path"``), None when not given."""
+        return getattr(self.namespace, name, None)
 
-    def has(self, name: str) -> bool:
-        return name in self.options
+    def given(self, name: str) -> bool:
+        """Whether lm-eval's option ``name`` was given (flags whose default is ``argparse.SUPPRESS``)."""
+        return hasattr(self.namespace, name) and getattr(self.namespace, name) is not None
 
+    @property
+    def tasks(self) -> list[str]:
+        return [str(task).strip() for task in self.value("tasks") or [] if str(task).strip()]
 
-def split_own_options(argv: Sequence[str]) -> EvalArgs:
-    """Take needlebench's options out of ``argv``; index lm-eval's ``--name value`` options."""
-    rest: list[str] = []
-    parsed = EvalArgs(argv=rest)
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        name, eq, value = arg.partition("=")
-        if name in OWN_FLAGS and not eq:
-            parsed.skip_too_long |= name == "--skip-too-long"
-            parsed.length_check &= name != "--no-length-check"
-            parsed.resume |= name == "--resume"
-        elif name == "--reasoning":
-            parsed.reasoning = value if eq else "double"
-            if eq and not (value.isdigit() and int(value) > 0):
-                raise NeedlebenchError(f"--reasoning={value} is not a positive number of tokens; use --reasoning (doubles) or --reasoning=N")
-        elif name == "--think-end":
-            if not eq:
-                if i + 1 >= len(args):
-                    raise NeedlebenchError("--think-end needs a marker, e.g. --think-end '</think>' (or '' to keep reasoning)")
-                i += 1
-                value = args[i]
-            parsed.think_end = value
-        elif name == "--think-unclosed":
-            if not eq:
-                if i + 1 >= len(args):
-                    raise NeedlebenchError(f"--think-unclosed needs a value; allowed: {', '.join(UNCLOSED_CHOICES)}")
-                i += 1
-                value = args[i]
-            parsed.think_unclosed = check_unclosed(value)
-        else:
-            rest.append(arg)
-        i += 1
-    # index lm-eval's options: --name value, --name=value, or a bare flag
-    j = 0
-    while j < len(rest):
-        arg = rest[j]
-        if arg.startswith("--"):
-            name, eq, value = arg.partition("=")
-            if eq:
-                parsed.options[name] = value
-            elif j + 1 < len(rest) and not rest[j + 1].startswith("--"):
-                values = [rest[j + 1]]
-                # --gen_kwargs takes several values
-                while name == "--gen_kwargs" and j + 2 < len(rest) and not rest[j + 2].startswith("--"):
-                    j += 1
-                    values.append(rest[j + 1])
-                parsed.options[name] = " ".join(values)
-                j += 1
-            else:
-                parsed.options[name] = None
-        j += 1
-    return parsed
+    @property
+    def model_args(self) -> dict[str, Any]:
+        value = self.value("model_args")
+        return dict(value) if isinstance(value, Mapping) else {}
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        value = self.value("metadata")
+        return dict(value) if isinstance(value, Mapping) else {}
 
 
-def parse_model_args(text: str | None) -> dict[str, Any]:
-    """``--model_args`` as lm-eval reads it: a JSON object, or ``key=value,key=value``."""
-    if not text:
-        return {}
-    text = text.strip()
-    if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            raise NeedlebenchError(f"--model_args {text[:60]!r} is not a valid JSON object") from None
+def samples_option(args: EvalArgs) -> dict[str, Any]:
+    """``--samples`` as lm-eval reads it: a JSON object, or the path of a JSON file."""
+    value = args.value("samples")
+    if isinstance(value, Mapping):
         return dict(value)
-    args = {}
-    for part in text.split(","):
-        if part:
-            key, _, value = part.partition("=")
-            args[key.strip()] = value
-    return args
-
-
-def _json_option(args: EvalArgs, name: str) -> dict[str, Any]:
-    text = args.get(name)
-    if not text:
-        return {}
-    path = Path(text)
-    if not text.lstrip().startswith("{") and path.is_file():
-        text = path.read_text(encoding="utf-8")
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        if name == "--metadata":
-            raise NeedlebenchError(f"{name} {text[:60]!r} is not a JSON object") from None
-        return {}
-    return value if isinstance(value, dict) else {}
+    if isinstance(value, str) and value:
+        path = Path(value)
+        if not path.is_file():
+            raise NeedlebenchError(f"--samples {value!r} is neither a JSON object nor a JSON file")
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise NeedlebenchError(f"--samples file {value!r} is not a JSON object ({error})") from None
+        if not isinstance(loaded, dict):
+            raise NeedlebenchError(f"--samples file {value!r} is not a JSON object of task: [indices]")
+        return loaded
+    return {}
 
 
 def gen_max_tokens(args: EvalArgs) -> int | None:
     """``max_gen_toks`` from ``--gen_kwargs`` (overrides every task's), or None."""
-    match = re.search(r"max_gen_toks\s*[=:]\s*\"?(\d+)", args.get("--gen_kwargs") or "")
-    return int(match.group(1)) if match else None
+    value = (args.value("gen_kwargs") or {}).get("max_gen_toks")
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise NeedlebenchError(f"--gen_kwargs max_gen_toks={value!r} is not a whole number of tokens") from None
 
 
 # --------------------------------------------------------------------------------------------- tasks
 
 
-def needlebench_configs(tasks_option: str | None) -> list[str]:
+def needlebench_configs(tasks: Sequence[str] | str | None) -> list[str]:
     """Configs of the needlebench tasks and groups named in ``--tasks`` (other tasks are ignored)."""
-    if not tasks_option:
+    if not tasks:
         return []
+    names = tasks.split(",") if isinstance(tasks, str) else list(tasks)
     groups = {group: None for group, _m in FAMILY_GROUPS.values()}
     family_of_group = {group: family for family, (group, _m) in FAMILY_GROUPS.items()}
     sizes = size_groups()
     configs: list[str] = []
     known = registry()
-    for name in (part.strip() for part in tasks_option.split(",")):
+    for name in (part.strip() for part in names):
         if not name.startswith(TASK_PREFIX):
             continue
         stem = name.removeprefix(TASK_PREFIX)
@@ -247,10 +199,10 @@ def reasoning_budget(budget: int, reasoning: str | None) -> int:
 
 def selected_indices(count: int, task: str, args: EvalArgs) -> list[int]:
     """Row indices lm-eval will run of a task with ``count`` rows (``--samples`` or ``--limit``)."""
-    samples = _json_option(args, "--samples")
+    samples = samples_option(args)
     if samples:
         return [int(index) for index in samples.get(task, range(count))]
-    limit = args.get("--limit")
+    limit = args.value("limit")
     if limit in (None, ""):
         return list(range(count))
     value = float(limit)
@@ -262,7 +214,7 @@ def selected_indices(count: int, task: str, args: EvalArgs) -> list[int]:
 
 
 def model_kind(args: EvalArgs) -> str:
-    return (args.get("--model") or "hf").strip()
+    return str(args.value("model") or "hf").strip()
 
 
 def _base_url(model_args: Mapping[str, Any]) -> str | None:
@@ -275,7 +227,7 @@ def server_max_model_len(base_url: str, timeout: float = 10.0) -> int | None:
     """``max_model_len`` that an OpenAI-compatible server (vLLM) reports under ``GET /v1/models``, or None."""
     root = base_url.split("/v1/")[0].rstrip("/") if "/v1/" in base_url else base_url.rstrip("/").removesuffix("/v1")
     try:
-        with urllib.request.urlopen(f"{root}/v1/models", timeout=timeout) as response:  # noqa: S310 (user URL)
+        with urllib.request.urlopen(f"{root}/v1/models", timeout=timeout) as response:
             payload = json.loads(response.read().decode("utf-8"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -317,14 +269,33 @@ def model_window(args: EvalArgs, model_args: Mapping[str, Any]) -> tuple[int | N
         return int(explicit), f"{'max_model_len' if model_args.get('max_model_len') else 'max_length'} {explicit}"
     source = model_args.get("pretrained")
     window = _config_window(str(source) if source else None)
-    return (window, f"the model config's {window}") if window else (None, "")
+    if window:
+        return window, f"the model config's {window}"
+    from needlebench.evaluation.model_tokenizer import (
+        gguf_context_length,
+        resolve_source,
+    )
+
+    if source and (model_args.get("gguf_file") or str(source).lower().endswith(".gguf")):
+        window = gguf_context_length(resolve_source(str(source), _text(model_args.get("gguf_file"))))
+        if window:
+            return window, f"the GGUF's context_length {window}"
+    return None, ""
 
 
-def tokenizer_source(args: EvalArgs, model_args: Mapping[str, Any]) -> str | None:
-    kind = model_kind(args)
-    if model_args.get("tokenizer"):
-        return str(model_args["tokenizer"])
-    return str(model_args.get("model" if kind in API_MODELS else "pretrained") or "") or None
+def _text(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def tokenizer_source(args: EvalArgs, model_args: Mapping[str, Any]) -> TokenizerSource | None:
+    """Where lm-eval will read the model's tokenizer: the ``tokenizer`` model arg, else ``pretrained`` (with
+    ``gguf_file``; ``model`` for the API models), as ``lm_eval/models/huggingface.py`` ``_create_tokenizer``."""
+    from needlebench.evaluation.model_tokenizer import resolve_source
+
+    if _text(model_args.get("tokenizer")):
+        return resolve_source(str(model_args["tokenizer"]))
+    path = _text(model_args.get("model" if model_kind(args) in API_MODELS else "pretrained"))
+    return resolve_source(path, _text(model_args.get("gguf_file"))) if path else None
 
 
 # --------------------------------------------------------------------------------------------- preflight
@@ -368,28 +339,25 @@ def _load_rows(config: str, metadata: Mapping[str, Any]) -> Any:
 def preflight(args: EvalArgs) -> Preflight | None:
     """Count the selected rows of every needlebench task against the model's window (see module doc)."""
     kind = model_kind(args)
-    configs = needlebench_configs(args.get("--tasks"))
+    configs = needlebench_configs(args.tasks)
     if not args.length_check or not configs or kind in WINDOWLESS_MODELS:
         return None
-    model_args = parse_model_args(args.get("--model_args"))
+    model_args = args.model_args
     window, source = model_window(args, model_args)
     if window is None:
         raise NeedlebenchError(
             f"cannot tell the context window of --model {kind}; pass max_model_len=N (vllm) or max_length=N in "
             "--model_args, or --no-length-check to let lm-eval truncate silently"
         )
-    tok_path = tokenizer_source(args, model_args)
-    if not tok_path:
+    tok_source = tokenizer_source(args, model_args)
+    if tok_source is None:
         raise NeedlebenchError(f"--model {kind} names no tokenizer; pass tokenizer=PATH in --model_args")
-    from needlebench.evaluation.budget import (
-        count_tokens,
-        load_tokenizer,
-        render_prompt,
-    )
+    from needlebench.evaluation.budget import count_tokens, render_prompt
+    from needlebench.evaluation.model_tokenizer import load_source
 
-    tokenizer = load_tokenizer(tok_path)
-    chat = args.has("--apply_chat_template")
-    metadata = _json_option(args, "--metadata")
+    tokenizer = load_source(tok_source)
+    chat = args.given("apply_chat_template")
+    metadata = {**model_args, **args.metadata}  # what lm-eval hands the tasks: --model_args merged into --metadata
     result = Preflight(window=window, source=source)
     for config in configs:
         task = task_name(config)
@@ -414,37 +382,17 @@ def preflight(args: EvalArgs) -> Preflight | None:
     return result
 
 
-def _other_tasks(tasks_option: str | None) -> list[str]:
+def _other_tasks(tasks: Sequence[str]) -> list[str]:
     """Entries of ``--tasks`` that are not needlebench tasks or groups (left to lm-eval as given)."""
-    names = [part.strip() for part in (tasks_option or "").split(",") if part.strip()]
-    return [name for name in names if not needlebench_configs(name)]
+    return [name for name in tasks if not needlebench_configs([name])]
 
 
-# --------------------------------------------------------------------------------------------- argv rewriting
-
-
-def _replace_option(argv: list[str], name: str, value: str | None) -> list[str]:
-    """``argv`` without ``name`` (and its value), then ``name value`` appended when value is not None."""
-    out: list[str] = []
-    skip = False
-    for index, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if arg == name:
-            skip = index + 1 < len(argv) and not argv[index + 1].startswith("--")
-            continue
-        if arg.startswith(name + "="):
-            continue
-        out.append(arg)
-    if value is not None:
-        out += [name, value]
-    return out
+# --------------------------------------------------------------------------------------------- the run's options
 
 
 def cache_path(output: Path, args: EvalArgs) -> Path:
     """lm-eval ``--use_cache`` database of a run: one per model and model args, under the output folder."""
-    key = json.dumps([model_kind(args), parse_model_args(args.get("--model_args"))], sort_keys=True, default=str)
+    key = json.dumps([model_kind(args), args.model_args], sort_keys=True, default=str)
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
     return output / ".needlebench-cache" / f"{model_kind(args).replace('/', '_')}-{digest}"
 
@@ -478,7 +426,7 @@ def reasoning_task_dir(source: Path, reasoning: str, target: Path) -> Path:
 
 @dataclass
 class PreparedRun:
-    argv: list[str]
+    namespace: argparse.Namespace  # what lm-eval's run command receives
     output: Path | None
     preflight: Preflight | None
     args: EvalArgs
@@ -487,13 +435,14 @@ class PreparedRun:
     notes: list[str] = field(default_factory=list)  # one-line messages shown before lm-eval starts
 
 
-def prepare(argv: Sequence[str], include_path: Path | None) -> PreparedRun:
-    """Parse ``argv``, run the length check and rewrite the arguments lm-eval receives."""
-    args = split_own_options(argv)
-    out = list(args.argv)
-    output = Path(args.get("--output_path")) if args.get("--output_path") else None
+def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
+    """Run the length check and set the options lm-eval's run receives (a copy of ``args.namespace``):
+    the rows that fit (``samples``), the tasks left, the response cache of ``--resume``, the task folder of
+    ``--reasoning``."""
+    namespace = argparse.Namespace(**vars(args.namespace))
+    output = Path(str(args.value("output_path"))) if args.value("output_path") else None
     check = preflight(args)
-    prepared = PreparedRun(out, output, check, args)
+    prepared = PreparedRun(namespace, output, check, args)
     if args.think_end is not None:
         prepared.env[THINK_END_ENV] = args.think_end
     if args.think_unclosed is not None:
@@ -503,18 +452,19 @@ def prepare(argv: Sequence[str], include_path: Path | None) -> PreparedRun:
         samples = {task: indices for task, indices in check.keep.items() if task not in dropped}
         if dropped:
             # lm-eval cannot run a task with no rows: leave whole tasks out (groups become their runnable tasks)
-            others = _other_tasks(args.get("--tasks"))
+            others = _other_tasks(args.tasks)
             if not samples and not others:
                 raise NeedlebenchError(
                     f"no selected row fits the window of {check.window} tokens ({check.source}) with max_gen_toks: "
                     f"{check.summary()}; nothing is left to run: raise max_model_len / max_length or choose shorter configs"
                 )
-            out = _replace_option(out, "--tasks", ",".join([*samples, *others]))
+            namespace.tasks = [*samples, *others]
             prepared.notes.append(
                 f"skipping {len(dropped)} task(s) none of whose rows fit the window of {check.window} tokens: "
                 + ", ".join(f"{task} ({check.checked[task]} rows)" for task in dropped)
             )
-        out = _replace_option(_replace_option(out, "--limit", None), "--samples", json.dumps(samples))
+        namespace.limit = None
+        namespace.samples = samples
         if output is not None:
             output.mkdir(parents=True, exist_ok=True)
             skipped = {
@@ -525,17 +475,16 @@ def prepare(argv: Sequence[str], include_path: Path | None) -> PreparedRun:
     if args.resume:
         if output is None:
             raise NeedlebenchError("--resume needs --output_path (the response cache is kept under it)")
-        if args.has("--use_cache"):
+        if args.value("use_cache"):
             raise NeedlebenchError("give --resume or --use_cache, not both")
-        out += ["--use_cache", str(cache_path(output, args))]
+        namespace.use_cache = str(cache_path(output, args))
     if args.reasoning is not None and include_path is not None:
         temp = Path(tempfile.mkdtemp(prefix="needlebench-reasoning-"))
         prepared.cleanup.append(temp)
         # the task folder itself (`needlebench tasks-path`), or a root holding it as needlebench/
         source = include_path if any(include_path.glob("*.yaml")) else include_path / "needlebench"
         reasoning_task_dir(source, args.reasoning, temp)
-        out = _replace_option(out, "--include_path", str(temp))
-    prepared.argv = out
+        namespace.include_path = str(temp)
     return prepared
 
 
@@ -575,14 +524,13 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
     if results_path is None or results_path.stat().st_mtime < started:
         return {}
     args = prepared.args
-    model_args = parse_model_args(args.get("--model_args"))
     tokenizer = None
-    tok_path = tokenizer_source(args, model_args)
-    if model_kind(args) not in WINDOWLESS_MODELS and tok_path:
-        from needlebench.evaluation.budget import load_tokenizer
+    if model_kind(args) not in WINDOWLESS_MODELS:
+        from needlebench.evaluation.model_tokenizer import load_source
 
         try:
-            tokenizer = load_tokenizer(tok_path)
+            tok_source = tokenizer_source(args, args.model_args)
+            tokenizer = load_source(tok_source) if tok_source is not None else None
         except NeedlebenchError:
             tokenizer = None
     end = args.think_end if args.think_end is not None else os.environ.get(THINK_END_ENV, "</think>")
@@ -593,7 +541,7 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
     for task in prepared.preflight.dropped if prepared.preflight else []:  # not run: none of its rows fit
         not_run[task] = {"original": prepared.preflight.checked[task], "effective": 0}
         health[task] = {"skipped_too_long": len(skipped[task])}
-    for config in needlebench_configs(args.get("--tasks")):
+    for config in needlebench_configs(args.tasks):
         task = task_name(config)
         if task not in data.get("results", {}) or task in health:
             continue

@@ -1,9 +1,9 @@
 """``needlebench eval``: lm-eval's own CLI with the needlebench models registered and the task folder included.
 
 lm-eval has no plugin discovery for models, so a model registered in another package is unknown to the plain
-``lm_eval`` command. :func:`run_eval` imports this module (which registers ``needlebench-oracle``) and then runs
-``lm_eval.__main__.cli_evaluate()`` with every argument passed through; when no ``--include_path`` is given it
-adds the task folder (:func:`needlebench.resources.tasks_path`).
+``lm_eval`` command. :func:`run_eval` registers ``needlebench-oracle``, parses the arguments with lm-eval's own
+parser (plus needlebench's options, :mod:`needlebench.evaluation.eval_args`) and runs lm-eval's own command on
+them; when no ``--include_path`` is given it adds the task folder (:func:`needlebench.resources.tasks_path`).
 
 The oracle model answers every prompt perfectly from the dataset row it was built from: it proves that data
 loading, prompts, generation plumbing, ``process_results`` and aggregations agree (every task scores 100, or
@@ -28,40 +28,10 @@ from needlebench.resources import tasks_path
 #: Registered name of the oracle model (``--model needlebench-oracle``).
 ORACLE_MODEL = "needlebench-oracle"
 
-#: lm-eval sub-commands that accept ``--include_path``.
-_INCLUDE_SUBCOMMANDS = ("run", "validate", "ls")
-
 
 def default_include_path() -> Path:
     """The needlebench task folder (``needlebench tasks-path``): the repository's, or the one installed with the package."""
     return tasks_path()
-
-
-def _has_option(argv: Sequence[str], option: str) -> bool:
-    return any(arg == option or arg.startswith(option + "=") for arg in argv)
-
-
-def with_default_include_path(argv: Sequence[str], include_path: Path | None = None) -> list[str]:
-    """``argv`` with ``--include_path`` added after the sub-command (or at the end, legacy form) if missing."""
-    args = list(argv)
-    if not args or _has_option(args, "--include_path") or _has_option(args, "--help") or "-h" in args:
-        return args
-    if not (args[0] in _INCLUDE_SUBCOMMANDS or args[0].startswith("-")):
-        return args
-    path = include_path if include_path is not None else default_include_path()
-    if args[0] in _INCLUDE_SUBCOMMANDS:
-        return [args[0], "--include_path", str(path), *args[1:]]
-    return [*args, "--include_path", str(path)]
-
-
-def _exit_status(code: object) -> int:
-    """The integer status of a ``SystemExit`` code (None is 0, a message is 1)."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
 
 
 def _lm_eval_missing() -> bool:
@@ -72,65 +42,74 @@ def _lm_eval_missing() -> bool:
     return False
 
 
-def _include_path(argv: Sequence[str]) -> Path | None:
-    """The task folder root of a run: the user's ``--include_path`` or the repository's ``harness_tasks``."""
-    for index, arg in enumerate(argv):
-        if arg == "--include_path" and index + 1 < len(argv):
-            return Path(argv[index + 1])
-        if arg.startswith("--include_path="):
-            return Path(arg.split("=", 1)[1])
-    return default_include_path()
-
-
-def _is_run(argv: Sequence[str]) -> bool:
-    """Does ``argv`` start an evaluation (``run ...`` or the legacy ``--model ...`` form), not help or ``ls``?"""
-    if not argv or _has_option(argv, "--help") or "-h" in argv:
-        return False
-    return argv[0] == "run" or argv[0].startswith("-")
+#: lm-eval's message when a task name matches nothing (``lm_eval/config/evaluate_config.py``, ``process_tasks``).
+_TASKS_NOT_FOUND = "Tasks not found: "
 
 
 def run_eval(argv: list[str]) -> int:
-    """Run lm-eval's CLI on ``argv`` (e.g. ``["run", "--model", "hf", ...]``) with our models registered.
+    """Run lm-eval on ``argv`` (e.g. ``["run", "--model", "hf", ...]``) with our models registered; returns the
+    exit status.
 
-    needlebench's own options (``--skip-too-long``, ``--no-length-check``, ``--resume``, ``--reasoning``,
-    ``--think-end``, ``--think-unclosed``; see :mod:`needlebench.evaluation.eval_guard`) are taken out first; rows that do not fit the model's
-    window stop the run before it starts (one line, exit 2).
+    The arguments are parsed by lm-eval's own parser with needlebench's options added
+    (:mod:`needlebench.evaluation.eval_args`); a run is checked before it starts (options, task names,
+    ``--metadata`` keys, ``--output_path``, then the length check of :mod:`needlebench.evaluation.eval_guard`),
+    every refusal one line (:class:`NeedlebenchError`). Then lm-eval's own run command is called with the
+    parsed options, the project's task folder included.
     """
     import os
     import shutil
     import time
 
-    from needlebench.evaluation.eval_guard import prepare, write_health
-
     if _lm_eval_missing():
         raise NeedlebenchError("eval needs lm-evaluation-harness; install it with `pip install 'needlebench[eval]'`")
+    from needlebench.evaluation.chunked import chunked_evaluation
+    from needlebench.evaluation.eval_args import check_run, parse_eval
+    from needlebench.evaluation.eval_guard import prepare, write_health
+
+    _command, namespace, args = parse_eval(argv)
+    if namespace is None:  # help was printed
+        return 0
     register_models()
-    from lm_eval.__main__ import cli_evaluate
+    from lm_eval.utils import setup_logging
 
-    # --- chunked runner (issue 24): its options out of argv here; lm-eval's evaluate runs in chunks below ---
-    from needlebench.evaluation.chunked import chunk_store, chunked_evaluation, take_chunk_options
+    user_include = getattr(namespace, "include_path", None)
+    prepared = None
+    if args is not None:
+        check_run(args)
+        root = Path(user_include) if user_include else default_include_path()
+        prepared = prepare(args, root)
+        namespace = prepared.namespace
+    if getattr(namespace, "include_path", "") is None:
+        namespace.include_path = str(default_include_path())
+    chunking = None
+    if prepared is not None:  # the chunked runner (issue 24): lm-eval's evaluate runs in chunks below
+        from needlebench.evaluation.chunked import ChunkOptions, chunk_store
 
-    argv, chunking = take_chunk_options(argv) if _is_run(argv) else (argv, None)
-    argv = with_subset_metadata(argv)
-    full = with_default_include_path(argv)
-    prepared = prepare(full, _include_path(argv)) if _is_run(argv) else None
-    if chunking is not None and prepared is not None:
+        chunking = ChunkOptions(chunk_rows=args.chunk_rows, chunked=args.chunked, full_samples=args.full_samples)
         chunking.store = chunk_store(prepared)
     env = prepared.env if prepared is not None else {}
     for note in prepared.notes if prepared is not None else []:
         print(f"needlebench: {note}", file=sys.stderr)
-    saved_argv, saved_env = sys.argv, {key: os.environ.get(key) for key in env}
+    saved_env = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
-    sys.argv = ["lm-eval", *(prepared.argv if prepared is not None else full)]
     started = time.time()
     status = 0
+    managers: list[Any] = []
     try:
-        with project_tasks_kept(argv), chunked_evaluation(chunking) if chunking else contextlib.nullcontext():
-            cli_evaluate()
+        setup_logging()
+        defaults = args is None or not _only_known_tasks(args)
+        with (
+            project_tasks_kept(user_include, managers=managers, defaults=defaults),
+            chunked_evaluation(chunking) if chunking else contextlib.nullcontext(),
+        ):
+            namespace.func(namespace)
     except SystemExit as exc:
         status = _exit_status(exc.code)
+    except ValueError as error:  # a task name lm-eval indexes nowhere: one line, with a did-you-mean
+        if not str(error).startswith(_TASKS_NOT_FOUND):
+            raise
+        raise NeedlebenchError(_unknown_tasks(str(error), managers)) from None
     finally:
-        sys.argv = saved_argv
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -143,76 +122,69 @@ def run_eval(argv: list[str]) -> int:
     return status
 
 
-# --------------------------------------------------------------------------------------------- --subset
+def _only_known_tasks(args: Any) -> bool:
+    """Whether every task of a run is a needlebench task or group, or one of the user's ``--include_path``: then
+    lm-eval need not index its own thousands of task YAMLs (seconds on an idle machine)."""
+    from needlebench.evaluation.eval_args import known_tasks
+
+    if not args.tasks or any(task.endswith(".yaml") or Path(task).is_dir() for task in args.tasks):
+        return False
+    known = set(known_tasks(args.user_include_path))
+    return all(task in known for task in args.tasks)
 
 
-def _option_value(argv: Sequence[str], option: str) -> tuple[list[str], str | None]:
-    """``argv`` without ``option VALUE`` / ``option=VALUE``, and that value (None when absent)."""
-    rest: list[str] = []
-    value: str | None = None
-    args = list(argv)
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg == option:
-            if index + 1 >= len(args):
-                raise NeedlebenchError(f"{option} needs a value: rows per task, e.g. {option} 40")
-            value = args[index + 1]
-            index += 2
-            continue
-        if arg.startswith(option + "="):
-            value = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-        index += 1
-    return rest, value
+def _unknown_tasks(message: str, managers: Sequence[Any]) -> str:
+    from needlebench.evaluation.eval_args import unknown_task_message
+
+    missing = message.removeprefix(_TASKS_NOT_FOUND).split(", ")[0].strip()
+    known = list(managers[-1].all_tasks) if managers else []
+    return unknown_task_message(missing, known)
 
 
-def with_subset_metadata(argv: Sequence[str]) -> list[str]:
-    """Turn ``--subset N`` into ``--metadata subset=N`` (the tasks' stratified doc filter, see ``subset``).
-
-    lm-eval's ``--metadata`` merges repeated occurrences, so a user's own ``--metadata`` stays as given.
-    ``--subset`` and ``--limit``/``--samples`` both choose rows: giving both is a one-line error.
-    """
-    from needlebench.evaluation.subset import SUBSET_KEY, parse_subset
-
-    rest, value = _option_value(argv, "--subset")
-    if value is None:
-        return rest
-    number = parse_subset(value)
-    for other in ("--limit", "-L", "--samples", "-E"):
-        if _has_option(rest, other):
-            raise NeedlebenchError(f"--subset and {other} both choose rows; pass only one of them")
-    if rest and not rest[0].startswith("-") and rest[0] != "run":
-        raise NeedlebenchError(f"--subset applies to `needlebench eval run`, not `{rest[0]}`")
-    return [*rest, "--metadata", f"{SUBSET_KEY}={number}"] if number else rest
+def _exit_status(code: object) -> int:
+    """The integer status of a ``SystemExit`` code (None is 0, a message is 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 # --------------------------------------------------------------------------------------------- include_path
 
 
 @contextmanager
-def project_tasks_kept(argv: Sequence[str], include_path: Path | None = None) -> Iterator[None]:
+def project_tasks_kept(
+    user_include_path: str | None,
+    include_path: Path | None = None,
+    managers: list[Any] | None = None,
+    defaults: bool = True,
+) -> Iterator[None]:
     """While lm-eval runs, keep the project's task folder indexed beside a user's ``--include_path``.
 
     lm-eval's CLI takes one ``--include_path``, while its ``TaskManager`` takes a list; when the user names a
     folder of their own, ``lm_eval.tasks.TaskManager`` is wrapped for the duration so that it indexes the
-    project's folder first and the user's after it (a user's task of the same name wins). Nothing changes
-    when no ``--include_path`` is given (:func:`with_default_include_path` adds ours then).
+    project's folder first and the user's after it (a user's task of the same name wins). Each task manager
+    made meanwhile is appended to ``managers`` (its index names the tasks a mistyped name may have meant).
+    ``defaults`` False leaves lm-eval's own task folder unindexed (a run of needlebench tasks only).
     """
     ours = include_path if include_path is not None else default_include_path()
-    if ours is None or not _has_option(argv, "--include_path"):
-        yield
-        return
     import lm_eval.tasks
 
     original = lm_eval.tasks.TaskManager
+    add_ours = bool(user_include_path) and ours is not None
 
     class _WithProjectTasks(original):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, include_path: Any = None, **kwargs: Any) -> None:
-            paths = list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
-            paths = [str(ours)] + [str(path) for path in paths if path and Path(path) != ours]
-            super().__init__(*args, include_path=paths, **kwargs)
+            if add_ours:
+                paths = list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
+                include_path = [str(ours)] + [str(path) for path in paths if path and Path(path) != ours]
+            if not defaults:
+                kwargs["include_defaults"] = False
+            super().__init__(*args, include_path=include_path, **kwargs)
+            if managers is not None:
+                managers.append(self)
 
     lm_eval.tasks.TaskManager = _WithProjectTasks
     try:

@@ -469,16 +469,20 @@ def short_model_name(value: str) -> str:
 
 
 def _apply_names(
-    name: str, pretrained: str | None, folder: Path, names: Mapping[str, str]
+    name: str, pretrained: str | None, folder: Path, names: Mapping[str, str], used: set[str] | None = None
 ) -> str:
+    """The ``--name`` given for a model (by its name, its ``pretrained`` value or a folder holding its results),
+    else its own name; the key that matched is added to ``used``."""
     for key, value in names.items():
         if key in (name, pretrained):
+            (used if used is not None else set()).add(key)
             return value
         try:
             target = Path(key).expanduser().resolve()
         except OSError:
             continue
         if folder == target or target in folder.parents:
+            (used if used is not None else set()).add(key)
             return value
     return name
 
@@ -612,11 +616,14 @@ def load_results(
         )
     parsed = {path: read_results_json(path) for path in result_files}
 
+    used: set[str] = set()
+    matchable: dict[str, None] = {}  # what a --name key may name: models, pretrained values, results paths
+
     def model_of(results: Mapping[str, Any] | None, folder: Path) -> str:
         raw = (model_display_name(results) if results else None) or folder.name
-        return _apply_names(
-            raw, _pretrained(results) if results else None, folder, names
-        )
+        pretrained = _pretrained(results) if results else None
+        matchable.update(dict.fromkeys(item for item in (raw, pretrained) if item))
+        return _apply_names(raw, pretrained, folder, names, used)
 
     reported: dict[tuple[str, str], tuple[str, dict[str, float], Any]] = {}
     results_by_folder: dict[Path, list[tuple[str, Path]]] = defaultdict(list)
@@ -677,6 +684,13 @@ def load_results(
     if not newest:
         raise NeedlebenchError(
             f"the samples under {', '.join(map(str, paths))} hold no needlebench task rows (rows with a known config)"
+        )
+    unmatched = [key for key in names if key not in used]
+    if unmatched:
+        choices = [*matchable, *(str(path) for path in paths)]
+        raise NeedlebenchError(
+            f"--name {unmatched[0]}={names[unmatched[0]]} matches no model or results path; "
+            f"PATH can be: {', '.join(dict.fromkeys(choices))}"
         )
     for (model, task), run in newest.items():
         if (model, task) in reported:

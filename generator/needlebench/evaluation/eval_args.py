@@ -1,0 +1,394 @@
+"""The arguments of ``needlebench eval``: needlebench's own options with our parser, lm-eval's with lm-eval's.
+
+needlebench's options (``--subset``, ``--no-length-check``, ``--skip-too-long``, ``--resume``, ``--reasoning``,
+``--think-end``, ``--think-unclosed``, ``--chunk-rows``, ``--no-chunk``, ``--full-samples``) are added as the first
+group of lm-eval's own ``run`` parser (:func:`add_own_options`) and taken out of the parsed namespace before
+lm-eval sees it; everything else is parsed by lm-eval's own sub-command parsers (``lm_eval/_cli/run.py``, ``ls.py``, ``validate.py``, as
+``lm_eval/_cli/harness.py`` assembles them), so ``--model_args``/``--metadata``/``--gen_kwargs`` are merged and
+typed exactly as lm-eval merges them. Every parse error is one line (:class:`NeedlebenchError`, exit status 2),
+and ``--help`` lists needlebench's options first, then lm-eval's.
+
+Then :func:`check_run` validates a run before anything starts: lm-eval's own cross-option checks
+(``EvaluatorConfig`` of ``lm_eval/config/evaluate_config.py``), the needlebench task names (with a
+did-you-mean), the ``--metadata`` keys the tasks read, and ``--output_path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.eval_guard import EvalArgs
+
+#: lm-eval's sub-commands (``lm-eval run|ls|validate``); a command line starting with an option is a ``run``.
+SUBCOMMANDS = ("run", "ls", "validate")
+#: The ``--metadata`` keys the needlebench tasks read (``harness.load_dataset``; ``repo_id`` is refused there
+#: with the name of its replacement).
+METADATA_KEYS = ("data_dir", "data_repo", "data_revision", "release_seed", "context_lengths", "subset", "repo_id")
+#: Hint appended to every parse error.
+HELP_HINT = "see `needlebench eval run --help`"
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one-line :class:`NeedlebenchError` (exit status 2), not usage dumps.
+
+    lm-eval's sub-command parsers are made with ``add_parser`` from a root of this class, so they are too."""
+
+    def error(self, message: str) -> NoReturn:
+        raise NeedlebenchError(f"{message}; see `{self.prog} --help`")
+
+
+def _positive_tokens(value: str) -> str:
+    if value != "double" and not (value.isdigit() and int(value) > 0):  # argparse passes the const through too
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a positive number of tokens; use --reasoning (doubles) or --reasoning N"
+        )
+    return value
+
+
+def _unclosed(value: str) -> str:
+    from needlebench.evaluation.thinking import UNCLOSED_CHOICES
+
+    if value not in UNCLOSED_CHOICES:
+        raise argparse.ArgumentTypeError(f"{value!r} is not allowed; allowed: {', '.join(UNCLOSED_CHOICES)}")
+    return value
+
+
+def _chunk_rows(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of rows, e.g. --chunk-rows 16")
+    return int(value)
+
+
+def _rows(value: str) -> int:
+    from needlebench.evaluation.subset import parse_subset
+
+    try:
+        number = parse_subset(value)
+    except NeedlebenchError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return number or 0
+
+
+#: Prefix of the ``dest`` of needlebench's options in the parsed namespace (taken out before lm-eval runs).
+OWN_PREFIX = "needlebench_"
+
+
+def add_own_options(parser: argparse.ArgumentParser) -> None:
+    """needlebench's options of ``eval run``, as the first group of lm-eval's run parser (after ``-h``)."""
+    group = parser.add_argument_group("needlebench options")
+    group.add_argument(
+        "--subset",
+        dest=OWN_PREFIX + "subset",
+        type=_rows,
+        metavar="N",
+        help="keep N rows per task, stratified over lengths, depths and needle counts (fixed seed)",
+    )
+    group.add_argument(
+        "--no-length-check",
+        dest=OWN_PREFIX + "length_check",
+        action="store_false",
+        default=True,
+        help="skip the check that every prompt fits the model's window (lm-eval then left-truncates silently)",
+    )
+    group.add_argument(
+        "--skip-too-long",
+        dest=OWN_PREFIX + "skip_too_long",
+        action="store_true",
+        help="run the rows that fit the model's window and record how many were skipped (default: refuse)",
+    )
+    group.add_argument(
+        "--resume",
+        dest=OWN_PREFIX + "resume",
+        action="store_true",
+        help="keep every answer in a cache under --output_path; the same command run again skips finished rows",
+    )
+    group.add_argument(
+        "--reasoning",
+        dest=OWN_PREFIX + "reasoning",
+        nargs="?",
+        const="double",
+        type=_positive_tokens,
+        metavar="N",
+        help="reasoning models: double every task's max_gen_toks, or set it to N",
+    )
+    group.add_argument(
+        "--think-end",
+        dest=OWN_PREFIX + "think_end",
+        metavar="MARK",
+        help="end-of-reasoning marker; text up to it is stripped before scoring (default '</think>'; '' keeps all)",
+    )
+    group.add_argument(
+        "--think-unclosed",
+        dest=OWN_PREFIX + "think_unclosed",
+        type=_unclosed,
+        metavar="keep|empty",
+        help="what the default metrics score of a reasoning block never closed: its text (keep, default) or nothing",
+    )
+    group.add_argument(
+        "--chunk-rows",
+        dest=OWN_PREFIX + "chunk_rows",
+        type=_chunk_rows,
+        metavar="N",
+        help="run each task in chunks of N rows (default: chunks of about 8M context tokens; bounded memory)",
+    )
+    group.add_argument(
+        "--no-chunk",
+        dest=OWN_PREFIX + "chunked",
+        action="store_false",
+        default=True,
+        help="run each task whole, as plain lm-eval does",
+    )
+    group.add_argument(
+        "--full-samples",
+        dest=OWN_PREFIX + "full_samples",
+        action="store_true",
+        help="log samples with their prompts (default: lean logs without the prompt text; see `needlebench show`)",
+    )
+    parser._action_groups.remove(group)
+    parser._action_groups.insert(2, group)  # after "positional arguments" and "options" (-h)
+
+
+class _JsonChecked(argparse.Action):
+    """Wraps one of lm-eval's dict actions (``MergeDictAction``): a value that is broken JSON becomes an
+    argparse error naming the option, the value and what JSON reports, instead of a traceback."""
+
+    def __init__(self, inner: argparse.Action) -> None:
+        self.__dict__.update(inner.__dict__)
+        self._inner = inner
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        first = values[0] if isinstance(values, list) and values else values
+        if isinstance(first, str) and first.lstrip().startswith("{"):
+            try:
+                parsed = json.loads(first)
+            except json.JSONDecodeError as error:
+                raise argparse.ArgumentError(
+                    self,
+                    f"{first[:80]!r} is not valid JSON ({error.msg} at column {error.colno}); "
+                    'write it as \'{"key": "value"}\' with double quotes, or key=value',
+                ) from None
+            if not isinstance(parsed, dict):
+                raise argparse.ArgumentError(self, f"{first[:80]!r} is not a JSON object")
+        try:
+            self._inner(parser, namespace, values, option_string)
+        except ValueError as error:
+            raise argparse.ArgumentError(self, str(error).splitlines()[0]) from None
+
+
+def _check_json(parser: argparse.ArgumentParser) -> None:
+    """Wrap every dict option of ``parser`` (``--model_args``, ``--metadata``, ``--gen_kwargs``...) in
+    :class:`_JsonChecked`."""
+    from lm_eval._cli.utils import MergeDictAction
+
+    for index, action in enumerate(parser._actions):
+        if not isinstance(action, MergeDictAction):
+            continue
+        wrapped = _JsonChecked(action)
+        parser._actions[index] = wrapped
+        for group in parser._action_groups:
+            group._group_actions[:] = [wrapped if item is action else item for item in group._group_actions]
+        for option in action.option_strings:
+            parser._option_string_actions[option] = wrapped
+
+
+def lm_eval_parser() -> tuple[_OneLineParser, dict[str, _OneLineParser]]:
+    """lm-eval's command-line parser (its ``run``, ``ls`` and ``validate`` sub-commands, as
+    ``lm_eval/_cli/harness.py`` assembles them), with one-line errors, and needlebench's options as the first
+    group of ``run``."""
+    from lm_eval._cli.ls import List
+    from lm_eval._cli.run import Run
+    from lm_eval._cli.validate import Validate
+
+    root = _OneLineParser(
+        prog="needlebench eval",
+        description="lm-eval's command line with needlebench's models and tasks. `needlebench eval run --help` lists "
+        "the options of a run: needlebench's own (--subset, --no-length-check, --skip-too-long, --resume, "
+        "--reasoning, --think-end, --think-unclosed, --chunk-rows, --no-chunk, --full-samples), then lm-eval's.",
+    )
+    subparsers = root.add_subparsers(dest="command", metavar="COMMAND")
+    for command in (Run, List, Validate):
+        command.create(subparsers)
+    choices: dict[str, _OneLineParser] = dict(subparsers.choices)
+    run = choices["run"]
+    run.prog = "needlebench eval run"
+    run.description = textwrap.fill(
+        "lm-eval's run with needlebench's models (needlebench-oracle) and tasks (needlebench_<config>). "
+        "needlebench's own options come first; every other option is lm-eval's, passed through.",
+        width=80,
+    )
+    run.usage = "needlebench eval run --model <model> --tasks <task,...> [needlebench options] [lm-eval options]"
+    add_own_options(run)
+    _check_json(run)
+    return root, choices
+
+
+def parse_eval(argv: Sequence[str]) -> tuple[str, argparse.Namespace | None, EvalArgs | None]:
+    """Parse ``needlebench eval ARGS``: (sub-command, lm-eval's namespace, the run's :class:`EvalArgs`).
+
+    The namespace is None after help was printed; EvalArgs is None unless the command is ``run``.
+    ``--subset N`` is merged into ``--metadata`` (as lm-eval merges its own ``--metadata`` occurrences)."""
+    args = list(argv)
+    if args and args[0] not in (*SUBCOMMANDS, "-h", "--help"):
+        args.insert(0, "run")  # lm-eval's legacy form: options without a sub-command run
+    root, choices = lm_eval_parser()
+    if args in ([], ["run"]):  # `eval` or `eval run` alone: the help, as lm-eval does
+        (choices["run"] if args else root).print_help()
+        return args[0] if args else "", None, None
+    try:
+        namespace = root.parse_args(args)
+    except SystemExit as stop:  # --help printed (argparse exits 0 after it)
+        if stop.code not in (0, None):
+            raise
+        return args[0], None, None
+    if namespace.command != "run":
+        return namespace.command, namespace, None
+    own = {
+        name.removeprefix(OWN_PREFIX): vars(namespace).pop(name)
+        for name in list(vars(namespace))
+        if name.startswith(OWN_PREFIX)
+    }
+    subset = own["subset"] or None
+    if subset:
+        for option in ("limit", "samples"):
+            if getattr(namespace, option, None) not in (None, ""):
+                raise NeedlebenchError(f"--subset and --{option} both choose rows; pass only one of them")
+        metadata = dict(namespace.metadata or {})
+        if metadata.get("subset") not in (None, "", subset):
+            raise NeedlebenchError(
+                f"--subset {subset} and --metadata subset={metadata['subset']!r} disagree; pass only one of them"
+            )
+        namespace.metadata = {**metadata, "subset": subset}
+    if own["chunk_rows"] is not None and not own["chunked"]:
+        raise NeedlebenchError("give --chunk-rows or --no-chunk, not both")
+    parsed = EvalArgs(
+        namespace=namespace,
+        think_unclosed=own["think_unclosed"],
+        chunk_rows=own["chunk_rows"],
+        chunked=own["chunked"],
+        full_samples=own["full_samples"],
+        skip_too_long=own["skip_too_long"],
+        length_check=own["length_check"],
+        resume=own["resume"],
+        think_end=own["think_end"],
+        reasoning=own["reasoning"],
+        subset=subset,
+        user_include_path=namespace.include_path,
+    )
+    return "run", namespace, parsed
+
+
+# --------------------------------------------------------------------------------------------- checks before a run
+
+
+def _closest(name: str, choices: Sequence[str]) -> str | None:
+    """The choice closest to a mistyped name (rapidfuzz ratio >= 80, as `needlebench build` suggests configs)."""
+    from rapidfuzz import fuzz, process
+
+    match = process.extractOne(name, list(choices), scorer=fuzz.ratio, score_cutoff=80)
+    return match[0] if match else None
+
+
+def known_tasks(user_include_path: str | None) -> list[str]:
+    """The needlebench task and group names, and those of the user's ``--include_path`` (indexed without
+    lm-eval's own task folder, which takes seconds)."""
+    from needlebench.evaluation.harness import all_group_names, all_task_names
+
+    names = [*all_task_names(), *all_group_names()]
+    if user_include_path:
+        from lm_eval.tasks import TaskManager
+
+        names += TaskManager(include_path=user_include_path, include_defaults=False).all_tasks
+    return names
+
+
+def check_tasks(args: EvalArgs) -> None:
+    """An unknown ``needlebench_*`` task name is a one-line error with a did-you-mean (other names are lm-eval's
+    to check: see :func:`unknown_task_error`)."""
+    from needlebench.evaluation.harness import TASK_PREFIX
+
+    candidates = [task for task in args.tasks if task.startswith(TASK_PREFIX.rstrip("_"))]
+    if not candidates:
+        return
+    known = known_tasks(args.user_include_path)
+    for task in candidates:
+        if task in known or task.endswith(".yaml") or Path(task).is_dir():
+            continue
+        raise NeedlebenchError(unknown_task_message(task, known))
+
+
+def unknown_task_message(task: str, known: Sequence[str]) -> str:
+    suggestion = _closest(task, known)
+    hint = f"did you mean {suggestion}? " if suggestion else ""
+    return (
+        f"unknown task {task!r}; {hint}run `needlebench list` for the configs (task needlebench_<config>) or "
+        "`needlebench eval ls tasks` for every task"
+    )
+
+
+def check_metadata(args: EvalArgs) -> None:
+    """``--metadata`` keys the needlebench tasks do not read are refused (only when every task is a needlebench
+    one: other tasks read keys of their own). The keys lm-eval merges in from ``--model_args`` are not checked."""
+    from needlebench.evaluation.eval_guard import needlebench_configs
+
+    written = dict(args.metadata)
+    if args.subset is not None:
+        written.pop("subset", None)
+    if not written or not args.tasks:
+        return
+    if any(not needlebench_configs([task]) for task in args.tasks):
+        return
+    unknown = [key for key in written if key not in METADATA_KEYS]
+    if unknown:
+        allowed = ", ".join(key for key in METADATA_KEYS if key != "repo_id")
+        raise NeedlebenchError(
+            f"--metadata key {unknown[0]!r} is not read by the needlebench tasks; allowed: {allowed}"
+        )
+
+
+def check_output(args: EvalArgs) -> None:
+    """``--output_path`` must be a folder, or a path where one can be made."""
+    value = args.value("output_path")
+    if not value:
+        return
+    path = Path(str(value)).expanduser()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        where = "is an existing file" if existing == path else f"lies below the file {existing}"
+        raise NeedlebenchError(
+            f"--output_path {value} {where}; give a folder (lm-eval writes results_<date>.json and the samples under it)"
+        )
+
+
+def check_lm_eval(namespace: argparse.Namespace) -> None:
+    """lm-eval's own checks of a run's options (``EvaluatorConfig.from_cli``: tasks given, ``--log_samples``
+    with ``--output_path``, ``--samples`` or ``--limit``, seeds...), as one line before anything starts."""
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+
+    if getattr(namespace, "config", None):  # a YAML config fills options in: lm-eval checks it when it runs
+        return
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # its warnings (e.g. about --limit) are logged again when the run starts
+    try:
+        EvaluatorConfig.from_cli(argparse.Namespace(**vars(namespace)))
+    except (ValueError, TypeError) as error:
+        message = (str(error).splitlines() or [type(error).__name__])[0]
+        raise NeedlebenchError(f"lm-eval refuses the options: {message}; {HELP_HINT}") from None
+    finally:
+        logging.disable(previous)
+
+
+def check_run(args: EvalArgs) -> None:
+    """Every check that needs no model and no data, in the order a user would fix them."""
+    check_lm_eval(args.namespace)
+    check_tasks(args)
+    check_metadata(args)
+    check_output(args)

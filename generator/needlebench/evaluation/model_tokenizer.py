@@ -1,0 +1,194 @@
+"""A model's tokenizer, read the way lm-eval reads it: a folder, a model in the local Hugging Face cache, or a GGUF.
+
+lm-eval's ``hf`` model (``lm_eval/models/huggingface.py``, ``_create_tokenizer``) loads
+``AutoTokenizer.from_pretrained(tokenizer)`` when the ``tokenizer`` model arg is given, else
+``AutoTokenizer.from_pretrained(pretrained, gguf_file=gguf_file)``. :func:`load_tokenizer` does the same, with
+nothing downloaded (``local_files_only``; a Hub name must already be in the local cache), and accepts a GGUF
+in three forms: ``DIR`` plus ``gguf_file=NAME`` (lm-eval's model args), the path of a ``.gguf`` file, or a
+folder holding exactly one ``.gguf`` file and no tokenizer files.
+
+Reading the tokenizer out of a GGUF takes transformers some 10 s (it converts the GGUF vocabulary), so the
+converted fast tokenizer is saved once under ``$NEEDLEBENCH_CACHE/gguf-tokenizers/<sha256 of the GGUF file>``
+and loaded from there in about a second afterwards (the sha256 itself is remembered per path, size and
+modification time, so a large GGUF is not hashed on every run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from needlebench.errors import NeedlebenchError
+from needlebench.sources.cache import cache_root
+
+#: Files whose presence makes a folder a tokenizer folder (then any ``.gguf`` beside them is not guessed at).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+#: Written last into a cached tokenizer folder, so an interrupted save is never read.
+MARKER = "needlebench-gguf-tokenizer.json"
+INSTALL_HINT = "install them with `pip install 'needlebench[eval]'` (transformers, gguf)"
+
+
+@dataclass(frozen=True)
+class TokenizerSource:
+    """Where a tokenizer is read from: ``path`` (a folder or a model name) and, for a GGUF, its file name."""
+
+    path: str
+    gguf_file: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.path} (gguf_file={self.gguf_file})" if self.gguf_file else self.path
+
+
+def resolve_source(path: str, gguf_file: str | None = None) -> TokenizerSource:
+    """The :class:`TokenizerSource` of a ``--tokenizer`` value (and ``--gguf-file``) or of lm-eval model args."""
+    given = Path(path).expanduser()
+    if gguf_file:
+        if given.is_file():
+            raise NeedlebenchError(
+                f"gguf_file {gguf_file!r} is given with the file {path!r}; give the folder holding it, or the .gguf path alone"
+            )
+        if given.is_dir() and not (given / gguf_file).is_file():
+            found = sorted(item.name for item in given.glob("*.gguf"))
+            raise NeedlebenchError(
+                f"gguf_file {gguf_file!r} is not in {path}; GGUF files there: {', '.join(found) or 'none'}"
+            )
+        return TokenizerSource(str(given) if given.is_dir() else path, gguf_file)
+    if given.is_file():
+        if given.suffix.lower() != ".gguf":
+            raise NeedlebenchError(
+                f"tokenizer {path!r} is a file but not a .gguf; give a tokenizer or model folder, a .gguf file, "
+                "or a model name in the local Hugging Face cache"
+            )
+        return TokenizerSource(str(given.parent), given.name)
+    if given.is_dir() and not any((given / name).is_file() for name in TOKENIZER_FILES):
+        found = sorted(item.name for item in given.glob("*.gguf"))
+        if len(found) == 1:
+            return TokenizerSource(str(given), found[0])
+        if len(found) > 1:
+            raise NeedlebenchError(
+                f"folder {path!r} holds {len(found)} GGUF files ({', '.join(found)}) and no tokenizer files; "
+                "name one: --gguf-file NAME (budget) or gguf_file=NAME (--model_args)"
+            )
+    return TokenizerSource(str(given) if given.is_dir() else path)
+
+
+def _sha256(path: Path) -> str:
+    """The sha256 of a file, remembered under the cache root per (absolute path, size, modification time)."""
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()
+    memo = cache_root() / "gguf-tokenizers" / "sha256" / key
+    try:
+        known = memo.read_text(encoding="ascii").strip()
+        if len(known) == 64:
+            return known
+    except (OSError, UnicodeDecodeError):
+        pass
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    value = digest.hexdigest()
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        handle_fd, temporary = tempfile.mkstemp(dir=memo.parent, prefix=".sha-")
+        with os.fdopen(handle_fd, "w", encoding="ascii") as out:
+            out.write(value + "\n")
+        os.replace(temporary, memo)
+    except OSError:  # a cache that cannot be written only costs the hashing next time
+        pass
+    return value
+
+
+def _auto_tokenizer() -> Any:
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise NeedlebenchError(f"counting a model's tokens needs transformers; {INSTALL_HINT}") from None
+    return AutoTokenizer
+
+
+def _load_gguf(source: TokenizerSource) -> Any:
+    """A GGUF's tokenizer, from the cache when converted before, else converted (and cached)."""
+    gguf = Path(source.path) / str(source.gguf_file)
+    if not gguf.is_file():
+        raise NeedlebenchError(f"GGUF file {gguf} does not exist; give the folder holding it and gguf_file=NAME")
+    auto = _auto_tokenizer()
+    cached = cache_root() / "gguf-tokenizers" / _sha256(gguf)
+    if (cached / MARKER).is_file():
+        try:
+            return auto.from_pretrained(str(cached), local_files_only=True)
+        except (OSError, ValueError):  # a damaged entry: converted again below
+            shutil.rmtree(cached, ignore_errors=True)
+    try:
+        tokenizer = auto.from_pretrained(source.path, gguf_file=source.gguf_file, local_files_only=True)
+    except ImportError as exc:  # transformers reads GGUF with the `gguf` package
+        raise NeedlebenchError(f"reading {gguf.name} needs the gguf package ({exc}); {INSTALL_HINT}") from None
+    except (OSError, ValueError, KeyError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise NeedlebenchError(f"the tokenizer of GGUF file {gguf} could not be read: {first}") from None
+    _save(tokenizer, cached, gguf.name)
+    return tokenizer
+
+
+def _save(tokenizer: Any, cached: Path, name: str) -> None:
+    """Save a converted tokenizer under ``cached``: a temporary folder renamed into place, best effort."""
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".tok-", dir=cached.parent))
+    except OSError:
+        return
+    try:
+        tokenizer.save_pretrained(str(work))
+        (work / MARKER).write_text(json.dumps({"gguf_file": name}) + "\n", encoding="utf-8")
+        shutil.rmtree(cached, ignore_errors=True)
+        os.replace(work, cached)
+    except OSError:  # a cache that cannot be written only costs the conversion next time
+        pass
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@lru_cache(maxsize=4)
+def load_source(source: TokenizerSource) -> Any:
+    """The transformers tokenizer of ``source``; nothing is downloaded."""
+    if source.gguf_file:
+        return _load_gguf(source)
+    from needlebench.sources.hf_tokenizer import load_transformers_tokenizer
+
+    return load_transformers_tokenizer(source.path)
+
+
+def load_tokenizer(path: str, gguf_file: str | None = None) -> Any:
+    """A transformers tokenizer from a folder, a ``.gguf`` file, a folder with one GGUF, ``path`` plus
+    ``gguf_file``, or a model name in the local Hugging Face cache (see the module doc)."""
+    return load_source(resolve_source(path, gguf_file))
+
+
+def gguf_context_length(source: TokenizerSource) -> int | None:
+    """The context length a GGUF's metadata records (``<architecture>.context_length``), or None."""
+    if not source.gguf_file:
+        return None
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return None
+    try:
+        reader = GGUFReader(str(Path(source.path) / source.gguf_file))
+    except (OSError, ValueError):
+        return None
+    fields = reader.fields
+    arch = fields.get("general.architecture")
+    if arch is None:
+        return None
+    name = bytes(arch.parts[arch.data[0]]).decode("utf-8", "replace")
+    length = fields.get(f"{name}.context_length")
+    if length is None:
+        return None
+    return int(length.parts[length.data[0]][0])
