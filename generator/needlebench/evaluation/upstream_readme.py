@@ -9,6 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from needlebench import __version__
+from needlebench.evaluation import thinking
+
+#: What an unclosed reasoning block is scored on, by policy (:data:`needlebench.evaluation.thinking.UNCLOSED_CHOICES`).
+_UNCLOSED_TEXT = {"keep": "its whole text (as OpenCompass's reasoning-model configs do)", "empty": "an empty answer"}
 
 PAPERS = """\
 ### Paper
@@ -148,9 +152,17 @@ def render_readme(repo: str, revision: str, yamls: Mapping[str, Mapping[str, Any
     lines += [
         "",
         "NeedleBench metrics are on 0-100 like the reference implementation, Counting-Stars metrics on 0-1 like the"
-        " paper. Reasoning (`<think> ... </think>`) is stripped before scoring: the hooks score the text after the"
-        " last `</think>` (an output that opened `<think>` and never closed it scores as an empty answer); the"
-        " environment variable `NEEDLEBENCH_THINK_END` names another end marker, and an empty value turns this off.",
+        " paper. Reasoning (`<think> ... </think>`) is stripped before scoring: the default metrics score the text"
+        f" after the last `{thinking.DEFAULT_THINK_END}`; the environment variable `{thinking.THINK_END_ENV}` names"
+        " another end marker, and an empty value turns this off. An output that opened a reasoning block and never"
+        f" closed it is scored on {_UNCLOSED_TEXT[thinking.DEFAULT_UNCLOSED]} by default"
+        f" (`{thinking.THINK_UNCLOSED_ENV}`: {', '.join(f'`{c}`' for c in thinking.UNCLOSED_CHOICES)}).",
+        "",
+        "Every metric has a reference-exact twin `<metric>_reference`, scored as the reference code scores"
+        " (OpenCompass's NeedleBench evaluators and postprocessors, with closed `<think>` blocks removed as its"
+        " `extract_non_reasoning_content` does; the Counting-Stars `viz.ipynb` rule, an output it cannot parse"
+        " scoring 0): quote the `*_reference` metrics when comparing with numbers published by OpenCompass or the"
+        " Counting-Stars paper.",
         "",
         "### Usage",
         "",
