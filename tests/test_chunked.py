@@ -56,11 +56,11 @@ VOLATILE = {
 }
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
         capture_output=True, text=True, timeout=600, check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})},
     )  # fmt: skip
 
 
@@ -190,6 +190,58 @@ def test_resume_reads_finished_chunks(data_dir: Path, group_dir: Path, tmp_path:
     _run(data_dir, group_dir, tmp_path / "out", *args, model_args=model_args, tasks=TASKS[0], rows=10)
     assert log.read_text(encoding="utf-8").split() == first  # no row asked again: every chunk was read back
     assert _results(tmp_path / "out") == before
+
+
+def test_resume_runs_a_chunk_again_when_scoring_options_change(
+    data_dir: Path, group_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    def run(*extra: str) -> tuple[int, int]:
+        """(chunks read from the resume store, chunks scored) of a resumed run in 3 chunks."""
+        capsys.readouterr()
+        args = ("--chunk-rows", "4", "--resume", *extra)
+        _run(data_dir, group_dir, tmp_path / "out", *args, model_args="wrong=0.3", tasks=TASKS[0], rows=10)
+        err = capsys.readouterr().err
+        return err.count("read from the resume store"), len(re.findall(r"chunk \d/3, rows", err))
+
+    assert run() == (0, 3)
+    assert run() == (3, 0)
+    # --think-end and --think-unclosed reach the scorers through the environment: stored chunks were scored without
+    assert run("--think-end", "is") == (0, 3)
+    assert run("--think-end", "is") == (3, 0)  # same options: every chunk read back
+    assert run("--think-end", "is", "--think-unclosed", "empty") == (0, 3)
+    assert run("--think-end", "is", "--think-unclosed", "empty", "--full-samples") == (0, 3)  # full logs, not lean
+    assert "prompt" in _samples(tmp_path / "out")["needlebench_single_en_4k"][0]["doc"]
+
+
+def test_cache_requests_with_chunks_scores_like_an_unchunked_run(data_dir: Path, tmp_path: Path):
+    cache = tmp_path / "request-cache"
+    env = {"LM_HARNESS_CACHE_PATH": str(cache)}
+    task = "needlebench_single_en_4k"
+
+    def run(name: str, *extra: str) -> tuple[float, str]:
+        done = _cli(
+            "eval", "run", "--model", ORACLE_MODEL, "--model_args", "wrong=0.5", "--tasks", task,
+            "--metadata", json.dumps({"data_dir": str(data_dir)}), "--subset", "40",
+            "--log_samples", "--output_path", str(tmp_path / name), *extra, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return _results(tmp_path / name)["results"][task]["score,none"], done.stderr
+
+    expected, _ = run("plain", "--no-chunk")
+    assert 0 < expected < 100
+    note = (
+        f"needlebench: {task}: --cache_requests is off for this task: it runs in chunks of its rows and lm-eval's "
+        "request cache is per task, not per row (--no-chunk uses the cache)"
+    )
+    score, err = run("chunked", "--chunk-rows", "10", "--cache_requests", "true")
+    assert score == expected and err.count(note) == 1
+    assert not list(cache.glob(f"requests-{task}-*"))  # no task-level cache holding one chunk's rows
+    score, _ = run("cached", "--no-chunk", "--cache_requests", "true")  # lm-eval writes its cache, then reads it
+    assert score == expected and list(cache.glob(f"requests-{task}-*"))
+    score, err = run("chunked-again", "--chunk-rows", "10", "--cache_requests", "true")  # the full cache unread
+    assert score == expected and note in err
+    score, _ = run("cached-again", "--no-chunk", "--cache_requests", "true")
+    assert score == expected
 
 
 def test_chunk_options_and_plans():

@@ -18,8 +18,19 @@ with :func:`evaluate_in_chunks`:
   ``n-samples``): the results equal an unchunked run's, whatever metrics a task has.
 
 With ``--resume`` every finished chunk is saved (lean samples, which carry the metric values) under the output
-folder; a run started again with the same command reads finished chunks instead of running them. Plain
-``lm_eval`` is untouched (nothing is patched outside ``needlebench eval``), and ``--no-chunk`` runs lm-eval's
+folder; a run started again with the same command reads finished chunks instead of running them. A chunk is found
+again only under the same key: model class, chat and system settings, the task's config, the think-end marker and
+unclosed policy (``--think-end`` / ``--think-unclosed``, read by the hooks from the environment),
+``--full-samples`` and a digest of the chunk's rows (positions and content), so a changed option or a rebuilt
+data dir runs the chunk again.
+
+lm-eval's request cache (``--cache_requests``) is named by task only, never by rows
+(``lm_eval/api/task.py``, ``build_all_requests``): a chunk would save, or load, the requests of other rows. A task
+cut into more than one chunk, or whose one chunk is not its whole evaluated split, therefore runs with request
+caching off (said once on stderr), so it neither reads nor writes that cache; ``--no-chunk`` uses the cache as
+lm-eval does.
+
+Plain ``lm_eval`` is untouched (nothing is patched outside ``needlebench eval``), and ``--no-chunk`` runs lm-eval's
 ``evaluate`` as is (logged samples still lean unless ``--full-samples``).
 """
 
@@ -39,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.evaluation.lean_samples import lean_sample
+from needlebench.evaluation.thinking import think_end_marker, unclosed_policy
 
 #: Context tokens per chunk (rows of a config are cut where the sum of their ``context_length`` passes it): about
 #: 32 MB of English prompt text, a few hundred MB of lm-eval's copies of it.
@@ -131,6 +143,16 @@ def _rows(positions: Sequence[int]) -> Any:
     return list(positions)
 
 
+def _rows_digest(docs: Any, positions: Sequence[int]) -> str:
+    """SHA-256 of the rows ``positions`` of ``docs`` (every column), read through a fresh memory map."""
+    rows = pickle.loads(pickle.dumps(docs)).select(_rows(positions))
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(json.dumps(row, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8"))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
 def chunk_task(task: Any, docs: Any, positions: Sequence[int]) -> Any:
     """A shallow copy of ``task`` whose evaluated docs are the rows ``positions`` of ``docs``."""
     split = _eval_split(task)
@@ -154,16 +176,39 @@ def _jsonable(value: Any) -> Any:
 
 class ChunkStore:
     """Finished chunks of a run (``--resume``): one JSON file per chunk, keyed by everything that decides its
-    answers (task config, model, chat and system settings, rows)."""
+    answers and its logged samples (task config, model, chat and system settings, think-end marker and unclosed
+    policy, ``--full-samples``, the rows' positions and content)."""
 
-    def __init__(self, folder: Path, lm: Any, settings: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        lm: Any,
+        settings: dict[str, Any],
+        docs_by_task: dict[str, Any],
+    ) -> None:
         self.folder = folder
+        self.docs_by_task = docs_by_task  # task name -> its evaluated docs (rows are hashed from them)
+        self._digests: dict[tuple[str, tuple[int, ...]], str] = {}
         model = getattr(lm, "lm", lm)  # lm-eval's CachingLM wraps the model
-        self.base = {"model": type(model).__name__, **settings}
+        self.base = {
+            "model": type(model).__name__,
+            **settings,
+            "think_end": think_end_marker(),
+            "think_unclosed": unclosed_policy(),
+        }
 
     def _path(self, task: Any, positions: Sequence[int]) -> Path:
+        cached = (task.task_name, tuple(positions))
+        if cached not in self._digests:
+            self._digests[cached] = _rows_digest(self.docs_by_task[task.task_name], positions)
         key = json.dumps(
-            [self.base, task.task_name, task.dump_config(), list(positions)],
+            [
+                self.base,
+                task.task_name,
+                task.dump_config(),
+                list(positions),
+                self._digests[cached],
+            ],
             sort_keys=True,
             default=str,
             ensure_ascii=False,
@@ -239,8 +284,14 @@ def evaluate_in_chunks(
                     lean_sample(sample)
         return result
     groups, tasks = task_dict.get("groups", {}), task_dict["tasks"]
-    settings = {key: kwargs.get(key) for key in ("system_instruction", "apply_chat_template", "fewshot_as_multiturn")}
-    store = ChunkStore(options.store, lm, settings) if options.store is not None else None
+    settings: dict[str, Any] = {
+        key: kwargs.get(key) for key in ("system_instruction", "apply_chat_template", "fewshot_as_multiturn")
+    }
+    settings["full_samples"] = options.full_samples
+    docs_by_task: dict[str, Any] = {}
+    store = ChunkStore(options.store, lm, settings, docs_by_task) if options.store is not None else None
+    request_cache = bool(kwargs.get("cache_requests") or kwargs.get("rewrite_requests_cache"))
+    uncached: list[str] = []
     accumulated: dict[str, Any] = {}
     first = True
     for name, task in tasks.items():
@@ -258,6 +309,13 @@ def evaluate_in_chunks(
                 options.chunk_rows,
             )
             pieces = [(chunk, None) for chunk in chunks]
+            docs_by_task[name] = docs
+            if request_cache and (len(chunks) > 1 or positions != list(range(len(docs)))):
+                uncached.append(name)
+                _note(
+                    f"{name}: --cache_requests is off for this task: it runs in chunks of its rows and lm-eval's "
+                    "request cache is per task, not per row (--no-chunk uses the cache)"
+                )
         for number, (chunk, whole) in enumerate(pieces, start=1):
             chunk_samples = store.load(task, chunk) if store is not None and chunk else None
             if chunk_samples is not None:
@@ -266,6 +324,13 @@ def evaluate_in_chunks(
                 if chunk is not None and len(pieces) > 1:
                     _note(f"{name}: chunk {number}/{len(pieces)}, rows {chunk[0]}-{chunk[-1]} ({len(chunk)})")
                 piece = whole if whole is not None else chunk_task(task, docs, chunk)
+                piece_kwargs = kwargs
+                if name in uncached:
+                    piece_kwargs = {
+                        **kwargs,
+                        "cache_requests": False,
+                        "rewrite_requests_cache": False,
+                    }
                 result = original(
                     lm=lm,
                     task_dict={"tasks": {name: piece}, "groups": {}},
@@ -274,7 +339,7 @@ def evaluate_in_chunks(
                     bootstrap_iters=0,
                     log_samples=True,
                     write_out=write_out and first,
-                    **kwargs,
+                    **piece_kwargs,
                 )
                 first = False
                 if result is None:  # not rank 0
