@@ -1,6 +1,7 @@
 """`needlebench eval`, `budget` and `report` as a newcomer meets them (issue 27): every mistake is one line on
 stderr with exit status 2, naming the bad value and what is allowed; the length check reads a GGUF model as
-lm-eval does; `--subset` merges into `--metadata`; `eval run --help` lists needlebench's options first."""
+lm-eval does; `--subset` merges into `--metadata` and a `--config` YAML's settings; `eval run --help` lists
+needlebench's options first."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from support import build_data
 from support.smollm import GGUF_NAME, gguf_path
 
@@ -87,6 +89,63 @@ def test_unknown_option_and_bad_values_are_one_line():
     assert "Specify --output_path if providing --log_samples" in line
 
 
+def test_model_typo_says_did_you_mean():
+    line = one_error(run("eval", "run", "--model", "hff", "--tasks", "needlebench_single_en_4k"))
+    assert "unknown model 'hff'; did you mean hf? allowed: " in line
+    assert "needlebench-oracle" in line and "vllm" in line
+
+
+def test_subset_edge_cases_are_one_line():
+    line = one_error(run(*ORACLE, "--tasks", "needlebench_atc_en", "--subset", "0"))
+    assert "--subset" in line and "'0' is not a positive number of rows per task" in line
+    line = one_error(run(*ORACLE, "--tasks", "needlebench_atc_en", "--metadata", '{"subset": 4}', "--limit", "2"))
+    assert "--metadata subset and --limit both choose rows" in line
+    line = one_error(run(*ORACLE, "--tasks", "needlebench_atc_en", "--metadata", '{"subset": "four"}'))
+    assert "--metadata subset 'four' is not a whole number" in line
+    line = one_error(run(*ORACLE, "--tasks", "needlebench_atc_en", "--subset", "4", "--metadata", '{"subset": "5"}'))
+    assert "--subset 4 and --metadata subset='5' disagree" in line
+    # the same number written as a string agrees (the tasks read it as a number); refused here only by --limit
+    line = one_error(run(*ORACLE, "--tasks", "needlebench_atc_en", "--subset", "4", "--metadata", '{"subset": "4"}',
+                         "--limit", "2"))  # fmt: skip
+    assert "--subset and --limit both choose rows" in line
+
+
+def _config(tmp_path: Path, **settings: object) -> str:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"model": "needlebench-oracle", **settings}), encoding="utf-8")
+    return str(path)
+
+
+def test_config_yaml_is_checked_like_the_command_line(tmp_path: Path):
+    """A --config YAML's tasks, metadata and keys get the same checks as the command line's, before lm-eval runs."""
+    line = one_error(run("eval", "run", "--config", _config(tmp_path, tasks=["needlebench_singel_en_4k"])))
+    assert "unknown task 'needlebench_singel_en_4k'; did you mean needlebench_single_en_4k?" in line
+    config = _config(tmp_path, tasks="needlebench_single_en_4k", metadata={"dir": "x"})
+    assert "--metadata key 'dir' is not read by the needlebench tasks" in one_error(
+        run("eval", "run", "--config", config)
+    )
+    line = one_error(run("eval", "run", "--config", _config(tmp_path, modle="hf", tasks=["needlebench_atc_en"])))
+    assert "key 'modle' is not an lm-eval option; did you mean model? allowed: model, model_args, tasks" in line
+    line = one_error(run("eval", "run", "--config", _config(tmp_path, tasks=["needlebench_atc_en"], limit=2),
+                         "--subset", "4"))  # fmt: skip
+    assert "--subset and --limit both choose rows" in line
+    line = one_error(run("eval", "run", "--config", str(tmp_path / "missing.yaml")))
+    assert "--config" in line and "Config file not found" in line
+
+
+def test_config_yaml_include_path_gets_the_projects_tasks_beside_it(tmp_path: Path):
+    """The project's task folder is added beside a YAML include_path, which the task-name check reads too."""
+    mine = tmp_path / "mytasks"
+    mine.mkdir()
+    task = {"task": "needlebench_custom", "dataset_path": "json", "output_type": "generate_until",
+            "doc_to_text": "q", "doc_to_target": "a"}  # fmt: skip
+    (mine / "custom.yaml").write_text(yaml.safe_dump(task), encoding="utf-8")
+    config = _config(tmp_path, tasks=["needlebench_custm"], include_path=str(mine))
+    assert "did you mean needlebench_custom?" in one_error(run("eval", "run", "--config", config))
+    config = _config(tmp_path, tasks=["needlebench_custom", "needlebench_singel_en_4k"], include_path=str(mine))
+    assert "did you mean needlebench_single_en_4k?" in one_error(run("eval", "run", "--config", config))
+
+
 def test_run_help_lists_needlebench_options_first():
     done = run("eval", "run", "--help")
     assert done.returncode == 0, done.stderr
@@ -109,6 +168,23 @@ def test_subset_merges_into_metadata(data_dir: Path, tmp_path: Path):
     assert results["n-samples"]["needlebench_single_en_4k"]["effective"] == 4
     assert results["n-samples"]["needlebench_atc_en"]["effective"] == 4  # one whole item of 4 rotations
     assert results["config"]["model"] == "needlebench-oracle"
+
+
+def test_subset_keeps_the_config_yaml_metadata(data_dir: Path, tmp_path: Path):
+    """--subset adds to a --config YAML's metadata instead of replacing it (lm-eval replaces whole keys): its
+    data_dir is used, not data built on the fly."""
+    config = _config(tmp_path, tasks=["needlebench_single_en_4k"], metadata={"data_dir": str(tmp_path / "none")})
+    done = run("eval", "run", "--config", config, "--subset", "4", "--output_path", str(tmp_path / "bad"))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"data_dir '{tmp_path / 'none'}' is not a directory" in done.stderr.splitlines()[-1]
+    out, mine = tmp_path / "out", tmp_path / "mytasks"
+    mine.mkdir()  # a YAML include_path: the project's tasks stay available beside it
+    config = _config(tmp_path, tasks=["needlebench_single_en_4k"], metadata={"data_dir": str(data_dir)},
+                     include_path=str(mine), output_path=str(out))  # fmt: skip
+    done = run("eval", "run", "--config", config, "--subset", "4")
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(next(out.rglob("results_*.json")).read_text(encoding="utf-8"))
+    assert results["n-samples"]["needlebench_single_en_4k"]["effective"] == 4
 
 
 def test_gguf_model_is_length_checked_as_lm_eval_reads_it(data_dir: Path, tmp_path: Path):

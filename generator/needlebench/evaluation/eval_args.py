@@ -9,8 +9,10 @@ typed exactly as lm-eval merges them. Every parse error is one line (:class:`Nee
 and ``--help`` lists needlebench's options first, then lm-eval's.
 
 Then :func:`check_run` validates a run before anything starts: lm-eval's own cross-option checks
-(``EvaluatorConfig`` of ``lm_eval/config/evaluate_config.py``), the needlebench task names (with a
-did-you-mean), the ``--metadata`` keys the tasks read, and ``--output_path``.
+(``EvaluatorConfig`` of ``lm_eval/config/evaluate_config.py``), the ``--model`` name and the needlebench task
+names (each with a did-you-mean), the ``--metadata`` keys the tasks read, and ``--output_path``. A ``--config``
+YAML fills the options the command line left unset first (:func:`fill_from_config`), so its settings get the
+same merging and checks.
 """
 
 from __future__ import annotations
@@ -73,7 +75,9 @@ def _rows(value: str) -> int:
         number = parse_subset(value)
     except NeedlebenchError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-    return number or 0
+    if number is None:  # "0": the metadata's "no subset", but --subset 0 would silently run every row
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of rows per task, e.g. --subset 40")
+    return number
 
 
 #: Prefix of the ``dest`` of needlebench's options in the parsed namespace (taken out before lm-eval runs).
@@ -254,17 +258,9 @@ def parse_eval(argv: Sequence[str]) -> tuple[str, argparse.Namespace | None, Eva
         for name in list(vars(namespace))
         if name.startswith(OWN_PREFIX)
     }
-    subset = own["subset"] or None
-    if subset:
-        for option in ("limit", "samples"):
-            if getattr(namespace, option, None) not in (None, ""):
-                raise NeedlebenchError(f"--subset and --{option} both choose rows; pass only one of them")
-        metadata = dict(namespace.metadata or {})
-        if metadata.get("subset") not in (None, "", subset):
-            raise NeedlebenchError(
-                f"--subset {subset} and --metadata subset={metadata['subset']!r} disagree; pass only one of them"
-            )
-        namespace.metadata = {**metadata, "subset": subset}
+    if getattr(namespace, "config", None):
+        fill_from_config(namespace)
+    subset = merge_subset(namespace, own["subset"])
     if own["chunk_rows"] is not None and not own["chunked"]:
         raise NeedlebenchError("give --chunk-rows or --no-chunk, not both")
     parsed = EvalArgs(
@@ -282,6 +278,69 @@ def parse_eval(argv: Sequence[str]) -> tuple[str, argparse.Namespace | None, Eva
         user_include_path=namespace.include_path,
     )
     return "run", namespace, parsed
+
+
+def fill_from_config(namespace: argparse.Namespace) -> None:
+    """Fill the options the command line left unset from the ``--config`` YAML, then drop ``--config``.
+
+    lm-eval merges a YAML config under the command line by whole top-level keys (``EvaluatorConfig.from_cli`` in
+    ``lm_eval/config/evaluate_config.py``: an option given on the command line replaces the YAML's key, e.g. a
+    ``--metadata`` replaces the YAML's whole ``metadata``). The same merge is done here, with lm-eval's own loader,
+    before needlebench adds to the options (``--subset`` into ``metadata``, the project's task folder beside an
+    ``include_path``) and before the checks of :func:`check_run`, so that a YAML's settings are kept and checked
+    like the command line's."""
+    from dataclasses import fields
+
+    from lm_eval.config.evaluate_config import DICT_KEYS, EvaluatorConfig
+    from lm_eval.utils import simple_parse_args_string
+
+    path = namespace.config
+    try:
+        loaded = EvaluatorConfig.load_yaml_config(path)
+    except (OSError, ValueError, TypeError) as error:
+        message = (str(error).splitlines() or [type(error).__name__])[0]
+        raise NeedlebenchError(f"--config {path}: {message}; give a YAML file of lm-eval options") from None
+    allowed = [item.name for item in fields(EvaluatorConfig) if item.name != "config"]
+    for key, value in loaded.items():
+        if key not in allowed:
+            suggestion = _closest(str(key), allowed)
+            hint = f"did you mean {suggestion}? " if suggestion else ""
+            raise NeedlebenchError(
+                f"--config {path}: key {key!r} is not an lm-eval option; {hint}allowed: {', '.join(allowed)}"
+            )
+        current = getattr(namespace, key, None)
+        if current or current == 0:  # given on the command line (lm-eval's test of a given option)
+            continue
+        if key in DICT_KEYS and isinstance(value, str):
+            value = simple_parse_args_string(value)
+        elif key == "tasks" and isinstance(value, str):
+            value = [task.strip() for task in value.split(",") if task.strip()]
+        setattr(namespace, key, value)
+    namespace.config = None  # every setting is in the namespace now: lm-eval runs on exactly what was checked
+
+
+def merge_subset(namespace: argparse.Namespace, given: int | None) -> int | None:
+    """The rows per task of a run, from ``--subset`` or a ``subset`` in ``--metadata`` (normalised to an int
+    there, as the tasks read it); refused beside ``--limit``/``--samples`` either way."""
+    from needlebench.evaluation.subset import SUBSET_KEY, parse_subset
+
+    metadata = dict(namespace.metadata) if isinstance(namespace.metadata, dict) else {}
+    written = metadata.get(SUBSET_KEY)
+    try:
+        in_metadata = parse_subset(written)
+    except NeedlebenchError as error:
+        raise NeedlebenchError(f"--metadata {error}") from None
+    if given is not None and in_metadata not in (None, given):
+        raise NeedlebenchError(f"--subset {given} and --metadata subset={written!r} disagree; pass only one of them")
+    subset = given if given is not None else in_metadata
+    if subset is None:
+        return None
+    source = "--subset" if given is not None else "--metadata subset"
+    for option in ("limit", "samples"):
+        if getattr(namespace, option, None) not in (None, ""):
+            raise NeedlebenchError(f"{source} and --{option} both choose rows; pass only one of them")
+    namespace.metadata = {**metadata, SUBSET_KEY: subset}
+    return subset
 
 
 # --------------------------------------------------------------------------------------------- checks before a run
@@ -373,8 +432,6 @@ def check_lm_eval(namespace: argparse.Namespace) -> None:
     with ``--output_path``, ``--samples`` or ``--limit``, seeds...), as one line before anything starts."""
     from lm_eval.config.evaluate_config import EvaluatorConfig
 
-    if getattr(namespace, "config", None):  # a YAML config fills options in: lm-eval checks it when it runs
-        return
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)  # its warnings (e.g. about --limit) are logged again when the run starts
     try:
@@ -386,8 +443,24 @@ def check_lm_eval(namespace: argparse.Namespace) -> None:
         logging.disable(previous)
 
 
+def check_model(args: EvalArgs) -> None:
+    """``--model`` must be a name in lm-eval's model registry (``lm_eval.api.registry.model_registry``, with
+    needlebench's models registered: :func:`needlebench.evaluation.evaluate.register_models`), with a did-you-mean."""
+    from lm_eval.api.registry import model_registry
+
+    model = args.value("model")
+    if not model or model in model_registry:
+        return
+    names = sorted(model_registry.keys())
+    suggestion = _closest(str(model), names)
+    hint = f"did you mean {suggestion}? " if suggestion else ""
+    raise NeedlebenchError(f"unknown model {model!r}; {hint}allowed: {', '.join(names)}")
+
+
 def check_run(args: EvalArgs) -> None:
-    """Every check that needs no model and no data, in the order a user would fix them."""
+    """Every check that needs no model and no data, in the order a user would fix them (needlebench's models
+    registered first)."""
+    check_model(args)
     check_lm_eval(args.namespace)
     check_tasks(args)
     check_metadata(args)

@@ -3,7 +3,8 @@
 lm-eval has no plugin discovery for models, so a model registered in another package is unknown to the plain
 ``lm_eval`` command. :func:`run_eval` registers ``needlebench-oracle``, parses the arguments with lm-eval's own
 parser (plus needlebench's options, :mod:`needlebench.evaluation.eval_args`) and runs lm-eval's own command on
-them; when no ``--include_path`` is given it adds the task folder (:func:`needlebench.resources.tasks_path`).
+them; when no ``--include_path`` is given (on the command line or in a ``--config`` YAML) it adds the task folder
+(:func:`needlebench.resources.tasks_path`), else it keeps that folder indexed beside the user's.
 
 The oracle model answers every prompt perfectly from the dataset row it was built from: it proves that data
 loading, prompts, generation plumbing, ``process_results`` and aggregations agree (every task scores 100, or
