@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from needlebench.dataset.verify import read_manifest
@@ -77,25 +79,36 @@ def task_files_for_folder(folder: Path) -> dict[str, str]:
 
 def write_task_folder(folder: Path, out: Path) -> dict[str, str]:
     """Write the task folder; returns what was written. Each file is replaced atomically."""
-    files = task_files_for_folder(folder)
+    return write_generated_folder(out, task_files_for_folder(folder), _ours, "needlebench")
+
+
+def write_generated_folder(
+    out: Path, files: Mapping[str, str], ours: Callable[[Path], bool], writer: str
+) -> Mapping[str, str]:
+    """Write generated `files` into the folder `out`, which must be new, empty or hold only files `ours` recognises
+    (else a one-line refusal naming one, nothing written). Each file is replaced atomically; files of an earlier
+    generation that are not written again are removed afterwards, so the folder never lacks a current file."""
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise NeedlebenchError(f"--out {out} exists and is not a folder; choose a task folder")
+        raise NeedlebenchError(f"--out {out} exists and is not a folder; choose a new or empty folder")
     if out.is_dir():
-        foreign = [p.name for p in out.iterdir() if not _ours(p)]
+        foreign = sorted(p.name for p in out.iterdir() if not ours(p))
         if foreign:
             raise NeedlebenchError(
-                f"--out {out} holds files needlebench did not write (e.g. {foreign[0]}); choose an empty or new folder"
+                f"--out {out} holds files {writer} did not write (e.g. {foreign[0]}); choose a new or empty folder"
             )
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [p for p in out.iterdir() if p.name not in files and _ours(p)]:
-        stale.unlink()
     for name, text in files.items():
         handle, temp = tempfile.mkstemp(dir=out, prefix=f".{name}.")
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
         os.chmod(temp, 0o644)
         os.replace(temp, out / name)
+    for stale in [p for p in out.iterdir() if p.name not in files and ours(p)]:
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        else:
+            stale.unlink()
     return files
 
 

@@ -18,10 +18,7 @@ Whatever hooks or metrics the package's task templates gain appear in the export
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +27,7 @@ import yaml
 
 from needlebench import __version__
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.task_export import write_generated_folder
 
 #: Module whose names the YAMLs' ``!function utils.X`` refer to (the project folder's ``utils.py`` re-exports it).
 HOOKS_MODULE = "needlebench.evaluation.harness"
@@ -218,30 +216,7 @@ def _ours(path: Path) -> bool:
 def write_export(out: Path, repo: str, revision: str) -> dict[str, str]:
     """Write the folder; refuses a folder holding files this command did not write. Nothing is written when the
     export fails; an existing export is replaced file by file (atomically) and its stale files removed."""
-    files = export_files(repo, revision)
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise NeedlebenchError(f"--out {out} exists and is not a folder; choose a new or empty folder")
-    if out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if not _ours(p))
-        if foreign:
-            raise NeedlebenchError(
-                f"--out {out} holds files needlebench export-tasks did not write (e.g. {foreign[0]}); "
-                "choose a new or empty folder"
-            )
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        handle, temp = tempfile.mkstemp(dir=out, prefix=f".{name}.")
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.chmod(temp, 0o644)
-        os.replace(temp, out / name)
-    for stale in [p for p in out.iterdir() if p.name not in files and _ours(p)]:
-        if stale.is_dir():
-            shutil.rmtree(stale)
-        else:
-            stale.unlink()
-    return files
+    return dict(write_generated_folder(out, export_files(repo, revision), _ours, "needlebench export-tasks"))
 
 
 __all__ = ["export_files", "hook_names", "utils_source", "write_export"]

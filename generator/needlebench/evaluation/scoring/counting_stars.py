@@ -252,18 +252,15 @@ def star_scores(
     wrong_counts = list(wrong_counts)
     if len(wrong_counts) != m:
         raise ValueError(f"wrong_counts has {len(wrong_counts)} entries, star_counts has {m}")
-    scores = []
-    for a, r in zip(star_counts, wrong_counts):
-        has_a, has_r = a in predicted, r in predicted
-        if has_a and not has_r:
-            scores.append(1.0)
-        elif has_a and has_r:
-            scores.append(0.5)
-        elif has_r:
-            scores.append(0.25)
-        else:
-            scores.append(0.0)
-    return scores
+    return [reasoning_star_score(a in predicted, r in predicted) for a, r in zip(star_counts, wrong_counts)]
+
+
+def reasoning_star_score(has_correct: bool, has_wrong: bool) -> float:
+    """The paper's reasoning score of one star (Counting-Stars, arXiv:2403.11802 Sec. 3.1): 1 for the correct count
+    alone, 0.5 with the unrevised wrong count beside it, 0.25 for the wrong count alone, else 0."""
+    if has_correct:
+        return 0.5 if has_wrong else 1.0
+    return 0.25 if has_wrong else 0.0
 
 
 def counting_stars_score(

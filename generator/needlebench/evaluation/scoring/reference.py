@@ -30,7 +30,7 @@ from typing import Any
 import json_repair
 import numpy as np
 
-from needlebench.evaluation.scoring.counting_stars import normalize_task
+from needlebench.evaluation.scoring.counting_stars import normalize_task, reasoning_star_score
 from needlebench.evaluation.scoring.reasoning import normalize_language
 from needlebench.evaluation.scoring.retrieval import single_retrieval_score
 
@@ -224,18 +224,7 @@ def notebook_star_scores(
         return [0.0] * len(stars)
     if kind == "acquisition":
         return [1.0 if count in pool else 0.0 for count in stars]
-    scores = []
-    for correct, mistaken in zip(stars, wrong):
-        has_correct, has_wrong = correct in pool, mistaken in pool
-        if has_correct and has_wrong:
-            scores.append(0.5)
-        elif has_correct:
-            scores.append(1.0)
-        elif has_wrong:
-            scores.append(0.25)
-        else:
-            scores.append(0.0)
-    return scores
+    return [reasoning_star_score(correct in pool, mistaken in pool) for correct, mistaken in zip(stars, wrong)]
 
 
 def notebook_counting_stars_score(
