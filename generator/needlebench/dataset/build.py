@@ -237,15 +237,18 @@ def _build_into(
     from needlebench import interrupts
     from needlebench.dataset import replace
 
-    staging = replace.make_staging(out_dir)
+    staging: Path | None = None
 
     def discard() -> None:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
         if created:
             shutil.rmtree(out_dir, ignore_errors=True)
 
+    # registered before the staging folder exists: a signal while it is made and marked still cleans up
     key = interrupts.register(discard)  # also run if a Ctrl-C must end the process before the main thread can
     try:
+        staging = replace.make_staging(out_dir)
         stats = _build_all(specs, options, staging / "data", num_proc, progress)
         replace.step()
         kept = None if overwrite else previous
