@@ -114,14 +114,18 @@ _DEPTH_STEP[[ord("{"), ord("[")]] = 1
 _DEPTH_STEP[[ord("}"), ord("]")]] = -1
 
 
+def bracket_depths(text: str) -> np.ndarray:
+    """The nesting depth of ``{``/``[`` after each character of `text`, counting every bracket (quoted or not)."""
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    steps = _DEPTH_STEP[np.minimum(codes, 127)] * (codes < 128)
+    return np.cumsum(steps, dtype=np.int64)
+
+
 def _cut_deep_nesting(text: str) -> str:
     """`text` up to where its brackets nest deeper than :data:`_MAX_DEPTH` (json_repair closes what is open)."""
     if text.count("{") + text.count("[") <= _MAX_DEPTH:
         return text
-    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    steps = _DEPTH_STEP[np.minimum(codes, 127)] * (codes < 128)
-    depth = np.cumsum(steps, dtype=np.int64)
-    deep = np.flatnonzero(depth > _MAX_DEPTH)
+    deep = np.flatnonzero(bracket_depths(text) > _MAX_DEPTH)
     return text[: int(deep[0])] if len(deep) else text
 
 

@@ -28,9 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import json_repair
-import numpy as np
 
-from needlebench.evaluation.scoring.counting_stars import normalize_task, reasoning_star_score
+from needlebench.evaluation.scoring.counting_stars import bracket_depths, normalize_task, reasoning_star_score
 from needlebench.evaluation.scoring.reasoning import normalize_language
 from needlebench.evaluation.scoring.retrieval import single_retrieval_score
 
@@ -155,18 +154,11 @@ NOTEBOOK_KEYS = {"en": "little_penguin", "zh": "小企鹅"}
 #: raises there (and json_repair takes seconds to find out on a megabyte of ``{``).
 NOTEBOOK_MAX_NESTING = 1000
 
-_STEP = np.zeros(128, dtype=np.int64)
-_STEP[[ord("{"), ord("[")]] = 1
-_STEP[[ord("}"), ord("]")]] = -1
-
-
 def _nesting(text: str) -> int:
     """The deepest nesting of ``{``/``[`` in ``text``, counting every bracket (quoted or not)."""
     if text.count("{") + text.count("[") <= NOTEBOOK_MAX_NESTING:
         return 0  # cannot exceed the limit
-    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    steps = _STEP[np.minimum(codes, 127)] * (codes < 128)
-    return int(np.cumsum(steps).max(initial=0))
+    return int(bracket_depths(text).max(initial=0))
 
 
 def _notebook_answer_list(prediction: str, language: str) -> Any:
