@@ -57,14 +57,24 @@ def load_rows(lengths: list[int], repeats: int, depths: list[int], data_dir: str
 
     split = load_split(CONFIG, data_dir=data_dir)
     rows = [
-        {"id": row["id"], "prompt": row["prompt"], "length": int(row["context_length"]), "repeat": int(row["repeat"]), "depth": float(row["depth_percent"])}
+        {
+            "id": row["id"],
+            "prompt": row["prompt"],
+            "length": int(row["context_length"]),
+            "repeat": int(row["repeat"]),
+            "depth": float(row["depth_percent"]),
+        }
         for row in split
-        if int(row["context_length"]) in lengths and int(row["repeat"]) < repeats and round(float(row["depth_percent"])) in depths
+        if int(row["context_length"]) in lengths
+        and int(row["repeat"]) < repeats
+        and round(float(row["depth_percent"])) in depths
     ]
     if not rows:
         have_lengths = sorted({int(length) for length in split["context_length"]})
         have_depths = sorted({round(float(depth)) for depth in split["depth_percent"]})
-        sys.exit(f"bench_eval: no {CONFIG} row has --lengths {lengths} and --depths {depths}; lengths are {have_lengths}, depths {have_depths}")
+        sys.exit(
+            f"bench_eval: no {CONFIG} row has --lengths {lengths} and --depths {depths}; lengths are {have_lengths}, depths {have_depths}"
+        )
     return rows
 
 
@@ -92,14 +102,17 @@ def order_check(model: str, data_dir: str | None) -> str:
     """Are the rows sharing a haystack together, over the whole config, in the shipped order and in the orders
     lm-eval hands requests to the model: ``vllm`` sorts by (-prompt tokens, prompt), the API models
     (``local-completions``) by -prompt characters (both with the chat template rendered)."""
-    from needlebench.dataset.load import load_split
     from transformers import AutoTokenizer
+
+    from needlebench.dataset.load import load_split
 
     split = load_split(CONFIG, data_dir=data_dir)
     tokenizer = AutoTokenizer.from_pretrained(model)
     rows = []
     for row in split:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": row["prompt"]}], add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": row["prompt"]}], add_generation_prompt=True, tokenize=False
+        )
         rows.append(((int(row["context_length"]), int(row["repeat"])), text, len(_chat_ids(tokenizer, row["prompt"]))))
     cells = len({cell for cell, _text, _tokens in rows})
     vllm_sort = sorted(rows, key=lambda row: (-row[2], row[1]))
@@ -113,18 +126,29 @@ def order_check(model: str, data_dir: str | None) -> str:
 
 def _counters(llm) -> dict[str, float]:
     """vLLM's counters this bench reads, summed over labels (``source`` kept apart)."""
-    wanted = {"vllm:prompt_tokens", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:prompt_tokens_by_source"}
+    wanted = {
+        "vllm:prompt_tokens",
+        "vllm:prefix_cache_queries",
+        "vllm:prefix_cache_hits",
+        "vllm:prompt_tokens_by_source",
+    }
     totals: dict[str, float] = {}
     for metric in llm.get_metrics():
         if metric.name in wanted:
-            name = metric.name if metric.name != "vllm:prompt_tokens_by_source" else f"{metric.name}:{metric.labels.get('source')}"
+            name = (
+                metric.name
+                if metric.name != "vllm:prompt_tokens_by_source"
+                else f"{metric.name}:{metric.labels.get('source')}"
+            )
             totals[name] = totals.get(name, 0.0) + float(metric.value)
     return totals
 
 
 def _chat_ids(tokenizer, prompt: str) -> list[int]:
     """Token ids of a prompt as the engine sees it (the chat template rendered, then tokenized)."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
@@ -141,7 +165,13 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
     blocks = math.ceil(cache_tokens / BLOCK_SIZE)
     config = json.loads((Path(args.model) / "config.json").read_text(encoding="utf-8"))
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    per_token = 2 * config["num_hidden_layers"] * config.get("num_key_value_heads", config["num_attention_heads"]) * head_dim * 4  # K and V, float32
+    per_token = (
+        2
+        * config["num_hidden_layers"]
+        * config.get("num_key_value_heads", config["num_attention_heads"])
+        * head_dim
+        * 4
+    )  # K and V, float32
     llm = LLM(
         model=args.model,
         max_model_len=max_model_len,
@@ -191,13 +221,32 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="Model folder (e.g. the converted SmolLM2).")
-    parser.add_argument("--lengths", type=_ints, default=[5000], help="Context lengths of single_en_8k (comma-separated; 5000-8000).")
+    parser.add_argument(
+        "--lengths", type=_ints, default=[5000], help="Context lengths of single_en_8k (comma-separated; 5000-8000)."
+    )
     parser.add_argument("--repeats", type=int, default=2, help="Repeats (cells) per length (10 in the dataset).")
-    parser.add_argument("--depths", type=_ints, default=[52, 100], help="Needle depths in percent, rounded (comma-separated; 0, 5, 10, ... 100).")
+    parser.add_argument(
+        "--depths",
+        type=_ints,
+        default=[52, 100],
+        help="Needle depths in percent, rounded (comma-separated; 0, 5, 10, ... 100).",
+    )
     parser.add_argument("--data-dir", default=None, help="A built dataset folder (default: build on the fly).")
-    parser.add_argument("--max-model-len", type=int, default=None, help="Default: the longest prompt plus one token, in whole blocks.")
-    parser.add_argument("--cache-tokens", type=int, default=None, help="KV cache size in tokens (default: the longest prompt plus one block).")
-    parser.add_argument("--orders", type=lambda s: s.split(","), default=["shipped", "shuffled"], help=f"Comma-separated, of {', '.join(ORDERS)}.")
+    parser.add_argument(
+        "--max-model-len", type=int, default=None, help="Default: the longest prompt plus one token, in whole blocks."
+    )
+    parser.add_argument(
+        "--cache-tokens",
+        type=int,
+        default=None,
+        help="KV cache size in tokens (default: the longest prompt plus one block).",
+    )
+    parser.add_argument(
+        "--orders",
+        type=lambda s: s.split(","),
+        default=["shipped", "shuffled"],
+        help=f"Comma-separated, of {', '.join(ORDERS)}.",
+    )
     parser.add_argument("--seed", type=int, default=0, help="Seed of the shuffled order.")
     parser.add_argument("--json", default=None, help="Write the results here.")
     parser.add_argument("--caching", choices=("on", "off"), help=argparse.SUPPRESS)
@@ -213,12 +262,18 @@ def main() -> None:
     check = order_check(args.model, args.data_dir)
     print(check, file=sys.stderr, flush=True)
     results = []
-    env = {key: value for key, value in os.environ.items() if key != "VLLM_CPU_KVCACHE_SPACE"}  # it would override the cache size
+    env = {
+        key: value for key, value in os.environ.items() if key != "VLLM_CPU_KVCACHE_SPACE"
+    }  # it would override the cache size
     for caching in ("off", "on"):
         command = [sys.executable, __file__, "--model", args.model, "--lengths", ",".join(map(str, args.lengths)),
                    "--repeats", str(args.repeats), "--depths", ",".join(map(str, args.depths)), "--orders", ",".join(args.orders),
                    "--seed", str(args.seed), "--caching", caching]  # fmt: skip
-        for flag, value in (("--data-dir", args.data_dir), ("--max-model-len", args.max_model_len), ("--cache-tokens", args.cache_tokens)):
+        for flag, value in (
+            ("--data-dir", args.data_dir),
+            ("--max-model-len", args.max_model_len),
+            ("--cache-tokens", args.cache_tokens),
+        ):
             if value is not None:
                 command += [flag, str(value)]
         print(f"engine with prefix caching {caching}: {', '.join(args.orders)} ...", file=sys.stderr, flush=True)
@@ -236,7 +291,9 @@ def main() -> None:
             print(f"  {r['order']} ({r['caching']}): {' '.join(r['row_ids'])}")
             break
     print(check)
-    print(f"{'order':<11} {'cache':>5} {'rows':>5} {'prompt tok':>10} {'prefill tok':>11} {'hit rate':>8} {'wall s':>8} {'prefill x':>9} {'wall x':>7}")
+    print(
+        f"{'order':<11} {'cache':>5} {'rows':>5} {'prompt tok':>10} {'prefill tok':>11} {'hit rate':>8} {'wall s':>8} {'prefill x':>9} {'wall x':>7}"
+    )
     for r in results:
         print(f"{r['order']:<11} {r['caching']:>5} {r['rows']:>5} {r['prompt_tokens']:>10,} {r['prefill_tokens']:>11,} {r['hit_rate']:>8.1%} {r['wall_s']:>8.1f} "
               f"{r['prefill_tokens'] / base['prefill_tokens']:>9.2f} {r['wall_s'] / base['wall_s']:>7.2f}")  # fmt: skip

@@ -83,9 +83,7 @@ def run_cli(args: list[str]) -> tuple[float, float, float]:
     """Wall seconds, CPU seconds (user + system, workers included) and peak RSS (MiB, of the largest process of
     the tree: Linux reports the maximum over the child and its waited-for descendants) of one CLI process; a
     failure stops the benchmark."""
-    launched = subprocess.run(
-        [sys.executable, "-c", _LAUNCHER, *CLI, *args], capture_output=True, check=False
-    )
+    launched = subprocess.run([sys.executable, "-c", _LAUNCHER, *CLI, *args], capture_output=True, check=False)
     report = json.loads(launched.stdout.decode().strip().splitlines()[-1])
     if report["status"] != 0:
         raise SystemExit(f"needlebench {' '.join(args)} failed ({report['status']}):\n{launched.stderr.decode()}")
@@ -136,7 +134,9 @@ class ReferenceInputs:
         return self._haystacks[language]
 
 
-def reference_cell_seconds(spec, options, inputs: ReferenceInputs, length: int, depth: int, encoding) -> tuple[float, float]:
+def reference_cell_seconds(
+    spec, options, inputs: ReferenceInputs, length: int, depth: int, encoding
+) -> tuple[float, float]:
     """Wall and CPU seconds of one (length, depth) cell of `spec` built the reference's way: one call of
     OpenCompass' v1 single-needle loader, step by step as the reference spec describes it (§2, §3).
 
@@ -149,6 +149,7 @@ def reference_cell_seconds(spec, options, inputs: ReferenceInputs, length: int, 
     import random
 
     from datasets import Dataset
+
     from needlebench.tasks.haystack import effective_buffer
     from needlebench.tasks.needles import LANGUAGE_NAMES
     from needlebench.tasks.prompts import frame_parts
@@ -189,6 +190,7 @@ def reference_seconds(specs, options, cells: int) -> tuple[float, float, int, fl
     seconds: `cells` whole (length, depth) cells are timed per length (depths spread over the grid), and their
     mean time stands for every cell of that length."""
     import datasets  # imported once before timing: the reference process imports it once too
+
     from needlebench.sources.tokenizer import get_tokenizer
 
     del datasets
@@ -289,19 +291,23 @@ def bench_tokenizers(tokenizer_dir: str, num_proc: int, cold: bool, compression:
         out = Path(tempfile.mkdtemp(prefix="nb-bench-")) / "data"
         extra = ["--tokenizer", tokenizer, "--compression", compression]
         try:
-            seconds, cpu, rss = run_cli(["build", "single_en_128k", *extra, "--out", str(out), "--num-proc", str(num_proc)])
+            seconds, cpu, rss = run_cli(
+                ["build", "single_en_128k", *extra, "--out", str(out), "--num-proc", str(num_proc)]
+            )
             manifest = read_manifest(out)
         finally:
             shutil.rmtree(out.parent, ignore_errors=True)
-        results.append({
-            "target": f"hftok128k {tokenizer.split('/')[-1]}",
-            "command": f"needlebench build single_en_128k {' '.join(extra)} --out DIR --num-proc {num_proc}",
-            "tokenizer": manifest["recipe"]["tokenizer"],
-            "rows": manifest["configs"]["single_en_128k"]["rows"],
-            "seconds": round(seconds, 2),
-            "cpu_seconds": round(cpu, 2),
-            "peak_rss_mib": round(rss),
-        })
+        results.append(
+            {
+                "target": f"hftok128k {tokenizer.split('/')[-1]}",
+                "command": f"needlebench build single_en_128k {' '.join(extra)} --out DIR --num-proc {num_proc}",
+                "tokenizer": manifest["recipe"]["tokenizer"],
+                "rows": manifest["configs"]["single_en_128k"]["rows"],
+                "seconds": round(seconds, 2),
+                "cpu_seconds": round(cpu, 2),
+                "peak_rss_mib": round(rss),
+            }
+        )
     results[1]["ratio_to_cl100k"] = round(results[1]["seconds"] / results[0]["seconds"], 2)
     results[1]["cpu_ratio_to_cl100k"] = round(results[1]["cpu_seconds"] / results[0]["cpu_seconds"], 2)
     return results
@@ -309,8 +315,11 @@ def bench_tokenizers(tokenizer_dir: str, num_proc: int, cold: bool, compression:
 
 def bench_cli(repeats: int) -> list[dict]:
     results = []
-    for label, args in (("python -c pass (interpreter alone)", None), ("needlebench list", ["list"]),
-                        ("needlebench --help", ["--help"])):
+    for label, args in (
+        ("python -c pass (interpreter alone)", None),
+        ("needlebench list", ["list"]),
+        ("needlebench --help", ["--help"]),
+    ):
         times, peaks = [], []
         for _ in range(repeats):
             if args is None:
@@ -322,20 +331,36 @@ def bench_cli(repeats: int) -> list[dict]:
                 seconds, _, rss = run_cli(args)
                 times.append(seconds)
                 peaks.append(rss)
-        results.append({"target": label, "seconds": round(statistics.median(times), 3),
-                        "min_seconds": round(min(times), 3), "peak_rss_mib": round(max(peaks))})
+        results.append(
+            {
+                "target": label,
+                "seconds": round(statistics.median(times), 3),
+                "min_seconds": round(min(times), 3),
+                "peak_rss_mib": round(max(peaks)),
+            }
+        )
     return results
 
 
 def main(
-    target: Annotated[list[str] | None, typer.Option(help=f"Targets to run (default: all): {', '.join(TARGETS)}.")] = None,
+    target: Annotated[
+        list[str] | None, typer.Option(help=f"Targets to run (default: all): {', '.join(TARGETS)}.")
+    ] = None,
     num_proc: Annotated[int, typer.Option(help="Worker processes of the builds.")] = 2,
-    reference_cells: Annotated[int, typer.Option(help="Reference (length, depth) cells timed per length, each with all its repeats.")] = 1,
+    reference_cells: Annotated[
+        int, typer.Option(help="Reference (length, depth) cells timed per length, each with all its repeats.")
+    ] = 1,
     repeats: Annotated[int, typer.Option(help="Runs of each quick command (the median is shown).")] = 7,
-    builds: Annotated[int, typer.Option(help="Runs of each timed build (the median is shown; the machine's noise).")] = 3,
+    builds: Annotated[
+        int, typer.Option(help="Runs of each timed build (the median is shown; the machine's noise).")
+    ] = 3,
     compression: Annotated[str, typer.Option(help="Parquet codec of the builds: zstd, snappy or none.")] = "zstd",
-    cold: Annotated[bool, typer.Option(help="Build with an empty token cache (time the first tokenisation too).")] = False,
-    hf_tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder for the hftok128k target (e.g. SmolLM2's).")] = None,
+    cold: Annotated[
+        bool, typer.Option(help="Build with an empty token cache (time the first tokenisation too).")
+    ] = False,
+    hf_tokenizer: Annotated[
+        str | None, typer.Option(help="Tokenizer folder for the hftok128k target (e.g. SmolLM2's).")
+    ] = None,
 ) -> None:
     from needlebench.dataset.options import BuildOptions
 
@@ -352,8 +377,16 @@ def main(
         try:
             haystack = write_custom_haystack(folder / "my_haystack.jsonl")
             options = BuildOptions(haystack_en=str(haystack), compression=compression)
-            result = bench_build("custom128k", ["single_en_128k"], ["--haystack-en", str(haystack)], options,
-                                 reference_cells, num_proc, cold, builds)
+            result = bench_build(
+                "custom128k",
+                ["single_en_128k"],
+                ["--haystack-en", str(haystack)],
+                options,
+                reference_cells,
+                num_proc,
+                cold,
+                builds,
+            )
             result["haystack_bytes"] = haystack.stat().st_size
             results.append(result)
         finally:
@@ -367,21 +400,48 @@ def main(
         results.extend(bench_tokenizers(hf_tokenizer, num_proc, cold, compression))
 
     cache = "cold" if cold else "warm"
-    table = Table("target", "rows", "wall time", "peak RSS", "reference (extrapolated)", "ratio", "CPU ratio", title=(
-        f"needlebench CLI processes vs the reference algorithm ({os.cpu_count()} cores, {cache} token cache)"))
+    table = Table(
+        "target",
+        "rows",
+        "wall time",
+        "peak RSS",
+        "reference (extrapolated)",
+        "ratio",
+        "CPU ratio",
+        title=(f"needlebench CLI processes vs the reference algorithm ({os.cpu_count()} cores, {cache} token cache)"),
+    )
     for result in results:
         if "tokenizer" in result:
             ratio = f"{result['ratio_to_cl100k']:.2f}x the cl100k time" if "ratio_to_cl100k" in result else ""
-            table.add_row(result["command"], f"{result['rows']:,}", f"{result['seconds']:.2f} s",
-                          f"{result['peak_rss_mib']:,} MiB", "", ratio, f"{result['cpu_seconds']:.1f} s CPU")
+            table.add_row(
+                result["command"],
+                f"{result['rows']:,}",
+                f"{result['seconds']:.2f} s",
+                f"{result['peak_rss_mib']:,} MiB",
+                "",
+                ratio,
+                f"{result['cpu_seconds']:.1f} s CPU",
+            )
         elif "ratio" in result:
-            table.add_row(result["command"], f"{result['rows']:,}", f"{result['seconds']:.2f} s",
-                          f"{result['peak_rss_mib']:,} MiB", f"{result['reference_seconds']:,.1f} s "
-                          f"({result['reference_samples']} samples)", f"{result['ratio']:.1f}x",
-                          f"{result['cpu_ratio']:.1f}x ({result['cpu_seconds']:.1f} s CPU)")
+            table.add_row(
+                result["command"],
+                f"{result['rows']:,}",
+                f"{result['seconds']:.2f} s",
+                f"{result['peak_rss_mib']:,} MiB",
+                f"{result['reference_seconds']:,.1f} s ({result['reference_samples']} samples)",
+                f"{result['ratio']:.1f}x",
+                f"{result['cpu_ratio']:.1f}x ({result['cpu_seconds']:.1f} s CPU)",
+            )
         else:
-            table.add_row(result["target"], "", f"{result['seconds']:.3f} s (median; min {result['min_seconds']:.3f})",
-                          f"{result['peak_rss_mib']:,} MiB" if result["peak_rss_mib"] else "", "", "", "")
+            table.add_row(
+                result["target"],
+                "",
+                f"{result['seconds']:.3f} s (median; min {result['min_seconds']:.3f})",
+                f"{result['peak_rss_mib']:,} MiB" if result["peak_rss_mib"] else "",
+                "",
+                "",
+                "",
+            )
     console.print(table)
     console.print_json(json.dumps(results))
 

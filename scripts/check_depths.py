@@ -81,22 +81,29 @@ def check(folder: Path, patterns: list[str], verbose: bool = False) -> int:
                 order = sorted(range(len(row["needles"])), key=lambda i: row["needle_depths"][i])
                 for rank, i in enumerate(order):
                     before = len(encoding.encode_ordinary(haystack[: offsets[rank]]))
-                    distance = abs(before - total * row["requested_depths"][i] / 100) if "requested_depths" in row \
+                    distance = (
+                        abs(before - total * row["requested_depths"][i] / 100)
+                        if "requested_depths" in row
                         else abs(before - total * (i + 1) / len(row["needles"]))
+                    )
                     tolerance = max(total / 100, 3)
                     needles += 1
                     if distance > tolerance + 1e-9:
                         outside += 1
                         if verbose:
-                            print(f"  {row['id']} needle {i}: {before}/{total} tokens, {distance:.2f} from the "
-                                  f"requested depth (tolerance {tolerance:.2f})")
+                            print(
+                                f"  {row['id']} needle {i}: {before}/{total} tokens, {distance:.2f} from the "
+                                f"requested depth (tolerance {tolerance:.2f})"
+                            )
                     worst = max(worst, 100 * distance / total)
                 kinds.update(row["needle_boundaries"])
         if not rows:
             continue
         bad_total += outside
         shares = ", ".join(f"{k} {100 * v / sum(kinds.values()):.1f}%" for k, v in kinds.most_common())
-        print(f"{config}: {rows} rows, {needles} needles, {outside} outside tolerance, worst {worst:.2f} points; {shares}")
+        print(
+            f"{config}: {rows} rows, {needles} needles, {outside} outside tolerance, worst {worst:.2f} points; {shares}"
+        )
     return 1 if bad_total else 0
 
 

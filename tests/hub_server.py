@@ -326,6 +326,7 @@ def make_dataset_folder(folder: Path, configs: dict[str, int], *, salt: str = ""
     """A needlebench dataset folder with synthetic rows (Parquet, manifest, card); returns the manifest."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from needlebench.dataset.card import write_card
     from needlebench.dataset.verify import fingerprint_files
     from needlebench.tasks.grid import get_config

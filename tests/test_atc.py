@@ -9,6 +9,7 @@ import re
 from collections import defaultdict
 
 import pytest
+
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.tokenizer import get_tokenizer
 from needlebench.tasks.atc import (
@@ -59,8 +60,10 @@ def template_regex(template: str, terms: list[str], name: str) -> re.Pattern:
 
 
 REGEXES = {
-    lang: [template_regex(t, atc_data()[lang]["relationship_terms"], NAME_PATTERN[lang])
-           for t in atc_data()[lang]["templates"]]
+    lang: [
+        template_regex(t, atc_data()[lang]["relationship_terms"], NAME_PATTERN[lang])
+        for t in atc_data()[lang]["templates"]
+    ]
     for lang in ("en", "zh")
 }
 SENTENCE = {"en": re.compile(r"[^.]+\."), "zh": re.compile(r"[^。]+。")}
@@ -222,7 +225,7 @@ def test_few_shots_are_correct_generated_chains_not_test_items(all_rows, lang, s
 def test_extended_config_reaches_512_names(all_rows):
     for lang in ("en", "zh"):
         rows = all_rows[f"atc_{lang}_512"]
-        assert {row["num_needles"] for row in rows} == {2 ** k for k in range(1, 10)}
+        assert {row["num_needles"] for row in rows} == {2**k for k in range(1, 10)}
         longest = [row for row in rows if row["num_needles"] == 512]
         assert len(longest) == 40 and all(len(row["needles"]) == 511 for row in longest)
 
@@ -267,8 +270,10 @@ def test_atc_item_is_a_pure_function_of_its_seed():
 
 TINY_EN = "Ann Lee,Bo Chen,Cy Diaz,Di Evans,Ed Fox,Flo Grant,Gus Hale,Hal Irwin,Ida Jones,Jo Kim"
 TINY_ZH = "赵一,钱二,孙三,李四,周五,吴六,郑七,王八,冯九,陈十"
-EN_FRAME = ("\nGiven the scrambled family relationships described above, who is the eldest relative that "
-            "'{}' can trace back to in the context?\n")
+EN_FRAME = (
+    "\nGiven the scrambled family relationships described above, who is the eldest relative that "
+    "'{}' can trace back to in the context?\n"
+)
 
 
 def write_names(path, english: str | None = TINY_EN, chinese: str | None = TINY_ZH) -> str:
@@ -288,18 +293,22 @@ def test_compat_reference_items_hand_checked(tmp_path):
     names = load_names(write_names(tmp_path / "names.json"), "en")
     two = reference_items(names, 2, "en", 1)[0]
     assert choice_question(two, "ABCD") == (
-        "Gus Hale is Jo Kim's grandfather. " + EN_FRAME.format("Jo Kim").rstrip("\n")
+        "Gus Hale is Jo Kim's grandfather. "
+        + EN_FRAME.format("Jo Kim").rstrip("\n")
         + "\nA. Gus Hale\nB. Jo Kim\nC. Hal Irwin\nD. Ida Jones\n"
     )
     assert choice_question(two, "BCDA").endswith("\nA. Jo Kim\nB. Hal Irwin\nC. Ida Jones\nD. Gus Hale\n")
     three = reference_items(names, 3, "en", 1)[0]
     expected = (
         "Jo Kim is the child of Gus Hale.Ann Lee considers Jo Kim as their maternal grandmother. "
-        + EN_FRAME.format("Ann Lee") + "A. Gus Hale\nB. Jo Kim\nC. Ann Lee\nD. Di Evans\n"
+        + EN_FRAME.format("Ann Lee")
+        + "A. Gus Hale\nB. Jo Kim\nC. Ann Lee\nD. Di Evans\n"
     )
     assert choice_question(three, "ABCD") == expected
-    assert three.needles == ("Jo Kim is the child of Gus Hale.",
-                             "Ann Lee considers Jo Kim as their maternal grandmother.")
+    assert three.needles == (
+        "Jo Kim is the child of Gus Hale.",
+        "Ann Lee considers Jo Kim as their maternal grandmother.",
+    )
     zh = reference_items(load_names(str(tmp_path / "names.json"), "zh"), 2, "zh", 1)[0]
     assert choice_question(zh, "ABCD") == (
         "郑七是陈十的爷爷。 \n在上面提供的打乱的家族关系文本中，'陈十'的能够向上追溯到的最年长的亲人是谁？"

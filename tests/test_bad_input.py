@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from hub_server import make_dataset_folder
 from needlebench.dataset import build
 from needlebench.dataset.build import BuildOptions, build_dataset
@@ -26,7 +27,10 @@ ENGLISH = [
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -148,7 +152,12 @@ def test_too_few_needles_names_the_option_and_file(tmp_path: Path) -> None:
     result = run("build", "multi_retrieval_en_4k", "--needles", str(path), "--out", str(out))
     assert result.returncode == 2
     line = error_line(result)
-    assert f"--needles {path}" in line and "needs 20 en needles" in line and "file's 2 en needles" in line and "fewer --depths" in line, line
+    assert (
+        f"--needles {path}" in line
+        and "needs 20 en needles" in line
+        and "file's 2 en needles" in line
+        and "fewer --depths" in line
+    ), line
     assert not out.exists()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation import budget
 from support import build_data, single_row

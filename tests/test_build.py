@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from needlebench.dataset.build import MANIFEST, build_dataset, shard_plan
 from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError

@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from hub_server import client_env, make_dataset_folder, run_client
 from needlebench.dataset import card
 from needlebench.errors import NeedlebenchError
@@ -161,13 +162,18 @@ def test_card_text_equals_huggingface_hub_rendering(folder: Path) -> None:
     template = card.template_path().read_text(encoding="utf-8")
     expected = str(DatasetCard.from_template(data, template_str=template, **context))
     assert card._card_from_template(data, template, **context) == expected
-    assert card.render_card(manifest, folder, repo_id="org/needlebench", version="1.2.0") == expected.rstrip("\n") + "\n"
+    assert (
+        card.render_card(manifest, folder, repo_id="org/needlebench", version="1.2.0") == expected.rstrip("\n") + "\n"
+    )
     crlf = template.replace("\n", "\r\n")  # a user's template with Windows line breaks
-    assert card._card_from_template(data, crlf, **context) == str(DatasetCard.from_template(data, template_str=crlf, **context))
+    assert card._card_from_template(data, crlf, **context) == str(
+        DatasetCard.from_template(data, template_str=crlf, **context)
+    )
 
 
 def test_features_are_written_without_datasets_and_equal_its_own(folder: Path) -> None:
     from datasets import DatasetInfo, Features, SplitDict, SplitInfo
+
     from needlebench.tasks.schema import (
         FAMILY_COLUMNS,
         arrow_schema,

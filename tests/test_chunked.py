@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from needlebench.evaluation.chunked import CHUNK_TOKENS, plan_chunks
 from needlebench.evaluation.eval_args import parse_eval
 from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval

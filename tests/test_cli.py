@@ -11,7 +11,10 @@ from pathlib import Path
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
     )
 
 

@@ -10,17 +10,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+
 from needlebench import cli
 from needlebench.dataset import build
 from needlebench.dataset.build import BuildOptions, build_dataset
 from needlebench.tasks.grid import registry
-from rich.console import Console
 
 
 def run(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}, cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
 
 
@@ -113,7 +118,9 @@ def test_ascii_locale_build_and_verify_print_cleanly(tmp_path: Path) -> None:
     out = os.fsencode(tmp_path) + "/dätä".encode()  # a non-ASCII folder name, undecodable in the C locale
     result = subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", "build", "atc_en", "--out", out],
-        capture_output=True, timeout=300, env={**os.environ, **env},
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, **env},
     )
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     assert b"Error" not in result.stderr and b"wrote" in result.stdout
@@ -122,7 +129,9 @@ def test_ascii_locale_build_and_verify_print_cleanly(tmp_path: Path) -> None:
     assert manifest["configs"]["atc_en"]["rows"] == 720
     result = subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", "verify", out],
-        capture_output=True, timeout=300, env={**os.environ, **env},
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, **env},
     )
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     assert b"all configs match" in result.stdout

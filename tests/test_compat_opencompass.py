@@ -7,16 +7,27 @@ import subprocess
 import sys
 
 import pytest
+
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.rows import iter_rows
 from needlebench.tasks.grid import get_config
 
 DOCS = ["Alpha beta gamma.", "Delta epsilon.", "Zeta eta theta."]
 NEEDLES = [
-    {"needle": "Hidden on Red Island is the Blue Gem.", "arg1": "Red Island", "arg2": "Blue Gem", "language": "English",
-     "retrieval_question": "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'"},
-    {"needle": "Hidden on Green Island is the Gold Cup.", "arg1": "Green Island", "arg2": "Gold Cup", "language": "English",
-     "retrieval_question": "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'"},
+    {
+        "needle": "Hidden on Red Island is the Blue Gem.",
+        "arg1": "Red Island",
+        "arg2": "Blue Gem",
+        "language": "English",
+        "retrieval_question": "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'",
+    },
+    {
+        "needle": "Hidden on Green Island is the Gold Cup.",
+        "arg1": "Green Island",
+        "arg2": "Gold Cup",
+        "language": "English",
+        "retrieval_question": "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'",
+    },
 ]
 FRAME = (
     "You are an intelligent AI assistant skilled in answering user questions.\n"
@@ -107,7 +118,9 @@ def test_unicode_line_separators_inside_json_strings_are_not_line_breaks(tmp_pat
     needles = tmp_path / "needles.jsonl"
     record = {**NEEDLES[0], "needle": "Hidden on Red Island\u2028is the Blue Gem."}
     needles.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
-    row = next(iter_rows(get_config("single_en_4k"), BuildOptions(**{**options.__dict__, "needles": str(needles)}), (1000,)))
+    row = next(
+        iter_rows(get_config("single_en_4k"), BuildOptions(**{**options.__dict__, "needles": str(needles)}), (1000,))
+    )
     assert "Red Island\u2028is the Blue Gem." in row["prompt"]
 
 
@@ -118,11 +131,16 @@ def test_the_command_line_writes_the_hand_checked_prompts(options, tmp_path):
 
     out = tmp_path / "d"
     inputs = ["--haystack-en", options.haystack_en, "--needles", options.needles]
-    for args in (["build", "single_en_4k", "multi_retrieval_en_4k", "--compat", "opencompass", *inputs,
-                  "--out", str(out)], ["verify", str(out), *inputs]):
+    for args in (
+        ["build", "single_en_4k", "multi_retrieval_en_4k", "--compat", "opencompass", *inputs, "--out", str(out)],
+        ["verify", str(out), *inputs],
+    ):
         result = subprocess.run(
             [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-            capture_output=True, text=True, timeout=600, check=False,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
         assert result.returncode == 0, result.stderr
     rows = {row["id"]: row for row in datasets.load_dataset(str(out), "single_en_4k", split="test")}
@@ -133,4 +151,6 @@ def test_the_command_line_writes_the_hand_checked_prompts(options, tmp_path):
     )
     assert rows["single_en_4k-L1000-d0-r0"]["needle_boundaries"] == ["compat"]
     retrieval = datasets.load_dataset(str(out), "multi_retrieval_en_4k", split="test")
-    assert retrieval[0]["compat"] == "opencompass" and retrieval.num_rows == get_config("multi_retrieval_en_4k").num_rows
+    assert (
+        retrieval[0]["compat"] == "opencompass" and retrieval.num_rows == get_config("multi_retrieval_en_4k").num_rows
+    )

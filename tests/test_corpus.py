@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.corpus import _clean_verse, default_chinese, default_english, load_corpus
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from needlebench.compat.counting_stars import compat_haystack_text
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.rows import iter_rows
@@ -27,11 +28,45 @@ from needlebench.tasks.schema import columns_for
 
 SEPARATOR = "\n\n\n\n"
 SMALL = (4000, 8000)
-CONFIGS = [f"counting_stars_{task}_{language}_128k" for task in ("acquisition", "reasoning") for language in ("en", "zh")]
+CONFIGS = [
+    f"counting_stars_{task}_{language}_128k" for task in ("acquisition", "reasoning") for language in ("en", "zh")
+]
 
 # The reference's fixed M=32 lists (fact sheet section 9).
-A32 = [15, 117, 42, 69, 58, 107, 9, 49, 113, 66, 26, 102, 81, 94, 77, 61,
-       5, 19, 109, 3, 35, 54, 86, 89, 127, 21, 46, 122, 38, 97, 74, 29]
+A32 = [
+    15,
+    117,
+    42,
+    69,
+    58,
+    107,
+    9,
+    49,
+    113,
+    66,
+    26,
+    102,
+    81,
+    94,
+    77,
+    61,
+    5,
+    19,
+    109,
+    3,
+    35,
+    54,
+    86,
+    89,
+    127,
+    21,
+    46,
+    122,
+    38,
+    97,
+    74,
+    29,
+]
 SIGNS = "+-+++----+--+--++--+---+-+--+-++"
 R32 = [a + 1 if s == "+" else a - 1 for a, s in zip(A32, SIGNS)]
 
@@ -81,7 +116,9 @@ def test_star_sentences_and_questions_are_exact():
         "and this time 15 ★ was counted correctly.\n"
     )
     assert star_sentence("acquisition", "zh", 15, wrapped=True) == "\n小企鹅数了15颗★\n"
-    assert star_sentence("reasoning", "zh", 15, 16) == "小企鹅数了16颗★，但发现数错了，于是又数了一遍，这次数对了，是15颗★"
+    assert (
+        star_sentence("reasoning", "zh", 15, 16) == "小企鹅数了16颗★，但发现数错了，于是又数了一遍，这次数对了，是15颗★"
+    )
     assert question_text("acquisition", "en") == (
         "On this moonlit and misty night, the little penguin is looking up at the sky and concentrating on counting "
         '★. Please help the little penguin collect the number of ★, for example: {"little_penguin": [x, x, x,...]}. '
@@ -89,7 +126,9 @@ def test_star_sentences_and_questions_are_exact():
         "little penguin. Only output the results in JSON format without any explanation."
     )
     reasoning_en = question_text("reasoning", "en")
-    assert "collect the correct number of ★" in reasoning_en and "represent the correctly counted number" in reasoning_en
+    assert (
+        "collect the correct number of ★" in reasoning_en and "represent the correctly counted number" in reasoning_en
+    )
     assert question_text("acquisition", "zh") == (
         "在这个月光皎洁、云雾缭绕的夜晚，小企鹅正望向天空，全神贯注地数★。请帮助小企鹅收集所数★的颗数，按照如下格式："
         '{"小企鹅":[x,x,x,...]}，不要求和，[x,x,x,...]中数字为小企鹅每次数★的颗数，仅以JSON格式输出结果，不需要输出任何解释。'
@@ -128,11 +167,16 @@ def test_parser_oracle_scores_one(default_rows, name):
         assert correct == row["star_counts"]
         assert wrong == row["wrong_counts"]
         prediction = json.dumps({KEYS[spec.language]: correct}, ensure_ascii=False)
-        score = counting_stars_score(prediction, row["star_counts"], row["wrong_counts"] or None, spec.variant, spec.language)
+        score = counting_stars_score(
+            prediction, row["star_counts"], row["wrong_counts"] or None, spec.variant, spec.language
+        )
         assert score == 1.0
         if spec.variant == "reasoning":  # answering with the first, wrong counts earns 0.25 per star
             fooled = json.dumps({KEYS[spec.language]: wrong}, ensure_ascii=False)
-            assert counting_stars_score(fooled, row["star_counts"], row["wrong_counts"], "reasoning", spec.language) == 0.25
+            assert (
+                counting_stars_score(fooled, row["star_counts"], row["wrong_counts"], "reasoning", spec.language)
+                == 0.25
+            )
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -240,7 +284,7 @@ def test_piece_edits_match_string_edits():
                 words = plain.split(" ")
                 pieces = cs._replace_nth_space(pieces, word, star, spaces)
                 plain = " ".join(words[:word]) + star.text + " ".join(words[word:])
-            assert "".join(text[p[0]:p[1]] if isinstance(p, tuple) else p.text for p in pieces) == plain
+            assert "".join(text[p[0] : p[1]] if isinstance(p, tuple) else p.text for p in pieces) == plain
 
 
 def _synthetic_english(folder: Path) -> Path:
@@ -311,12 +355,18 @@ def test_compat_english_matches_reference(tmp_path, monkeypatch, tokenizer, task
     rows = list(iter_rows(spec, options, SMALL))
     for row in rows:
         assert row["star_counts"] == A32 and row["wrong_counts"] == (R32 if task == "reasoning" else [])
-        assert row["compat"] == "counting-stars" and row["needles"][0].startswith("\n") and row["needles"][0].endswith("\n")
+        assert (
+            row["compat"] == "counting-stars"
+            and row["needles"][0].startswith("\n")
+            and row["needles"][0].endswith("\n")
+        )
         expected, words = _reference_context(text, row["context_length"], row["needles"], "en")
         assert words == int(0.8 * row["context_length"])
         context = context_of(row)
         assert context == expected
-        assert row["haystack_tokens"] == tokenizer.count(context) and row["prompt_tokens"] == tokenizer.count(row["prompt"])
+        assert row["haystack_tokens"] == tokenizer.count(context) and row["prompt_tokens"] == tokenizer.count(
+            row["prompt"]
+        )
         assert oracle(row["prompt"], task, "en") == (A32, R32 if task == "reasoning" else [])
         assert row["needle_depths"][-1] == 100.0 and row["corpus_cycles"] == 0
 
@@ -335,7 +385,9 @@ def test_compat_chinese_matches_reference(tmp_path, monkeypatch, tokenizer, task
         assert characters == int(0.7 * row["context_length"])
         assert len(context) - sum(map(len, row["needles"])) == characters
         assert context == expected
-        assert row["haystack_tokens"] == tokenizer.count(context) and row["prompt_tokens"] == tokenizer.count(row["prompt"])
+        assert row["haystack_tokens"] == tokenizer.count(context) and row["prompt_tokens"] == tokenizer.count(
+            row["prompt"]
+        )
         assert oracle(row["prompt"], task, "zh") == (A32, R32 if task == "reasoning" else [])
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from needlebench.dataset import replace
 from needlebench.dataset.build import MANIFEST, build_dataset
 from needlebench.dataset.options import BuildOptions
@@ -309,7 +310,9 @@ def _interrupt_build(folder: Path, presses: int) -> tuple[subprocess.CompletedPr
     and the processes of the group still alive."""
     process = subprocess.Popen(
         [*CLI, "build", "single_en_1000k", "--num-proc", "2", "--out", str(folder)],  # ~10 s: still running at 1 s
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 300
     while len(_group(process.pid)) < 3:  # the parent and both workers

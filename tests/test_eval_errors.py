@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support import build_data
 from support.smollm import GGUF_NAME, gguf_path
 

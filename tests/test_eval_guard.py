@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation import harness
 from needlebench.evaluation.eval_args import parse_eval
@@ -41,7 +42,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_data(["single_en_4k", "atc_en", "counting_stars_acquisition_en_128k"], tmp_path_factory.mktemp("d") / "nb")
+    return build_data(
+        ["single_en_4k", "atc_en", "counting_stars_acquisition_en_128k"], tmp_path_factory.mktemp("d") / "nb"
+    )
 
 
 def _metadata(data_dir: Path) -> str:
@@ -87,7 +90,9 @@ class FakeOpenAI:
                 outer.requests.append(payload)
                 prompts = payload.get("prompt")
                 count = len(prompts) if isinstance(prompts, list) and prompts and not isinstance(prompts[0], int) else 1
-                self._send({"choices": [{"index": i, "text": outer.answer, "finish_reason": "stop"} for i in range(count)]})
+                self._send(
+                    {"choices": [{"index": i, "text": outer.answer, "finish_reason": "stop"} for i in range(count)]}
+                )
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -146,7 +151,13 @@ def test_too_long_rows_refuse_with_one_line(data_dir: Path):
         "--tasks", "needlebench_counting_stars_acquisition_en_128k,needlebench_single_en_4k",
         "--limit", "3", "--metadata", _metadata(data_dir),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, done.stderr[-2000:]
@@ -155,7 +166,9 @@ def test_too_long_rows_refuse_with_one_line(data_dir: Path):
     assert "needlebench_single_en_4k" not in lines[0] and "--skip-too-long" in lines[0]
 
 
-def test_skip_too_long_leaves_out_a_task_none_of_whose_rows_fit(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+def test_skip_too_long_leaves_out_a_task_none_of_whose_rows_fit(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     """--skip-too-long when every selected row of a task is too long (Counting-Stars rows 2 and 3: 12k and 16k):
     lm-eval cannot run a task without rows, so the task is left out, said so, and counted in the results and the
     report; when no task is left the run refuses with one line and writes nothing."""
@@ -164,12 +177,22 @@ def test_skip_too_long_leaves_out_a_task_none_of_whose_rows_fit(data_dir: Path, 
     model_args = f"model=fake,base_url={{url}},tokenizer={smollm_dir()},tokenizer_backend=huggingface,max_length=8192,max_retries=1"
     common = ["--metadata", _metadata(data_dir), "--samples", json.dumps(samples), "--skip-too-long", "--log_samples"]
     with FakeOpenAI("Hidden on Emerald Island is the legendary Stardust Shard.") as server:
-        argv = ["run", "--model", "local-completions", "--model_args", model_args.format(url=server.url), "--tasks", tasks]
+        argv = [
+            "run",
+            "--model",
+            "local-completions",
+            "--model_args",
+            model_args.format(url=server.url),
+            "--tasks",
+            tasks,
+        ]
         assert run_eval([*argv, *common, "--output_path", str(tmp_path / "out")]) == 0
         assert len(server.requests) == 2  # the two S-RT rows; nothing of the skipped task
         err = capsys.readouterr().err
-        assert "needlebench: skipping 1 task(s) none of whose rows fit the window of 8191 tokens: " \
+        assert (
+            "needlebench: skipping 1 task(s) none of whose rows fit the window of 8191 tokens: "
             "needlebench_counting_stars_acquisition_en_128k (2 rows)" in err
+        )
         results = _results(tmp_path / "out")
         raw = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text(encoding="utf-8"))
         assert "needlebench_counting_stars_acquisition_en_128k" not in raw["results"]  # as lm-eval wrote it
@@ -206,7 +229,10 @@ def test_skip_too_long_leaves_out_a_task_none_of_whose_rows_fit(data_dir: Path, 
 
 def test_requests_spread_over_two_servers_and_health_is_reported(data_dir: Path, tmp_path: Path):
     # one server closes its reasoning, the other never does (no final answer)
-    with FakeOpenAI("<think>the needle</think> Hidden on Emerald Island") as a, FakeOpenAI("<think>still thinking") as b:
+    with (
+        FakeOpenAI("<think>the needle</think> Hidden on Emerald Island") as a,
+        FakeOpenAI("<think>still thinking") as b,
+    ):
         status = _server_run(data_dir, tmp_path / "out", f"{a.url}|{b.url}", "--limit", "6")
         assert status == 0
         assert len(a.requests) == 3 and len(b.requests) == 3
@@ -246,7 +272,9 @@ def test_killed_run_resumes_without_recomputing_finished_rows(data_dir: Path, tm
         "--output_path", str(output), "--log_samples", "--resume",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    first = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + 600
     while not log.exists() or len(log.read_text().split()) < 6:  # kill after six answers
         assert first.poll() is None, "the run ended before it could be killed"
@@ -337,7 +365,9 @@ def test_reasoning_is_stripped_before_scoring(monkeypatch: pytest.MonkeyPatch):
     result = harness.process_single(row, [unclosed])
     assert result["score"] < 100.0 and result["score_reference"] == 100.0
     monkeypatch.setenv("NEEDLEBENCH_THINK_UNCLOSED", "drop")
-    with pytest.raises(NeedlebenchError, match="NEEDLEBENCH_THINK_UNCLOSED 'drop' is not allowed; allowed: keep, empty"):
+    with pytest.raises(
+        NeedlebenchError, match="NEEDLEBENCH_THINK_UNCLOSED 'drop' is not allowed; allowed: keep, empty"
+    ):
         harness.process_single(row, [unclosed])
     monkeypatch.delenv("NEEDLEBENCH_THINK_UNCLOSED")
     assert not has_final_answer("<think>maybe") and has_final_answer("plain answer")
@@ -403,6 +433,12 @@ def test_library_never_imports_vllm():
         "register_models()\n"
         "print(sorted(name for name in sys.modules if name == 'vllm' or name.startswith('vllm.')))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+
 from needlebench.dataset.build import BuildOptions
 from needlebench.dataset.rows import iter_rows
 from needlebench.errors import NeedlebenchError
@@ -29,7 +30,9 @@ EXPERIMENTS = ROOT / "scripts" / "experiments"
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -43,7 +46,13 @@ def small(**changes) -> dict:
         "name": "my_test",
         "kind": "single",
         "language": "en",
-        "needles": [{"needle": "The secret code of the lighthouse is 4471.", "question": "What is the secret code of the lighthouse?", "keyword": "4471"}],
+        "needles": [
+            {
+                "needle": "The secret code of the lighthouse is 4471.",
+                "question": "What is the secret code of the lighthouse?",
+                "keyword": "4471",
+            }
+        ],
         "lengths": [600, 900],
         "depths": [0, 50, 100],
     }
@@ -63,11 +72,36 @@ def test_example_files_validate_against_the_shipped_schema():
     jsonschema.Draft202012Validator.check_schema(experiment_schema())
     for path in sorted(EXPERIMENTS.glob("*.yaml")):
         jsonschema.validate(yaml.safe_load(path.read_text(encoding="utf-8")), experiment_schema())
-    assert {p.name for p in EXPERIMENTS.glob("*.yaml")} >= {"cdme_zh_8k.yaml", "cdme_multi_needle_zh.yaml", "inspect_niah.yaml"}
+    assert {p.name for p in EXPERIMENTS.glob("*.yaml")} >= {
+        "cdme_zh_8k.yaml",
+        "cdme_multi_needle_zh.yaml",
+        "inspect_niah.yaml",
+    }
 
 
 def test_depth_spacing_matches_the_reference():
-    assert [int(d) for d in generate_depth_percents(20, "linear")] == [0, 5, 10, 15, 21, 26, 31, 36, 42, 47, 52, 57, 63, 68, 73, 78, 84, 89, 94, 100]
+    assert [int(d) for d in generate_depth_percents(20, "linear")] == [
+        0,
+        5,
+        10,
+        15,
+        21,
+        26,
+        31,
+        36,
+        42,
+        47,
+        52,
+        57,
+        63,
+        68,
+        73,
+        78,
+        84,
+        89,
+        94,
+        100,
+    ]
     sigmoid = generate_depth_percents(5, "sigmoid")
     assert sigmoid == (0.669, 7.586, 50.0, 92.414, 99.331)
 
@@ -154,16 +188,44 @@ def test_start_and_end_buffers_keep_needles_out_of_the_edges():
 
 
 def test_sampling_methods_and_custom_template():
-    needles = [{"needle": f"The code of door {i} is {1000 + i}.", "question": f"What is the code of door {i}?", "keyword": str(1000 + i)} for i in range(4)]
-    sequential = parse_experiment(small(name="seq", needles=needles, sample_method="sequential", fixed_index=1, n_needles=3, lengths=[600], depths=[50]))
+    needles = [
+        {
+            "needle": f"The code of door {i} is {1000 + i}.",
+            "question": f"What is the code of door {i}?",
+            "keyword": str(1000 + i),
+        }
+        for i in range(4)
+    ]
+    sequential = parse_experiment(
+        small(
+            name="seq",
+            needles=needles,
+            sample_method="sequential",
+            fixed_index=1,
+            n_needles=3,
+            lengths=[600],
+            depths=[50],
+        )
+    )
     rows = list(iter_rows(register_experiment(sequential), BuildOptions()))
     assert [row["keywords"][0] for row in rows] == ["1001", "1002", "1003"]
-    fixed = parse_experiment(small(name="fix", needles=needles, fixed_index=2, runs=2, lengths=[600], depths=[50],
-                                   prompt="Q: {question}\n<doc>{context}</doc>\nA:"))
+    fixed = parse_experiment(
+        small(
+            name="fix",
+            needles=needles,
+            fixed_index=2,
+            runs=2,
+            lengths=[600],
+            depths=[50],
+            prompt="Q: {question}\n<doc>{context}</doc>\nA:",
+        )
+    )
     rows = list(iter_rows(register_experiment(fixed), BuildOptions()))
     assert [row["keywords"][0] for row in rows] == ["1002", "1002"]
     assert rows[0]["prompt"].startswith("Q: What is the code of door 2?") and rows[0]["prompt"].endswith("</doc>\nA:")
-    random = parse_experiment(small(name="rnd", needles=needles, sample_method="random", n_needles=4, lengths=[600], depths=[50]))
+    random = parse_experiment(
+        small(name="rnd", needles=needles, sample_method="random", n_needles=4, lengths=[600], depths=[50])
+    )
     picks = [row["keywords"][0] for row in iter_rows(register_experiment(random), BuildOptions())]
     assert picks == [row["keywords"][0] for row in iter_rows(register_experiment(random), BuildOptions())]
     assert set(picks) <= {"1000", "1001", "1002", "1003"}
@@ -238,9 +300,21 @@ def test_readme_example_is_a_valid_experiment():
 
 
 def test_multi_retrieval_experiment_places_every_needle(cl100k):
-    needles = [{"needle": f"Locker {i} holds a {w} umbrella.", "question": f"What does locker {i} hold?", "keyword": w}
-               for i, w in ((1, "red"), (2, "green"), (3, "blue"))]
-    exp = parse_experiment(small(name="lockers", kind="multi_retrieval", needles=needles, diff=30, lengths=[1500], depths=[10, 60], length_buffer=200))
+    needles = [
+        {"needle": f"Locker {i} holds a {w} umbrella.", "question": f"What does locker {i} hold?", "keyword": w}
+        for i, w in ((1, "red"), (2, "green"), (3, "blue"))
+    ]
+    exp = parse_experiment(
+        small(
+            name="lockers",
+            kind="multi_retrieval",
+            needles=needles,
+            diff=30,
+            lengths=[1500],
+            depths=[10, 60],
+            length_buffer=200,
+        )
+    )
     rows = list(iter_rows(register_experiment(exp), BuildOptions()))
     assert len(rows) == 2 and set(rows[0]) == set(columns_for("multi_retrieval"))
     assert rows[0]["requested_depths"] == [10.0, 40.0, 70.0] and rows[1]["requested_depths"] == [60.0, 90.0, 100.0]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from needlebench.dataset.experiment import build_experiment
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
@@ -19,7 +20,11 @@ INSPECT_STYLE = {
     "kind": "single",
     "language": "en",
     "needles": [
-        {"needle": f"The access code for vault {c} is {n}.", "question": f"What is the access code for vault {c}?", "keyword": str(n)}
+        {
+            "needle": f"The access code for vault {c} is {n}.",
+            "question": f"What is the access code for vault {c}?",
+            "keyword": str(n),
+        }
         for c, n in (("A", 7301), ("B", 5512), ("C", 9048))
     ],
     "sample_method": "random",
@@ -54,9 +59,21 @@ RETRIEVAL = {
     "kind": "multi_retrieval",
     "language": "en",
     "needles": [
-        {"needle": "Mira's favourite fruit is the quince.", "question": "What is Mira's favourite fruit?", "keyword": "quince"},
-        {"needle": "Tomas keeps his boat in Valparaiso.", "question": "Where does Tomas keep his boat?", "keyword": "Valparaiso"},
-        {"needle": "The orchard gate is painted teal.", "question": "What colour is the orchard gate?", "keyword": "teal"},
+        {
+            "needle": "Mira's favourite fruit is the quince.",
+            "question": "What is Mira's favourite fruit?",
+            "keyword": "quince",
+        },
+        {
+            "needle": "Tomas keeps his boat in Valparaiso.",
+            "question": "Where does Tomas keep his boat?",
+            "keyword": "Valparaiso",
+        },
+        {
+            "needle": "The orchard gate is painted teal.",
+            "question": "What colour is the orchard gate?",
+            "keyword": "teal",
+        },
     ],
     "diff": 30,
     "lengths": [1200],
@@ -80,10 +97,18 @@ def folder(tmp_path_factory) -> Path:
 def test_tasks_folder_lists_every_config_and_a_group_per_experiment(folder, tmp_path):
     tasks = tmp_path / "tasks"
     files = write_task_folder(folder, tasks)
-    assert {"inspect_style_3x7x3.yaml", "chain_zh.yaml", "utils.py", "_default_single_template_yaml",
-            "_default_multi_reasoning_template_yaml", "_needlebench_experiment_inspect_style_3x7x3.yaml",
-            "_needlebench_experiment_chain_zh.yaml", "three_facts_en.yaml", "_default_multi_retrieval_template_yaml",
-            "_needlebench_experiment_three_facts_en.yaml"} == set(files)
+    assert {
+        "inspect_style_3x7x3.yaml",
+        "chain_zh.yaml",
+        "utils.py",
+        "_default_single_template_yaml",
+        "_default_multi_reasoning_template_yaml",
+        "_needlebench_experiment_inspect_style_3x7x3.yaml",
+        "_needlebench_experiment_chain_zh.yaml",
+        "three_facts_en.yaml",
+        "_default_multi_retrieval_template_yaml",
+        "_needlebench_experiment_three_facts_en.yaml",
+    } == set(files)
     task = yaml.safe_load((tasks / "chain_zh.yaml").read_text(encoding="utf-8").replace("!function", ""))
     assert task["task"] == "needlebench_chain_zh" and task["metadata"]["data_dir"] == str(folder.resolve())
     write_task_folder(folder, tasks)  # rerunning replaces its own files
@@ -97,11 +122,20 @@ def test_oracle_scores_full_marks_on_experiments_through_lm_eval(folder, tmp_pat
     tasks = tmp_path / "tasks"
     write_task_folder(folder, tasks)
     output = tmp_path / "oracle"
-    status = run_eval([
-        "run", "--model", ORACLE_MODEL, "--include_path", str(tasks),
-        "--tasks", "needlebench_experiment_inspect_style_3x7x3,needlebench_experiment_chain_zh,needlebench_experiment_three_facts_en",
-        "--output_path", str(output), "--log_samples",
-    ])
+    status = run_eval(
+        [
+            "run",
+            "--model",
+            ORACLE_MODEL,
+            "--include_path",
+            str(tasks),
+            "--tasks",
+            "needlebench_experiment_inspect_style_3x7x3,needlebench_experiment_chain_zh,needlebench_experiment_three_facts_en",
+            "--output_path",
+            str(output),
+            "--log_samples",
+        ]
+    )
     assert status == 0
     results = json.loads(sorted(output.rglob("results_*.json"))[-1].read_text(encoding="utf-8"))
     single = results["results"]["needlebench_inspect_style_3x7x3"]
@@ -124,8 +158,12 @@ def test_tasks_cli_writes_the_folder_and_refuses_a_non_dataset(folder, tmp_path)
     import sys
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     result = cli("tasks", str(folder), "--out", str(tmp_path / "t"))
     assert result.returncode == 0, result.stderr

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from hub_server import HubServer, olah_fixture
 from needlebench.evaluation import harness
 from needlebench.evaluation.upstream import LM_EVAL_PROVIDES, TASK_REQUIREMENTS

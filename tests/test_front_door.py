@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from needlebench.evaluation.report import HEALTH
 from needlebench.tasks.experiment import load_experiment, register_experiment
 from needlebench.tasks.grid import COMPAT_MODES, ConfigSpec, registry
@@ -399,6 +400,7 @@ def test_compat_cells_hold_the_rows_of_the_reference_construction(
     import itertools
 
     import datasets
+
     from needlebench.dataset.options import BuildOptions
     from needlebench.dataset.rows import iter_rows
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation import harness
 from needlebench.evaluation.evaluate import oracle_answers
@@ -313,7 +314,11 @@ def test_groups_cover_families_and_sizes():
     # v1 groups hold no v2 task; the v2 groups hold every v2 task once
     assert not any("_v2_" in task for group in expected for task in by_name[group]["task"])
     families = ("single", "multi_retrieval", "multi_reasoning", "atc")
-    assert len(by_name["needlebench_v2"]["task"]) == 44 == sum(len(by_name[f"needlebench_v2_{f}"]["task"]) for f in families)
+    assert (
+        len(by_name["needlebench_v2"]["task"])
+        == 44
+        == sum(len(by_name[f"needlebench_v2_{f}"]["task"]) for f in families)
+    )
     assert by_name["needlebench_v2_atc"]["task"] == ["needlebench_v2_atc_en", "needlebench_v2_atc_zh"]
     assert len(by_name["needlebench_v2_4k"]["task"]) == 6
     assert [m["metric"] for m in by_name["needlebench_v2_atc"]["aggregate_metric_list"]] == [

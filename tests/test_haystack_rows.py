@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.rows import iter_rows
 from needlebench.tasks.grid import get_config
@@ -32,7 +33,7 @@ def test_single_rows(config, cl100k):
     spec = get_config(config)
     assert len(rows) == 2 * len(spec.depths) * spec.repeats
     deviations = []
-    for row in rows[:: 7]:
+    for row in rows[::7]:
         assert row.keys() == columns_for("single").keys()
         context = _context(row)
         assert cl100k.count(context) == row["haystack_tokens"] == row["context_length"] - row["buffer"]

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
+
 from needlebench.sources.hf_tokenizer import splice_safe
 from needlebench.sources.tokenized import _cache_key
 from needlebench.sources.tokenizer import get_tokenizer
@@ -35,7 +36,9 @@ LITERALS = [
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -81,8 +84,9 @@ def build_experiment_file(tmp_path: Path, experiment: dict, out: Path, tokenizer
 def metaspace_dir(tmp_path_factory) -> Path:
     """A small BPE tokenizer with a Metaspace pre-tokenizer (SentencePiece style, prefix space on the first piece):
     not a regex split of byte-level BPE, so counts take the whole-prompt fallback."""
-    from needlebench.sources.corpus import load_corpus
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from needlebench.sources.corpus import load_corpus
 
     folder = tmp_path_factory.mktemp("metaspace")
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -172,18 +176,27 @@ def test_recorded_name_has_no_path_and_reloads_by_hash(smollm):
 
 def test_splice_safe_accepts_regex_byte_level_bpe_only():
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
-    llama3 = {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": r"(?i:'s|'t)|\p{L}+|\p{N}{1,3}|\s+(?!\S)|\s+"}, "behavior": "Isolated",
-         "invert": False},
-        {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False},
-    ]}
+    llama3 = {
+        "type": "Sequence",
+        "pretokenizers": [
+            {
+                "type": "Split",
+                "pattern": {"Regex": r"(?i:'s|'t)|\p{L}+|\p{N}{1,3}|\s+(?!\S)|\s+"},
+                "behavior": "Isolated",
+                "invert": False,
+            },
+            {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False},
+        ],
+    }
     digits = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, byte_level]}
     bpe = {"type": "BPE"}
     assert splice_safe({"normalizer": None, "pre_tokenizer": byte_level, "model": bpe})
     assert splice_safe({"normalizer": None, "pre_tokenizer": llama3, "model": bpe})
     assert splice_safe({"normalizer": None, "pre_tokenizer": digits, "model": bpe})
     assert not splice_safe({"normalizer": {"type": "NFC"}, "pre_tokenizer": llama3, "model": bpe})
-    assert not splice_safe({"normalizer": None, "pre_tokenizer": {**byte_level, "add_prefix_space": True}, "model": bpe})
+    assert not splice_safe(
+        {"normalizer": None, "pre_tokenizer": {**byte_level, "add_prefix_space": True}, "model": bpe}
+    )
     assert not splice_safe({"normalizer": None, "pre_tokenizer": {**byte_level, "use_regex": False}, "model": bpe})
     assert not splice_safe({"normalizer": None, "pre_tokenizer": {"type": "Metaspace"}, "model": bpe})
     assert not splice_safe({"normalizer": None, "pre_tokenizer": byte_level, "model": {"type": "WordPiece"}})
@@ -281,16 +294,30 @@ def test_experiments_en_single_and_zh_multi_in_smollm_tokens(tmp_path, smollm, s
 
     (tmp_path / "tok").symlink_to(smollm, target_is_directory=True)
     single = {
-        "name": "smol_single_en", "kind": "single", "language": "en", "tokenizer": "hf:tok",
+        "name": "smol_single_en",
+        "kind": "single",
+        "language": "en",
+        "tokenizer": "hf:tok",
         "haystack": str(haystacks["en"]),
         "needles": [
-            {"needle": "The secret ingredient of the Zorvath stew is blue saffron.",
-             "question": "What is the secret ingredient of the Zorvath stew?", "keyword": "blue saffron"},
-            {"needle": "Captain Ilse keeps the map in a copper tube.",
-             "question": "Where does Captain Ilse keep the map?", "keyword": "copper tube"},
+            {
+                "needle": "The secret ingredient of the Zorvath stew is blue saffron.",
+                "question": "What is the secret ingredient of the Zorvath stew?",
+                "keyword": "blue saffron",
+            },
+            {
+                "needle": "Captain Ilse keeps the map in a copper tube.",
+                "question": "Where does Captain Ilse keep the map?",
+                "keyword": "copper tube",
+            },
         ],
-        "sample_method": "sequential", "n_needles": 2,
-        "lengths": [900, 2500], "depths": {"n": 5}, "start_buffer": 60, "end_buffer": 40, "length_buffer": 100,
+        "sample_method": "sequential",
+        "n_needles": 2,
+        "lengths": [900, 2500],
+        "depths": {"n": 5},
+        "start_buffer": 60,
+        "end_buffer": 40,
+        "length_buffer": 100,
     }
     out = tmp_path / "ds"
     manifest = build_experiment_file(tmp_path, single, out)  # the file's own tokenizer, relative to the file
@@ -317,12 +344,22 @@ def test_experiments_en_single_and_zh_multi_in_smollm_tokens(tmp_path, smollm, s
     assert f"`{recorded}` tokens" in card
 
     multi = {
-        "name": "smol_multi_zh", "kind": "multi_retrieval", "language": "zh", "diff": 20,
+        "name": "smol_multi_zh",
+        "kind": "multi_retrieval",
+        "language": "zh",
+        "diff": 20,
         "needles": [
             {"needle": "翡翠岛上藏着传说中的星尘碎片。", "question": "翡翠岛上藏着什么？", "keyword": "星尘碎片"},
-            {"needle": "佐尔瓦斯星系的统治者是米瑞女王。", "question": "佐尔瓦斯星系的统治者是谁？", "keyword": "米瑞女王"},
+            {
+                "needle": "佐尔瓦斯星系的统治者是米瑞女王。",
+                "question": "佐尔瓦斯星系的统治者是谁？",
+                "keyword": "米瑞女王",
+            },
         ],
-        "lengths": [1200, 3000], "depths": [0, 30, 60], "length_buffer": 150, "haystack": str(haystacks["zh"]),
+        "lengths": [1200, 3000],
+        "depths": [0, 30, 60],
+        "length_buffer": 150,
+        "haystack": str(haystacks["zh"]),
     }
     path = tmp_path / "multi.yaml"
     path.write_text(yaml.safe_dump(multi, allow_unicode=True), encoding="utf-8")
@@ -343,18 +380,29 @@ def test_experiments_en_single_and_zh_multi_in_smollm_tokens(tmp_path, smollm, s
 
 
 def test_a_tokenizer_that_does_not_splice_takes_the_exact_fallback(tmp_path, metaspace_dir, haystacks):
+    from tokenizers import Tokenizer
+
     from needlebench.dataset.verify import verify_folder
     from needlebench.sources.tokenizer import counting_note
-    from tokenizers import Tokenizer
 
     tokenizer = get_tokenizer(f"hf:{metaspace_dir}")
     assert not tokenizer.splices
     experiment = {
-        "name": "metaspace_single", "kind": "single", "language": "en", "haystack": str(haystacks["en"]),
+        "name": "metaspace_single",
+        "kind": "single",
+        "language": "en",
+        "haystack": str(haystacks["en"]),
         "tokenizer": f"hf:{metaspace_dir}",
-        "needles": [{"needle": "The ruler of the Zorvath star system is Queen Miri.",
-                     "question": "Who rules the Zorvath star system?", "keyword": "Queen Miri"}],
-        "lengths": [500, 1200], "depths": [0, 35, 70, 100], "length_buffer": 50,
+        "needles": [
+            {
+                "needle": "The ruler of the Zorvath star system is Queen Miri.",
+                "question": "Who rules the Zorvath star system?",
+                "keyword": "Queen Miri",
+            }
+        ],
+        "lengths": [500, 1200],
+        "depths": [0, 35, 70, 100],
+        "length_buffer": 50,
     }
     out = tmp_path / "ds"
     manifest = build_experiment_file(tmp_path, experiment, out)
@@ -419,8 +467,13 @@ def test_families_without_the_tokenised_haystack_refuse_an_hf_tokenizer(tmp_path
 )
 def test_bad_experiment_tokenizer_is_one_line(tmp_path, value, words):
     experiment = {
-        "name": "bad_tok", "kind": "single", "language": "en", "tokenizer": value,
-        "needles": [{"needle": "A.", "question": "B?", "keyword": "A"}], "lengths": [500], "depths": [50],
+        "name": "bad_tok",
+        "kind": "single",
+        "language": "en",
+        "tokenizer": value,
+        "needles": [{"needle": "A.", "question": "B?", "keyword": "A"}],
+        "lengths": [500],
+        "depths": [50],
     }
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(experiment), encoding="utf-8")
@@ -478,13 +531,21 @@ def test_a_model_in_the_local_hugging_face_cache_loads_by_name_offline(tmp_path,
         "print(' '.join(c(spec) for spec in sys.argv[1:]))"
     )
     for cache, specs in (("a", ["hf:TestOrg/tiny-smol", f"hf:{snapshot}"]), ("b", [recorded])):
-        env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1",
-               "NEEDLEBENCH_CACHE": str(tmp_path / cache)}
-        result = subprocess.run([sys.executable, "-c", script, *specs], capture_output=True, text=True, env=env,
-                                timeout=300)
+        env = {
+            **os.environ,
+            "HF_HUB_CACHE": str(tmp_path / "hub"),
+            "HF_HUB_OFFLINE": "1",
+            "NEEDLEBENCH_CACHE": str(tmp_path / cache),
+        }
+        result = subprocess.run(
+            [sys.executable, "-c", script, *specs], capture_output=True, text=True, env=env, timeout=300
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == [recorded] * len(specs)
     env["NEEDLEBENCH_CACHE"] = str(tmp_path / "c")
-    missing = subprocess.run([sys.executable, "-c", script, "hf:TestOrg/not-cached"], capture_output=True, text=True,
-                             env=env, timeout=300)
-    assert missing.returncode != 0 and "not a local folder nor a model in the local Hugging Face cache" in missing.stderr
+    missing = subprocess.run(
+        [sys.executable, "-c", script, "hf:TestOrg/not-cached"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert (
+        missing.returncode != 0 and "not a local folder nor a model in the local Hugging Face cache" in missing.stderr
+    )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from needlebench.dataset import build as build_module
 from needlebench.dataset.size_guard import DEFAULT_MAX_TOKENS, check_size
 from needlebench.errors import NeedlebenchError
@@ -81,7 +82,9 @@ def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
     text = yaml.safe_dump(experiment(), sort_keys=False) + "lengths: [2000]\n"
     line = refused(tmp_path, text)
     assert "key 'lengths' is given twice" in line and "exp.yaml" in line
-    nested = yaml.safe_dump(experiment(), sort_keys=False).replace("keyword: '4711'", "keyword: '4711'\n  keyword: '47'")
+    nested = yaml.safe_dump(experiment(), sort_keys=False).replace(
+        "keyword: '4711'", "keyword: '4711'\n  keyword: '47'"
+    )
     assert "key 'keyword' is given twice" in refused(tmp_path, nested)
 
 
@@ -89,7 +92,9 @@ def test_nan_depths_are_refused(tmp_path: Path) -> None:
     text = yaml.safe_dump(experiment(), sort_keys=False).replace("- 50", "- .nan")
     line = refused(tmp_path, text)
     assert "key depths.1: NaN is not allowed" in line and "<= 100" in line
-    text = yaml.safe_dump(experiment(kind="multi_retrieval", diff=10), sort_keys=False).replace("diff: 10", "diff: .nan")
+    text = yaml.safe_dump(experiment(kind="multi_retrieval", diff=10), sort_keys=False).replace(
+        "diff: 10", "diff: .nan"
+    )
     assert "key diff: NaN is not allowed" in refused(tmp_path, text)
 
 
@@ -208,7 +213,9 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path: Path) -> None:
     out = tmp_path / "out"
     process = subprocess.Popen(
         [sys.executable, "-c", CLI, "build", "multi_reasoning_en_200k", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out.is_dir() and any(out.glob(".building-*"))):

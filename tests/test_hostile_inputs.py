@@ -420,6 +420,7 @@ def test_a_token_cache_entry_with_a_recomputed_digest_is_not_trusted(sandbox, tm
     """One token inserted in the middle of the cached token table (the boundary tables shifted to match, so every
     invariant holds) and the entry's digest recomputed: the build notices and recomputes, its rows are right."""
     import numpy as np
+
     from needlebench.dataset.build import build_dataset
     from needlebench.dataset.options import BuildOptions
     from needlebench.sources import tokenized

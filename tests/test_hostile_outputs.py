@@ -33,7 +33,11 @@ CACHE = ".needlebench-judge-cache.jsonl"
 def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=timeout, check=False, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -112,7 +116,12 @@ class HostileJudge(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def judge_server():
-    HostileJudge.requests, HostileJudge.broken, HostileJudge.huge_bytes_sent, HostileJudge.trickled_for = [], True, 0, 0.0
+    HostileJudge.requests, HostileJudge.broken, HostileJudge.huge_bytes_sent, HostileJudge.trickled_for = (
+        [],
+        True,
+        0,
+        0.0,
+    )
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), HostileJudge)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -142,8 +151,18 @@ def write_run(root: Path, files: dict[str, list[dict]]) -> Path:
 
 
 def judge(results: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
-    return cli("judge", str(results), "--base-url", url, "--model", "judge-model", "--api-key-env", "HOSTILE_KEY",
-               *extra, env={"HOSTILE_KEY": API_KEY})
+    return cli(
+        "judge",
+        str(results),
+        "--base-url",
+        url,
+        "--model",
+        "judge-model",
+        "--api-key-env",
+        "HOSTILE_KEY",
+        *extra,
+        env={"HOSTILE_KEY": API_KEY},
+    )
 
 
 def cache_entries(results: Path) -> list[dict]:
@@ -161,10 +180,13 @@ def assert_no_secret(results: Path, *outputs: subprocess.CompletedProcess) -> No
 
 
 def test_server_errors_are_not_cached_and_a_rerun_sends_only_them(judge_server, tmp_path):
-    results = write_run(tmp_path, {
-        "needlebench_good": [sample("capital of France?"), sample("capital of Italy?", "Rome", "Rome")],
-        "needlebench_bad": [sample("FLAKY one?"), sample("FLAKY two?"), sample("capital of Spain?", "Madrid")],
-    })
+    results = write_run(
+        tmp_path,
+        {
+            "needlebench_good": [sample("capital of France?"), sample("capital of Italy?", "Rome", "Rome")],
+            "needlebench_bad": [sample("FLAKY one?"), sample("FLAKY two?"), sample("capital of Spain?", "Madrid")],
+        },
+    )
     url = secret_url(judge_server, "flaky")
     first = judge(results, url, "--retries", "1")
     assert first.returncode == 1, first.stderr
@@ -186,10 +208,15 @@ def test_server_errors_are_not_cached_and_a_rerun_sends_only_them(judge_server, 
     second = judge(results, url, "--retries", "1")
     assert second.returncode == 0, second.stderr
     assert sorted(prompt.split("[Question]\n")[1].split("\n")[0] for _, prompt in HostileJudge.requests) == [
-        "FLAKY one?", "FLAKY two?"
+        "FLAKY one?",
+        "FLAKY two?",
     ]
-    judged = [json.loads(line) for line in
-              (folder / "judged_samples_needlebench_bad_2026-01-01T00-00-00.000000.jsonl").read_text().splitlines()]
+    judged = [
+        json.loads(line)
+        for line in (folder / "judged_samples_needlebench_bad_2026-01-01T00-00-00.000000.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     assert [row["judge"]["score"] for row in judged] == [9, 9, 9]
     assert_no_secret(results, first, second)
 
@@ -256,8 +283,12 @@ def test_old_caches_of_failed_requests_are_asked_again(judge_server, tmp_path):
     from needlebench.evaluation.judge import _cache_key
 
     key = _cache_key("judge-model", "capital of France?", "Paris", "Paris")
-    poisoned = {"key": key, "model": "judge-model", "score": None,
-                "reply": f"error: HTTPStatusError: Server error '500' for url '{secret_url(1, 'ok')}'"}
+    poisoned = {
+        "key": key,
+        "model": "judge-model",
+        "score": None,
+        "reply": f"error: HTTPStatusError: Server error '500' for url '{secret_url(1, 'ok')}'",
+    }
     (results / CACHE).write_text(json.dumps(poisoned) + "\n", encoding="utf-8")
     run = judge(results, f"http://127.0.0.1:{judge_server}/ok/v1")
     assert run.returncode == 0 and len(HostileJudge.requests) == 1
@@ -281,16 +312,24 @@ def report_run(root: Path, models: dict[str, float]) -> Path:
     for model, value in models.items():
         folder = root / "results" / model
         write_samples(folder, "needlebench_single_en_4k", [{"doc": single_row(prompt=model), "score": value}])
-        (folder / "results_2025-01-01T00-00-00.000000.json").write_text(json.dumps({
-            "results": {"needlebench_single_en_4k": {"alias": "single_en_4k", "score,none": value}},
-            "config": {"model": "hf", "model_args": f"pretrained={model}"},
-        }), encoding="utf-8")
+        (folder / "results_2025-01-01T00-00-00.000000.json").write_text(
+            json.dumps(
+                {
+                    "results": {"needlebench_single_en_4k": {"alias": "single_en_4k", "score,none": value}},
+                    "config": {"model": "hf", "model_args": f"pretrained={model}"},
+                }
+            ),
+            encoding="utf-8",
+        )
     return root / "results"
 
 
 def tree_hashes(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_report_refuses_a_folder_it_did_not_write(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from hub_server import (
     ClientError,
     HubServer,
@@ -149,7 +150,9 @@ def test_opencompass_files_download_and_cache(hub: HubServer, opencompass: dict[
     assert list(corpus["documents"]) == [record["text"] for record in FINANCE]
     # A pinned commit is read from the cache with the Hub unreachable and offline mode on.
     offline = client_env(f"http://127.0.0.1:{free_port()}", home) | {"HF_HUB_OFFLINE": "1"}
-    (cached,) = run_client([{"target": "needlebench.sources.hub:opencompass_file", "args": ["needles.jsonl", commit]}], offline)
+    (cached,) = run_client(
+        [{"target": "needlebench.sources.hub:opencompass_file", "args": ["needles.jsonl", commit]}], offline
+    )
     assert cached == needles_path
 
 
@@ -202,7 +205,11 @@ def test_verify_repo_passes_then_fails_after_a_parquet_file_is_altered(hub: HubS
             ("needlebench.dataset.verify:verify_repo", ("org/nb", "v1.0.0", None), {"rebuild": False}),
             ("needlebench.dataset.verify:verify_repo", ("org/nb", "v1.0.0", ["atc_en"]), {"rebuild": False}),
             ("needlebench.dataset.verify:verify_repo", ("org/nb", "v1.0.1-altered", None), {"rebuild": False}),
-            ("needlebench.dataset.verify:verify_repo", ("org/nb", "v1.0.1-altered", ["single_en_4k"]), {"rebuild": False}),
+            (
+                "needlebench.dataset.verify:verify_repo",
+                ("org/nb", "v1.0.1-altered", ["single_en_4k"]),
+                {"rebuild": False},
+            ),
             ("needlebench.dataset.verify:verify_repo", ("org/nb", "v9.9.9", None), {"rebuild": False}),
         ]
     )
@@ -217,7 +224,11 @@ def test_hub_publish_reads_existing_tags_through_the_real_api(hub: HubServer, pu
     make_dataset_folder(other, {"single_en_4k": 6, "atc_en": 3}, salt="-other")
     same, conflict = hub.calls(
         [
-            ("needlebench.dataset.publish:publish_folder", (str(published),), {"repo_id": "org/nb", "version": "1.0.0"}),
+            (
+                "needlebench.dataset.publish:publish_folder",
+                (str(published),),
+                {"repo_id": "org/nb", "version": "1.0.0"},
+            ),
             ("needlebench.dataset.publish:publish_folder", (str(other),), {"repo_id": "org/nb", "version": "1.0.0"}),
         ]
     )
@@ -232,7 +243,9 @@ def test_verify_repo_rebuilds_a_real_build(hub: HubServer, tmp_path: Path) -> No
     folder = tmp_path / "real"
     build_dataset(["single_en_4k"], folder, BuildOptions(), progress=False)
     publish_to_git(folder, hub.repo_path("org/real"), version="0.1.0")
-    assert hub.call("needlebench.dataset.verify:verify_repo", "org/real", "v0.1.0", None) == {}  # {config: reason} if not
+    assert (
+        hub.call("needlebench.dataset.verify:verify_repo", "org/real", "v0.1.0", None) == {}
+    )  # {config: reason} if not
 
 
 def test_unreachable_endpoint_fails_fast_with_one_line_errors(tmp_path: Path) -> None:

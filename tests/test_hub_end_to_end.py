@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from hub_server import ClientError, HubServer, commit_files, olah_fixture
 from needlebench.dataset.build import build_dataset
 from needlebench.dataset.options import BuildOptions
@@ -32,14 +33,20 @@ NEEDLE = {
 def _needlebench(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=600,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
 def test_build_with_the_paper_inputs_from_the_hub(hub: HubServer, tmp_path: Path):
     files = {
         "README.md": "---\nlicense: mit\n---\n# fixture\n",
-        "PaulGrahamEssays.jsonl": "".join(json.dumps({"title": str(i), "text": t}) + "\n" for i, t in enumerate(ESSAYS)),
+        "PaulGrahamEssays.jsonl": "".join(
+            json.dumps({"title": str(i), "text": t}) + "\n" for i, t in enumerate(ESSAYS)
+        ),
         "zh_finance.jsonl": json.dumps({"title": "财经", "text": "市场今天上涨了。"}, ensure_ascii=False) + "\n",
         "needles.jsonl": json.dumps(NEEDLE) + "\n",
         "names.json": json.dumps({"English": "Alice Reed,Bob Stone", "Chinese": "张三,李四"}, ensure_ascii=False),
@@ -50,7 +57,8 @@ def test_build_with_the_paper_inputs_from_the_hub(hub: HubServer, tmp_path: Path
     out = tmp_path / "paper"
     result = _needlebench(
         ["build", "single_en_4k", "--corpus", "opencompass@fixture-v1", "--compat", "opencompass", "--out", str(out)],
-        hub.env(), tmp_path,
+        hub.env(),
+        tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     import pyarrow.parquet as pq
@@ -79,18 +87,36 @@ def release(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_lm_eval_task_reads_a_published_release_by_data_repo(hub: HubServer, release: str, tmp_path: Path):
     output = tmp_path / "results"
-    code = (
-        "import sys; from needlebench.evaluation.evaluate import run_eval; sys.exit(run_eval(sys.argv[1:]))"
-    )
+    code = "import sys; from needlebench.evaluation.evaluate import run_eval; sys.exit(run_eval(sys.argv[1:]))"
     metadata = json.dumps({"data_repo": release, "data_revision": "v1.0.0"})
     # lm-eval merges --model_args into the task metadata: the model's revision must not reach the dataset
     model_args = "pretrained=org/some-model,revision=no-such-branch"
     # the fallback source is a missing folder: the run only passes when data_repo is what the rows come from
     env = {**hub.env(), "NEEDLEBENCH_DATA_DIR": str(tmp_path / "not-a-folder")}
     result = subprocess.run(
-        [sys.executable, "-c", code, "run", "--model", "needlebench-oracle", "--model_args", model_args,
-         "--tasks", "needlebench_atc_en", "--metadata", metadata, "--limit", "8", "--output_path", str(output)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-c",
+            code,
+            "run",
+            "--model",
+            "needlebench-oracle",
+            "--model_args",
+            model_args,
+            "--tasks",
+            "needlebench_atc_en",
+            "--metadata",
+            metadata,
+            "--limit",
+            "8",
+            "--output_path",
+            str(output),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(sorted(output.rglob("results_*.json"))[-1].read_text())["results"]["needlebench_atc_en"]

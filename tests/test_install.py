@@ -20,6 +20,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+
 from needlebench import resources
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.evaluate import default_include_path
@@ -65,7 +66,17 @@ def wheel(tmp_path_factory) -> Path:
         else:
             source.mkdir(exist_ok=True)
             shutil.copy2(path, source / name)
-    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(base / "dist"), str(source)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--wheel-dir",
+        str(base / "dist"),
+        str(source),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (built,) = (base / "dist").glob("needlebench-*.whl")
@@ -89,7 +100,11 @@ def test_wheel_ships_card_template_and_task_folder(wheel):
     assert set(task_files()) <= set(shipped)
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
     assert "needlebench/resources.py" in names and "needlebench/data/atc.yaml" in names
-    requires = {re.split(r"[\s<>=;\[]", line.removeprefix("Requires-Dist: "))[0].lower() for line in metadata.splitlines() if line.startswith("Requires-Dist: ")}
+    requires = {
+        re.split(r"[\s<>=;\[]", line.removeprefix("Requires-Dist: "))[0].lower()
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist: ")
+    }
     assert "jinja2" in requires  # huggingface_hub's DatasetCard.from_template needs it and does not require it
 
 
@@ -158,7 +173,11 @@ def test_every_third_party_import_is_a_declared_dependency():
     requirements = project["dependencies"] + [req for reqs in project["optional-dependencies"].values() for req in reqs]
     declared = {_canonical(re.split(r"[\s<>=!~;\[]", requirement)[0]) for requirement in requirements}
     providers = packages_distributions()
-    modules = _imported_top_level([REPO / "generator" / "needlebench", TASKS]) - set(sys.stdlib_module_names) - {"needlebench"}
+    modules = (
+        _imported_top_level([REPO / "generator" / "needlebench", TASKS])
+        - set(sys.stdlib_module_names)
+        - {"needlebench"}
+    )
     undeclared = {}
     for module in sorted(modules):
         distributions = {_canonical(name) for name in providers.get(module, [])}

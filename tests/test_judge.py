@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
 from needlebench.evaluation.judge import JudgeConfig, judge_results, parse_rating
 
 LONG_CONTEXT = "haystack " * 2000
@@ -69,10 +70,16 @@ def test_parse_rating():
     ("reply", "rating"),
     [
         # replies SmolLM2-135M-Instruct gave as a judge on vLLM (greedy, 32 tokens): an anchor restated, or no rating
-        ("1: The answer is completely unrelated to the reference.\n\nThe reference answer is not a complete answer.", 1),
+        (
+            "1: The answer is completely unrelated to the reference.\n\nThe reference answer is not a complete answer.",
+            1,
+        ),
         ("The answer is 5. The reference answer is 3, and the answer is 5. The answer is 5.", None),
         ("The reference answer is 12, and the answer is 34.\n\nThe answer is 34.\n\nThe answer is 3", None),
-        ("The answer is not completely unrelated to the reference. The reference answer is not entirely accurate", None),
+        (
+            "The answer is not completely unrelated to the reference. The reference answer is not entirely accurate",
+            None,
+        ),
         ("[Reference answer]", None),
         # other common forms
         ("I would rate this answer 8/10.", 8),
@@ -128,9 +135,20 @@ def test_judge_cli_errors(tmp_path: Path):
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-c", "from needlebench.cli import main; main()", "judge", str(tmp_path),
-         "--base-url", "http://127.0.0.1:9/v1", "--model", "m"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "from needlebench.cli import main; main()",
+            "judge",
+            str(tmp_path),
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2 and "no samples_*.jsonl" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

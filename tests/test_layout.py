@@ -42,9 +42,9 @@ def test_every_module_belongs_to_a_stage():
         str(path.relative_to(ROOT)) for path in ROOT.glob("*.py") if path.stem not in SHARED and path.stem != "cli"
     )
     assert loose == [], f"modules outside the stage folders: {loose}"
-    assert sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith((".", "_")) and p.name != "data") == sorted(
-        STAGES[:-1]
-    )
+    assert sorted(
+        p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith((".", "_")) and p.name != "data"
+    ) == sorted(STAGES[:-1])
 
 
 def test_no_relative_imports_and_lower_stages_never_import_higher_ones():

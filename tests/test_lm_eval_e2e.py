@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
+
 from needlebench.evaluation import harness, scoring
 from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
 from needlebench.evaluation.report import HEALTH, write_report
 from needlebench.evaluation.report import SAMPLES_FILE_RE as SAMPLES_NAME
 from needlebench.tasks.grid import get_config
-from PIL import Image
 from support import build_data, results_with_health
 from support.smollm import smollm_dir
 
@@ -156,9 +157,20 @@ def test_report_command_on_the_oracle_run(oracle_output: Path, tmp_path: Path):
 
     out = tmp_path / "cli-report"
     result = subprocess.run(
-        [sys.executable, "-c", "from needlebench.cli import main; main()", "report", str(oracle_output),
-         "--out", str(out), "--no-figures"],
-        capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            "-c",
+            "from needlebench.cli import main; main()",
+            "report",
+            str(oracle_output),
+            "--out",
+            str(out),
+            "--no-figures",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert str(out / "needlebench_4k.csv") in "".join(result.stdout.split())  # Rich wraps long paths when piped
@@ -221,10 +233,10 @@ def test_subset_of_a_real_split_covers_every_cell(data_dir: Path):
         split = harness.load_dataset(needlebench_config=config, data_dir=str(data_dir), subset=cells)["test"]
         spec = get_config(config)
         assert len(split) == cells
-        assert {(row["context_length"], row["depth_percent"], row["num_needles"] if "num_needles" in row else 1)
-                for row in split} == {
-            (length, float(depth), n) for length in spec.lengths for depth in spec.depths for n in spec.needle_counts
-        }
+        assert {
+            (row["context_length"], row["depth_percent"], row["num_needles"] if "num_needles" in row else 1)
+            for row in split
+        } == {(length, float(depth), n) for length in spec.lengths for depth in spec.depths for n in spec.needle_counts}
         again = harness.load_dataset(needlebench_config=config, data_dir=str(data_dir), subset=cells)["test"]
         assert again["id"] == split["id"]  # fixed seed
 
@@ -289,8 +301,15 @@ def test_report_on_lm_eval_output_writes_tables_and_images(smollm_run: Path, tmp
     names = {path.name for path in written}
     model = smollm_dir().name  # named after --model_args pretrained
     heatmap = f"heatmap_{model}_needlebench_single_en_4k.png"
-    assert {"needlebench_4k.md", "needlebench_4k.csv", "scores.csv", "lm_eval_results.csv", heatmap, "README.md",
-            "report.html"} <= names
+    assert {
+        "needlebench_4k.md",
+        "needlebench_4k.csv",
+        "scores.csv",
+        "lm_eval_results.csv",
+        heatmap,
+        "README.md",
+        "report.html",
+    } <= names
     with Image.open(tmp_path / "report" / heatmap) as image:
         image.verify()
         assert image.format == "PNG"
@@ -302,6 +321,7 @@ def test_plain_dataset_path_task_reads_a_pinned_folder(srt_data_dir: Path, tmp_p
     """The README's plain ``dataset_path``/``dataset_name`` form: our task included, lm-eval's own loader."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
+
     from needlebench.evaluation.evaluate import oracle_model
 
     folder = tmp_path / "tasks"

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from needlebench.errors import NeedlebenchError
 from needlebench.tasks.needle_bank import BANK_SEED, needle_bank
 from needlebench.tasks.needle_file import load_needles_file
@@ -307,7 +308,10 @@ def test_the_bank_leak_index_agrees_with_leaks_into(language: str) -> None:
     earlier = bank[:40]
     probes = list(bank[40:])
     probes += [replace(bank[45], subject=bank[3].subject), replace(bank[46], keyword=bank[5].keyword[1:])]
-    probes += [replace(bank[47], text=bank[47].text + bank[7].keyword), replace(bank[48], keyword=bank[9].question[2:9])]
+    probes += [
+        replace(bank[47], text=bank[47].text + bank[7].keyword),
+        replace(bank[48], keyword=bank[9].question[2:9]),
+    ]
     probes += [replace(bank[49], question=bank[49].question + "\0"), replace(bank[50], text=bank[11].keyword + "\0")]
     answers = [index.leaks(probe) for probe in probes]
     assert answers == [any(leaks_into(probe, other) for other in earlier) for probe in probes]

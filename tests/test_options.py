@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.hub import OPENCOMPASS_REVISION
@@ -27,7 +28,10 @@ def test_hub_inputs_are_pinned_for_the_recipe():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"tokenizer": "hf:no-such-org/no-such-model"}, "not a local folder nor a model in the local Hugging Face cache"),
+        (
+            {"tokenizer": "hf:no-such-org/no-such-model"},
+            "not a local folder nor a model in the local Hugging Face cache",
+        ),
         ({"tokenizer": "sentencepiece"}, "unknown tokenizer .*; allowed: cl100k_base or hf:PATH_OR_NAME"),
         ({"compression": "gzip"}, "unknown compression"),
         ({"depths": (0, 101)}, "between 0 and 100"),

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+
 from needlebench.errors import NeedlebenchError
 from needlebench.tasks.placement import NeedleRequest, build_context
 
@@ -49,7 +50,9 @@ def test_needles_sit_on_sentence_boundaries_and_words_stay_whole(english_corpus,
     context = build_context(corpus, 5000, [NeedleRequest(NEEDLE["en"], d) for d in (21, 42, 63)], 123_456)
     for match in re.finditer(re.escape(NEEDLE["en"]), context.text):
         before = context.text[: match.start()]
-        assert before.endswith((". ", "! ", "? ", ".\n", "!\n", "?\n", ": ", ";\n", ":\n")) or before[-2:-1] in ".!?”’\"'"
+        assert (
+            before.endswith((". ", "! ", "? ", ".\n", "!\n", "?\n", ": ", ";\n", ":\n")) or before[-2:-1] in ".!?”’\"'"
+        )
     words = set(re.findall(r"[A-Za-z]+", corpus.text[context.start : context.end]))
     # every word of the context (minus the needle) is a whole word of the corpus window
     for word in re.findall(r"[A-Za-z]+", context.text.replace(NEEDLE["en"], " ")):

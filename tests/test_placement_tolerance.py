@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from needlebench.sources.corpus import Corpus
 from needlebench.sources.tokenized import tokenize_corpus
 from needlebench.tasks.boundaries import KINDS, is_wrapped_break
@@ -48,8 +49,13 @@ def check_context(context, requests, cl100k):
     assert total == context.haystack_tokens
     assert cl100k.count(text) == context.tokens
     tolerance = max(total / 100, 3)
-    order = sorted(range(len(requests)), key=lambda i: (context.positions[i] if context.positions[i] >= 0
-                                                        else (-1 if context.positions[i] == -1 else 10**12), i))
+    order = sorted(
+        range(len(requests)),
+        key=lambda i: (
+            context.positions[i] if context.positions[i] >= 0 else (-1 if context.positions[i] == -1 else 10**12),
+            i,
+        ),
+    )
     for rank, i in enumerate(order):
         before = cl100k.count(haystack[: offsets[rank]])
         assert abs(before - total * requests[i].depth / 100) <= tolerance, (requests[i].depth, before, total)
@@ -121,7 +127,7 @@ def test_multi_needles_within_tolerance(name, request, cl100k):
 def test_hard_wrapped_line_breaks_are_word_boundaries(wrapped_corpus, cl100k):
     text = wrapped_corpus.text
     breaks = [m.start() for m in re.finditer(r"(?<=\S)\n(?=\S)", text)]
-    assert breaks and all(is_wrapped_break(text, b) for b in breaks[:200] if not text[b - 1] in ".!?;:")
+    assert breaks and all(is_wrapped_break(text, b) for b in breaks[:200] if text[b - 1] not in ".!?;:")
     # a needle never lands inside a sentence at a line break as a "line" boundary
     for depth in (15, 33, 68):
         requests = [NeedleRequest(NEEDLE["en"], depth)]

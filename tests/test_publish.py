@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from hub_server import commit_files, git, make_dataset_folder
 from needlebench.dataset.publish import (
     PublishResult,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from needlebench.errors import NeedlebenchError
 from needlebench.tasks.reasoning_needles import (
     ReasoningNeedleSet,
@@ -35,7 +36,7 @@ def test_only_the_full_chain_yields_the_answer(language, count):
         assert item.answer not in item.question
         assert item.answer in item.needles[-1]
         for removed in range(count - 1):
-            kept = item.needles[:removed] + item.needles[removed + 1:]
+            kept = item.needles[:removed] + item.needles[removed + 1 :]
             # the answer stays only in the last needle, which is unreachable without the removed link:
             assert [needle for needle in kept if item.answer in needle] == [item.needles[-1]]
         # The first needle names the question's entity, which no other needle names.
@@ -70,12 +71,23 @@ def test_sources_and_languages():
 
 
 RECORDS = [
-    {"id": "a", "type": "x", "level": 1, "derivations": ["A is B.", "B is C."], "derivation_count": 2,
-     "question": "What is A?", "answer": "C"},
-    {"id": "b", "derivations": [" D is E. ", "E is F."], "derivation_count": 2, "question": "What is D?",
-     "answer": "F"},
-    {"derivations": ["G is H.", "H is I.", "I is J."], "derivation_count": 3, "question": "What is G?",
-     "answer": "J"},
+    {
+        "id": "a",
+        "type": "x",
+        "level": 1,
+        "derivations": ["A is B.", "B is C."],
+        "derivation_count": 2,
+        "question": "What is A?",
+        "answer": "C",
+    },
+    {
+        "id": "b",
+        "derivations": [" D is E. ", "E is F."],
+        "derivation_count": 2,
+        "question": "What is D?",
+        "answer": "F",
+    },
+    {"derivations": ["G is H.", "H is I.", "I is J."], "derivation_count": 3, "question": "What is G?", "answer": "J"},
 ]
 
 
@@ -113,9 +125,14 @@ def test_missing_field_is_a_one_line_error(tmp_path, field):
 def test_malformed_files(tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text("[{", encoding="utf-8")
-    for path in (str(bad), write(tmp_path, {"not": "a list"}, "obj.json"), str(tmp_path / "absent.json"),
-                 write(tmp_path, [{"derivations": "A is B.", "derivation_count": 1, "question": "q", "answer": "a"}],
-                       "types.json")):
+    for path in (
+        str(bad),
+        write(tmp_path, {"not": "a list"}, "obj.json"),
+        str(tmp_path / "absent.json"),
+        write(
+            tmp_path, [{"derivations": "A is B.", "derivation_count": 1, "question": "q", "answer": "a"}], "types.json"
+        ),
+    ):
         with pytest.raises(NeedlebenchError) as error:
             load_reasoning_file(path, "en")
         assert "\n" not in str(error.value)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.corpus import default_english
@@ -26,7 +27,10 @@ NEEDLES = [
 def run(*args: str, cache: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "NEEDLEBENCH_CACHE": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NEEDLEBENCH_CACHE": str(cache)},
     )
 
 
@@ -62,7 +66,10 @@ def test_manifest_and_card_hold_no_path(built: dict) -> None:
     recipe = json.loads(manifest_text)["recipe"]
     data = built["haystack"].read_bytes()
     assert recipe["haystack_en"] == {
-        "file": "essays.txt", "kind": "file", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()
+        "file": "essays.txt",
+        "kind": "file",
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
     }
     assert recipe["needles"]["file"] == "needles.jsonl" and recipe["needles"]["kind"] == "file"
     assert recipe["haystack_zh"] is None  # defaults and Hub inputs stay as they were
@@ -99,7 +106,9 @@ def test_moved_inputs_are_pointed_at_again(built: dict, tmp_path: Path) -> None:
 
         wrong = moved / "other.txt"
         wrong.write_text("Some other text entirely.", encoding="utf-8")
-        result = run("verify", str(built["out"]), "--haystack-en", str(wrong), "--needles", str(needles), cache=built["cache"])
+        result = run(
+            "verify", str(built["out"]), "--haystack-en", str(wrong), "--needles", str(needles), cache=built["cache"]
+        )
         assert result.returncode == 2
         line = only_line(result)
         assert f"--haystack-en {wrong} has sha256" in line and "the recipe records the local file essays.txt" in line

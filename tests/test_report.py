@@ -8,9 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
+from PIL import Image
+
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation import harness, report, report_figures
-from PIL import Image
 from support import (
     atc_rows,
     counting_stars_row,
@@ -22,11 +23,11 @@ from support import (
 )
 
 
-
 def _rendered(path: Path) -> str:
     """A Markdown file as a reader sees it: CommonMark's backslash escapes of brackets, bars and backslashes
     undone (the report escapes them so that names from the input cannot form links or break a table)."""
     return re.sub(r"\\([\\\[\]|])", r"\1", path.read_text(encoding="utf-8"))
+
 
 def _haystack_records() -> dict[str, list[dict]]:
     """S-RT / M-RT / M-RS 4k samples with chosen scores per language."""
@@ -62,9 +63,7 @@ def _atc_records() -> dict[str, list[dict]]:
         (2, 4),
         (4, 3),
     ):  # n=2: all four rotations right; n=4: one wrong
-        for index, row in enumerate(
-            atc_rows("atc_en", item_id=f"en-{n}", num_needles=n)
-        ):
+        for index, row in enumerate(atc_rows("atc_en", item_id=f"en-{n}", num_needles=n)):
             correct = index < correct_rotations
             records["atc_en"].append(
                 {
@@ -73,9 +72,7 @@ def _atc_records() -> dict[str, list[dict]]:
                     "perf_4": [row["item_id"], row["rotation"], correct],
                 }
             )
-    open_row = fixture_row(
-        "atc_en_open", answer="Ann", prompt_style="open", context_length=0
-    )
+    open_row = fixture_row("atc_en_open", answer="Ann", prompt_style="open", context_length=0)
     records["atc_en_open"] = [{"doc": open_row, "score": 100.0}]
     return records
 
@@ -110,9 +107,7 @@ def results_dir(tmp_path: Path) -> Path:
         },
         "n-samples": {"needlebench_single_en_4k": {"original": 4, "effective": 4}},
     }
-    (folder / "results_2025-01-01T00-00-00.000000.json").write_text(
-        json.dumps(results), encoding="utf-8"
-    )
+    (folder / "results_2025-01-01T00-00-00.000000.json").write_text(json.dumps(results), encoding="utf-8")
     return tmp_path / "results"
 
 
@@ -127,17 +122,11 @@ def test_tables_follow_the_paper_formulas(results_dir: Path, tmp_path: Path):
     assert all(path.exists() for path in written)
     (row,) = _csv(out / "needlebench_4k.csv")
     assert row["Model"] == "my-model"
-    assert (
-        float(row["S-RT EN"]) == 80.0
-        and float(row["S-RT ZH"]) == 60.0
-        and float(row["S-RT"]) == 70.0
-    )
+    assert float(row["S-RT EN"]) == 80.0 and float(row["S-RT ZH"]) == 60.0 and float(row["S-RT"]) == 70.0
     assert row["S-RT EN n"] == "4" and row["S-RT n"] == "8"
     assert float(row["M-RT EN"]) == pytest.approx(200 / 3, abs=1e-4)
     assert float(row["M-RS"]) == 40.0
-    assert float(row["Overall EN"]) == pytest.approx(
-        0.4 * 80 + 0.3 * 200 / 3 + 0.3 * 50, abs=1e-4
-    )
+    assert float(row["Overall EN"]) == pytest.approx(0.4 * 80 + 0.3 * 200 / 3 + 0.3 * 50, abs=1e-4)
     assert row["Coverage"].startswith(
         "partial: needlebench_multi_reasoning_en_4k (1/3200 rows, 1/320 cells, lengths 1k of"
     )
@@ -148,18 +137,11 @@ def test_tables_follow_the_paper_formulas(results_dir: Path, tmp_path: Path):
 
     (atc,) = _csv(out / "atc.csv")
     # perf_4: n=2 -> 100, n=4 -> 0; weighted by needle count: 100*2 / (2+4)
-    assert (
-        float(atc["EN-Direct-CE"]) == pytest.approx(100 * 2 / 6, abs=1e-4)
-        and atc["EN-Direct-CE n"] == "2"
-    )
+    assert float(atc["EN-Direct-CE"]) == pytest.approx(100 * 2 / 6, abs=1e-4) and atc["EN-Direct-CE n"] == "2"
     # one of the paper's four categories: the mean is labelled partial, never the paper's ATC-CE-Overall
     assert atc["ATC-CE-Overall note"] == "partial: 1 of 4 categories"
     assert float(atc["ATC-CE-Overall"]) == pytest.approx(100 * 2 / 6, abs=1e-4)
-    assert (
-        float(atc["EN-Open"]) == 100.0
-        and atc["ZH-Open"] == ""
-        and atc["ZH-Open n"] == "0"
-    )
+    assert float(atc["EN-Open"]) == 100.0 and atc["ZH-Open"] == "" and atc["ZH-Open n"] == "0"
 
     (stars,) = _csv(out / "counting_stars.csv")
     assert stars["Size"] == "128k" and stars["Stars"] == "32"
@@ -170,9 +152,7 @@ def test_tables_follow_the_paper_formulas(results_dir: Path, tmp_path: Path):
     srt = scores[("needlebench_single_en_4k", "score")]
     assert float(srt["Paper mean"]) == 80.0 and float(srt["lm-eval row mean"]) == 80.0
     acc = scores[("needlebench_atc_en", "acc")]
-    assert acc["Paper mean"] == "" and float(acc["lm-eval row mean"]) == pytest.approx(
-        100 * 7 / 8
-    )
+    assert acc["Paper mean"] == "" and float(acc["lm-eval row mean"]) == pytest.approx(100 * 7 / 8)
     harness_rows = _csv(out / "lm_eval_results.csv")
     assert harness_rows == [
         {
@@ -213,9 +193,7 @@ def test_paper_mean_and_row_mean_differ_when_cells_are_uneven(tmp_path: Path):
     assert float(row["lm-eval row mean"]) == pytest.approx(200 / 3)
 
 
-def _atc_item(
-    config: str, item_id: str, needles: int, correct: bool, rotations: int = 4
-) -> list[dict]:
+def _atc_item(config: str, item_id: str, needles: int, correct: bool, rotations: int = 4) -> list[dict]:
     """Samples of one ATC item (its first ``rotations`` rotations), every row right or every row wrong."""
     rows = atc_rows(config, item_id=item_id, num_needles=needles)[:rotations]
     return [
@@ -231,19 +209,13 @@ def _atc_item(
 def test_atc_overall_needs_all_four_categories_and_whole_items(tmp_path: Path):
     folder = tmp_path / "results" / "model"
     for config in ("atc_en", "atc_zh", "atc_en_reasoning", "atc_zh_reasoning"):
-        records = _atc_item(config, f"{config}-2", 2, True) + _atc_item(
-            config, f"{config}-4", 4, False
-        )
-        if (
-            config == "atc_en"
-        ):  # an item cut short by --limit: two right rotations, no perf_4 verdict
+        records = _atc_item(config, f"{config}-2", 2, True) + _atc_item(config, f"{config}-4", 4, False)
+        if config == "atc_en":  # an item cut short by --limit: two right rotations, no perf_4 verdict
             records += _atc_item(config, "cut", 10, True, rotations=2)
         write_samples(folder, harness.task_name(config), records)
     report.write_report(tmp_path / "results", tmp_path / "out", figures=False)
     (atc,) = _csv(tmp_path / "out" / "atc.csv")
-    expected = (
-        100 * 2 / 6
-    )  # perf_4: n=2 -> 100, n=4 -> 0, weighted by needle count; the cut n=10 item is dropped
+    expected = 100 * 2 / 6  # perf_4: n=2 -> 100, n=4 -> 0, weighted by needle count; the cut n=10 item is dropped
     for category in (
         "EN-Direct-CE",
         "ZH-Direct-CE",
@@ -255,17 +227,9 @@ def test_atc_overall_needs_all_four_categories_and_whole_items(tmp_path: Path):
     assert float(atc["ATC-CE-Overall"]) == pytest.approx(expected, abs=1e-4)
     # all four categories are present (no "of 4 categories"), each from part of its config
     assert atc["ATC-CE-Overall note"] == "partial" and atc["EN-Direct-CE note"] == "partial"
-    by_needles = {
-        row["Category"]: row for row in _csv(tmp_path / "out" / "atc_by_needles.csv")
-    }
-    assert (
-        float(by_needles["EN-Direct-CE"]["2"]) == 100.0
-        and float(by_needles["EN-Direct-CE"]["4"]) == 0.0
-    )
-    assert (
-        by_needles["EN-Direct-CE"]["10"] == ""
-        and by_needles["EN-Direct-CE"]["10 n"] == "0"
-    )
+    by_needles = {row["Category"]: row for row in _csv(tmp_path / "out" / "atc_by_needles.csv")}
+    assert float(by_needles["EN-Direct-CE"]["2"]) == 100.0 and float(by_needles["EN-Direct-CE"]["4"]) == 0.0
+    assert by_needles["EN-Direct-CE"]["10"] == "" and by_needles["EN-Direct-CE"]["10 n"] == "0"
     assert by_needles["EN-Direct-CE"]["2 note"] == "partial" and by_needles["EN-Direct-CE"].get("10 note", "") == ""
 
 
@@ -286,24 +250,16 @@ def test_heatmaps_are_pngs_with_expected_grids(results_dir: Path, tmp_path: Path
     results = report.load_results([results_dir])
     maps = {run.task: report_figures.build_heatmap(run) for run in results.runs}
     stars = maps["needlebench_counting_stars_acquisition_en_128k"]
-    assert stars.rows == list(range(1, 33)) and stars.columns == list(
-        range(4000, 128001, 4000)
-    )
+    assert stars.rows == list(range(1, 33)) and stars.columns == list(range(4000, 128001, 4000))
     assert stars.values[0][:2] == [1.0, 1.0] and stars.values[3][:2] == [0.0, 0.0]
-    assert (
-        stars.values[4][0] is None and stars.counts[4][0] == 0
-    )  # star 5 was never asked: an empty cell
+    assert stars.values[4][0] is None and stars.counts[4][0] == 0  # star 5 was never asked: an empty cell
     assert stars.values[0][2] is None  # length 12000 has no sample
     mrt = maps["needlebench_multi_retrieval_en_4k"]
     depth = {row: index for index, row in enumerate(mrt.rows)}
     assert [mrt.values[depth[d]][0] for d in (0.0, 50.0, 100.0)] == [100.0, 100.0, 0.0]
     srt = maps["needlebench_single_en_4k"]
     # the config's whole grid (20 depths) plus the fixture's off-grid depth 50
-    assert (
-        srt.columns == [1000, 2000, 3000, 4000]
-        and len(srt.rows) == 21
-        and 50.0 in srt.rows
-    )
+    assert srt.columns == [1000, 2000, 3000, 4000] and len(srt.rows) == 21 and 50.0 in srt.rows
     assert srt.values[0] == [80.0, 80.0, None, None] and srt.counts[0] == [1, 1, 0, 0]
     assert srt.values[1] == [None] * 4  # depth 5: no sample at any length
     html_page = (out / "report.html").read_text(encoding="utf-8")
@@ -315,23 +271,16 @@ def test_heatmaps_are_pngs_with_expected_grids(results_dir: Path, tmp_path: Path
     assert "needlebench_4k" in html_page and "<table>" in html_page
 
 
-def test_heatmap_png_is_200_dpi_with_a_labelled_colorbar(
-    results_dir: Path, tmp_path: Path
-):
+def test_heatmap_png_is_200_dpi_with_a_labelled_colorbar(results_dir: Path, tmp_path: Path):
     results = report.load_results([results_dir])
     run = next(run for run in results.runs if run.task == "needlebench_single_en_4k")
     heatmap = report_figures.build_heatmap(run)
-    figure_spec = report_figures.Figure(
-        heatmap.name, heatmap.title, "heatmap", [heatmap]
-    )
+    figure_spec = report_figures.Figure(heatmap.name, heatmap.title, "heatmap", [heatmap])
     figure = report_figures.draw(figure_spec)
     main, colorbar = figure.axes
     assert colorbar.get_ylabel() == "S-RT score (0-100)"
     assert main.get_title().startswith("my-model - needlebench_single_en_4k\n")
-    assert (
-        main.get_xlabel().startswith("Context length")
-        and main.get_ylabel() == "Depth (%)"
-    )
+    assert main.get_xlabel().startswith("Context length") and main.get_ylabel() == "Depth (%)"
     # per-cell counts; an empty cell is hatched grey with no number (a "0" would read as a score)
     empty = [(r, c) for r, row in enumerate(heatmap.values) for c, v in enumerate(row) if v is None]
     full = [(r, c) for r, row in enumerate(heatmap.values) for c, v in enumerate(row) if v is not None]
@@ -353,18 +302,12 @@ def test_heatmap_png_is_200_dpi_with_a_labelled_colorbar(
         assert image.size == (round(width * 200), round(height * 200))
 
 
-def _results_json(
-    folder: Path, date: str, tasks: dict[str, float], pretrained: str | None = None
-) -> Path:
+def _results_json(folder: Path, date: str, tasks: dict[str, float], pretrained: str | None = None) -> Path:
     config = (
-        {"model": "hf", "model_args": f"pretrained={pretrained},dtype=float32"}
-        if pretrained
-        else {"model": "dummy"}
+        {"model": "hf", "model_args": f"pretrained={pretrained},dtype=float32"} if pretrained else {"model": "dummy"}
     )
     data = {
-        "results": {
-            task: {"alias": task, "score,none": value} for task, value in tasks.items()
-        },
+        "results": {task: {"alias": task, "score,none": value} for task, value in tasks.items()},
         "n-samples": {task: {"original": 800, "effective": 1} for task in tasks},
         "config": config,
     }
@@ -404,10 +347,7 @@ def test_two_results_files_of_one_model_keep_both_tasks(tmp_path: Path):
     (row,) = _csv(tmp_path / "report" / "needlebench_4k.csv")
     assert row["Model"] == "SmolLM2-135M"  # the last part of --model_args pretrained
     assert float(row["S-RT EN"]) == 40.0 and float(row["S-RT ZH"]) == 20.0
-    reported = {
-        (r["Model"], r["Task or group"])
-        for r in _csv(tmp_path / "report" / "lm_eval_results.csv")
-    }
+    reported = {(r["Model"], r["Task or group"]) for r in _csv(tmp_path / "report" / "lm_eval_results.csv")}
     assert reported == {
         ("SmolLM2-135M", "needlebench_single_en_4k"),
         ("SmolLM2-135M", "needlebench_single_zh_4k"),
@@ -418,12 +358,8 @@ def test_newest_file_wins_per_model_and_task(tmp_path: Path):
     folder = tmp_path / "run"
     doc = single_row(prompt="p")
     old, new = "2025-01-01T00-00-00.000000", "2025-02-01T00-00-00.000000"
-    write_samples(
-        folder, "needlebench_single_en_4k", [{"doc": doc, "score": 10.0}], date=old
-    )
-    write_samples(
-        folder, "needlebench_single_en_4k", [{"doc": doc, "score": 90.0}], date=new
-    )
+    write_samples(folder, "needlebench_single_en_4k", [{"doc": doc, "score": 10.0}], date=old)
+    write_samples(folder, "needlebench_single_en_4k", [{"doc": doc, "score": 90.0}], date=new)
     (run,) = report.load_results([tmp_path]).runs
     assert [sample.metrics["score"] for sample in run.samples] == [90.0]
 
@@ -450,15 +386,10 @@ def test_models_side_by_side_named_by_pretrained_or_override(tmp_path: Path):
         tmp_path / "out",
         figures=False,
     )
-    rows = {
-        row["Model"]: float(row["S-RT EN"])
-        for row in _csv(tmp_path / "out" / "needlebench_4k.csv")
-    }
+    rows = {row["Model"]: float(row["S-RT EN"]) for row in _csv(tmp_path / "out" / "needlebench_4k.csv")}
     assert rows == {"llama-3-8b": 10.0, "HuggingFaceTB/SmolLM2-135M": 30.0}
     names = report.parse_names([f"{tmp_path / 'results' / 'a'}=Llama 3 8B"])
-    report.write_report(
-        [tmp_path / "results"], tmp_path / "out2", names=names, figures=False
-    )
+    report.write_report([tmp_path / "results"], tmp_path / "out2", names=names, figures=False)
     rows = {row["Model"] for row in _csv(tmp_path / "out2" / "needlebench_4k.csv")}
     assert rows == {"Llama 3 8B", "HuggingFaceTB/SmolLM2-135M"}
     with pytest.raises(NeedlebenchError, match="PATH=NAME"):
@@ -472,9 +403,7 @@ def test_custom_task_and_standard_task_on_one_config_stay_apart(tmp_path: Path):
         "needlebench_single_en_4k",
         [{"doc": single_row(prompt="p"), "score": 100.0}],
     )
-    write_samples(
-        folder, "my_single_en_4k", [{"doc": single_row(prompt="p"), "score": 0.0}]
-    )
+    write_samples(folder, "my_single_en_4k", [{"doc": single_row(prompt="p"), "score": 0.0}])
     written = report.write_report(folder, tmp_path / "out")
     rows = {row["Model"]: row for row in _csv(tmp_path / "out" / "needlebench_4k.csv")}
     assert set(rows) == {"results", "results (my_single_en_4k)"}
@@ -518,16 +447,12 @@ def test_malformed_inputs_are_one_line_errors_naming_file_and_line(tmp_path: Pat
         report.write_report(folder, tmp_path / "out")
 
 
-def test_cli_report_error_is_one_line_with_status_2(
-    tmp_path: Path, monkeypatch, capsys
-):
+def test_cli_report_error_is_one_line_with_status_2(tmp_path: Path, monkeypatch, capsys):
     from needlebench import cli
 
     folder = tmp_path / "results"
     folder.mkdir()
-    (folder / "results_2025-01-01T00-00-00.000000.json").write_text(
-        "[1, 2", encoding="utf-8"
-    )
+    (folder / "results_2025-01-01T00-00-00.000000.json").write_text("[1, 2", encoding="utf-8")
     write_samples(
         folder,
         "needlebench_single_en_4k",
@@ -541,10 +466,7 @@ def test_cli_report_error_is_one_line_with_status_2(
         cli.main()
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert (
-        len(err) == 1
-        and "results_2025-01-01T00-00-00.000000.json:1: not valid JSON" in err[0]
-    )
+    assert len(err) == 1 and "results_2025-01-01T00-00-00.000000.json:1: not valid JSON" in err[0]
 
 
 def test_missing_or_empty_results_are_user_errors(tmp_path: Path):
@@ -695,4 +617,7 @@ def test_a_cell_of_en_only_and_zh_only_cells_is_partial_in_every_process():
     cells = [SimpleNamespace(note=note) for note in ("partial: EN only", "partial: ZH only", "", "partial")]
     assert _combined_note(cells) == "partial"
     assert _combined_note(cells[::-1]) == "partial"
-    assert _combined_note([SimpleNamespace(note="partial: ZH only"), SimpleNamespace(note="partial")]) == "partial: ZH only"
+    assert (
+        _combined_note([SimpleNamespace(note="partial: ZH only"), SimpleNamespace(note="partial")])
+        == "partial: ZH only"
+    )

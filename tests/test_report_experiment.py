@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from PIL import Image
+
 from needlebench.dataset.experiment import build_experiment
 from needlebench.evaluation import report, report_figures
 from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
 from needlebench.evaluation.task_export import write_task_folder
-from PIL import Image
 from test_experiment_tasks import INSPECT_STYLE
 
 NAME = INSPECT_STYLE["name"]
@@ -40,10 +41,20 @@ def oracle_run(tmp_path_factory) -> tuple[Path, Path]:
     tasks = base / "tasks"
     write_task_folder(data, tasks)
     output = base / "oracle"
-    status = run_eval([
-        "run", "--model", ORACLE_MODEL, "--include_path", str(tasks), "--tasks", TASK,
-        "--output_path", str(output), "--log_samples",
-    ])
+    status = run_eval(
+        [
+            "run",
+            "--model",
+            ORACLE_MODEL,
+            "--include_path",
+            str(tasks),
+            "--tasks",
+            TASK,
+            "--output_path",
+            str(output),
+            "--log_samples",
+        ]
+    )
     assert status == 0
     return data, output
 
@@ -199,7 +210,9 @@ def test_judged_samples_replace_the_scores_and_unrated_ones_are_counted(oracle_r
     assert _value(row["Std over runs"]) == pytest.approx(run_std, abs=1e-6)
     assert overall != pytest.approx(100.0)  # the oracle's rule score was 100 everywhere
     (score,) = _csv(out / "scores.csv")
-    assert score["Scorer"].startswith("judge tiny-judge") and _value(score["Paper mean"]) == pytest.approx(overall, abs=1e-6)
+    assert score["Scorer"].startswith("judge tiny-judge") and _value(score["Paper mean"]) == pytest.approx(
+        overall, abs=1e-6
+    )
     (run,) = report.load_results([folder]).runs
     heatmap = report_figures.build_heatmap(run)
     assert heatmap.counts[0][0] == 2 and heatmap.counts[3][1] == 2  # the unrated rows are left out
@@ -219,16 +232,32 @@ def test_multi_retrieval_needles_are_binned_at_their_grid_depths_despite_buffers
         placement_depth,
     )
 
-    experiment = parse_experiment({
-        "name": "facts_buffered", "kind": "multi_retrieval", "language": "en", "diff": 30,
-        "needles": [{"needle": f"Fact {i}.", "question": f"Fact {i}?", "keyword": str(i)} for i in range(3)],
-        "lengths": [1200], "depths": [40], "start_buffer": 100, "end_buffer": 100,
-    })
+    experiment = parse_experiment(
+        {
+            "name": "facts_buffered",
+            "kind": "multi_retrieval",
+            "language": "en",
+            "diff": 30,
+            "needles": [{"needle": f"Fact {i}.", "question": f"Fact {i}?", "keyword": str(i)} for i in range(3)],
+            "lengths": [1200],
+            "depths": [40],
+            "start_buffer": 100,
+            "end_buffer": 100,
+        }
+    )
     spec = ExperimentSpec(experiment.name, "multi_retrieval", "en", SIZE_LABEL, experiment=experiment)
     requested = [placement_depth(d, 1200, experiment) for d in (40, 70, 100)]
     assert requested[0] != 40  # the buffers move the needles: the requested depths are not the grid's
-    doc = {"config": spec.name, "task": "M-RT", "language": "en", "context_length": 1200, "depth_percent": 40.0,
-           "requested_depths": requested, "repeat": 0, "needles": ["a", "b", "c"]}
+    doc = {
+        "config": spec.name,
+        "task": "M-RT",
+        "language": "en",
+        "context_length": 1200,
+        "depth_percent": 40.0,
+        "requested_depths": requested,
+        "repeat": 0,
+        "needles": ["a", "b", "c"],
+    }
     metrics = {"recall": 200 / 3, "needle_hits": [100.0, 0.0, 100.0]}
     points = report_figures.run_points(spec, [report.Sample(spec, doc, metrics)])
     assert [(row, value) for row, _c, value, _r in points] == [(40.0, 100.0), (70.0, 0.0), (100.0, 100.0)]
@@ -241,8 +270,10 @@ def test_cli_data_dir_that_is_not_a_dataset_is_a_one_line_error(oracle_run, tmp_
     from needlebench import cli
 
     _data, output = oracle_run
-    monkeypatch.setattr("sys.argv", ["needlebench", "report", str(output), "--out", str(tmp_path / "out"),
-                                     "--data-dir", str(tmp_path / "nowhere")])
+    monkeypatch.setattr(
+        "sys.argv",
+        ["needlebench", "report", str(output), "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path / "nowhere")],
+    )
     with pytest.raises(SystemExit) as exit_info:
         cli.main()
     err = capsys.readouterr().err.strip().splitlines()
@@ -255,9 +286,17 @@ def test_judged_paper_rows_use_the_judge_and_rule_rows_stay(tmp_path):
     from support import multi_retrieval_row, single_row, write_samples
 
     folder = tmp_path / "results"
-    mrt = write_samples(folder, "needlebench_multi_retrieval_en_4k", [
-        {"doc": multi_retrieval_row("multi_retrieval_en_4k", context_length=1000), "recall": 50.0,
-         "needle_hits": [100.0, 0.0]}])
+    mrt = write_samples(
+        folder,
+        "needlebench_multi_retrieval_en_4k",
+        [
+            {
+                "doc": multi_retrieval_row("multi_retrieval_en_4k", context_length=1000),
+                "recall": 50.0,
+                "needle_hits": [100.0, 0.0],
+            }
+        ],
+    )
     write_samples(folder, "needlebench_single_en_4k", [{"doc": single_row(prompt="p"), "score": 40.0}])
     record = json.loads(mrt.read_text(encoding="utf-8"))
     _write(folder, "judged_" + mrt.name, [{**record, "judge": {"score": 7, "model": "j", "reply": "[[7]]"}}])

@@ -11,9 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from PIL import Image
+
 from needlebench.evaluation import harness, report, report_figures
 from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
-from PIL import Image
 from support import build_data
 
 V2_CONFIGS = ["v2_single_en_4k", "v2_multi_retrieval_zh_4k", "v2_multi_reasoning_en_4k", "v2_atc_zh"]
@@ -29,11 +30,17 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _oracle(data_dir: Path, output: Path, configs: list[str]) -> Path:
     status = run_eval(
         [
-            "run", "--model", ORACLE_MODEL,
-            "--tasks", ",".join(harness.task_name(config) for config in configs),
-            "--metadata", json.dumps({"data_dir": str(data_dir)}),
-            "--limit", "40",
-            "--output_path", str(output),
+            "run",
+            "--model",
+            ORACLE_MODEL,
+            "--tasks",
+            ",".join(harness.task_name(config) for config in configs),
+            "--metadata",
+            json.dumps({"data_dir": str(data_dir)}),
+            "--limit",
+            "40",
+            "--output_path",
+            str(output),
             "--log_samples",
         ]
     )

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from needlebench.evaluation.scoring import (
     atc_category_score,
     atc_overall,
@@ -129,9 +130,15 @@ def test_circular_scores_small_table():
         # item 0: all four rotations right
         *[("0", r, True) for r in ROTATIONS],
         # item 1: ABCD right, one other rotation wrong -> counts 0 in perf_4
-        ("1", "ABCD", True), ("1", "BCDA", True), ("1", "CDAB", False), ("1", "DABC", True),
+        ("1", "ABCD", True),
+        ("1", "BCDA", True),
+        ("1", "CDAB", False),
+        ("1", "DABC", True),
         # item 2: ABCD wrong, others right
-        ("2", "ABCD", False), ("2", "BCDA", True), ("2", "CDAB", True), ("2", "DABC", True),
+        ("2", "ABCD", False),
+        ("2", "BCDA", True),
+        ("2", "CDAB", True),
+        ("2", "DABC", True),
         # item 3: all wrong
         *[("3", r, False) for r in ROTATIONS],
     ]
@@ -207,9 +214,17 @@ OPTION_NAMES = ["Carol Adams", "David House", "Bob Smith", "Alice Brown"]
 REFERENCE_CLASSES = {
     "fullwidth letter": [("Ｂ", "", "B"), ("回答：Ｄ", "", "D"), ("Answer: Ｃ", "A", "C")],
     "letter glued to text or junk": [("ABCD", "A", None), ("xyzD", "D", None), ("Answer: b", "A", None)],
-    "name without a letter": [("David House", "D", "B"), ("Bob Smith", "B", "C"), ("The eldest is Carol Adams.", "C", "A")],
-    "letter followed by text (agrees)": [("A David House is the eldest", "A", "A"), ("A is correct", "A", "A"),
-                                         ("B David House", "B", "B"), ("A careful reading shows C", "C", "C")],
+    "name without a letter": [
+        ("David House", "D", "B"),
+        ("Bob Smith", "B", "C"),
+        ("The eldest is Carol Adams.", "C", "A"),
+    ],
+    "letter followed by text (agrees)": [
+        ("A David House is the eldest", "A", "A"),
+        ("A is correct", "A", "A"),
+        ("B David House", "B", "B"),
+        ("A careful reading shows C", "C", "C"),
+    ],
     "unicode around a letter (agrees)": [("\u200bC\u200b", "C", "C"), ("🙂 C 🙂", "C", "C")],
 }
 

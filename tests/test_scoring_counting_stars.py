@@ -1,6 +1,7 @@
 """Counting-Stars parsing and the 1 / 0.5 / 0.25 / 0 scoring."""
 
 import pytest
+
 from needlebench.evaluation.scoring import (
     counting_stars_score,
     parse_answer_list,
@@ -10,8 +11,40 @@ from needlebench.evaluation.scoring import (
 )
 
 # The fixed M=32 star counts and the +/-1 wrong counts (fact sheet section 9).
-A32 = [15, 117, 42, 69, 58, 107, 9, 49, 113, 66, 26, 102, 81, 94, 77, 61,
-       5, 19, 109, 3, 35, 54, 86, 89, 127, 21, 46, 122, 38, 97, 74, 29]
+A32 = [
+    15,
+    117,
+    42,
+    69,
+    58,
+    107,
+    9,
+    49,
+    113,
+    66,
+    26,
+    102,
+    81,
+    94,
+    77,
+    61,
+    5,
+    19,
+    109,
+    3,
+    35,
+    54,
+    86,
+    89,
+    127,
+    21,
+    46,
+    122,
+    38,
+    97,
+    74,
+    29,
+]
 SIGNS = "+-+++----+--+--++--+---+-+--+-++"
 R32 = [a + 1 if s == "+" else a - 1 for a, s in zip(A32, SIGNS)]
 
@@ -23,6 +56,7 @@ def test_wrong_counts_fixture():
 
 # ----------------------------------------------------------------- the paper's Table 6 bad cases
 
+
 def test_bad_case_repeat_a_single_number():
     # Output that repeats 15 until generation stops (truncated JSON, no closing brackets).
     pred = '{"little_penguin": [' + "15, " * 60
@@ -32,11 +66,91 @@ def test_bad_case_repeat_a_single_number():
     assert counting_stars_score(pred, A32, R32, "reasoning", "en") == pytest.approx(1 / 32)
 
 
-TABLE6_INCREASING = [5, 9, 15, 19, 29, 39, 45, 49, 53, 59, 63, 67, 71, 75, 79, 83, 87, 91, 95, 99, 103,
-                     107, 111, 115, 119, 123, 127, 131, 135, 139, 143, 147, 151, 155, 159, 163, 167, 171,
-                     175, 179, 183, 187, 191, 195, 199, 203, 207, 211, 215, 219, 223, 227, 231, 235, 239,
-                     243, 247, 251, 255, 259, 263, 267, 271, 275, 279, 283, 287, 291, 295, 299, 303, 307,
-                     311, 315, 319, 323, 327, 331, 335, 339, 343, 347, 351]
+TABLE6_INCREASING = [
+    5,
+    9,
+    15,
+    19,
+    29,
+    39,
+    45,
+    49,
+    53,
+    59,
+    63,
+    67,
+    71,
+    75,
+    79,
+    83,
+    87,
+    91,
+    95,
+    99,
+    103,
+    107,
+    111,
+    115,
+    119,
+    123,
+    127,
+    131,
+    135,
+    139,
+    143,
+    147,
+    151,
+    155,
+    159,
+    163,
+    167,
+    171,
+    175,
+    179,
+    183,
+    187,
+    191,
+    195,
+    199,
+    203,
+    207,
+    211,
+    215,
+    219,
+    223,
+    227,
+    231,
+    235,
+    239,
+    243,
+    247,
+    251,
+    255,
+    259,
+    263,
+    267,
+    271,
+    275,
+    279,
+    283,
+    287,
+    291,
+    295,
+    299,
+    303,
+    307,
+    311,
+    315,
+    319,
+    323,
+    327,
+    331,
+    335,
+    339,
+    343,
+    347,
+    351,
+]
 
 
 def test_bad_case_increasing_array():
@@ -54,10 +168,12 @@ def test_bad_case_increasing_array():
 
 
 def test_bad_case_sentences_instead_of_json():
-    pred = ('"The little penguin counted 15 ★ ", "The little penguin counted 117 ★ ", '
-            '"The little penguin counted 42 ★ ", "The little penguin counted 69 ★ ", '
-            '"The little penguins counted 58 ★ ", "The little penguin counted 107 ★ ", '
-            '"The little penguin counted 9 ★ ", "The little penguin counted 113 ★ ",')
+    pred = (
+        '"The little penguin counted 15 ★ ", "The little penguin counted 117 ★ ", '
+        '"The little penguin counted 42 ★ ", "The little penguin counted 69 ★ ", '
+        '"The little penguins counted 58 ★ ", "The little penguin counted 107 ★ ", '
+        '"The little penguin counted 9 ★ ", "The little penguin counted 113 ★ ",'
+    )
     assert parse_counts(pred, "en") == []
     assert counting_stars_score(pred, A32, None, "acquisition", "en") == 0.0
     assert counting_stars_score(pred, A32, R32, "reasoning", "en") == 0.0
@@ -68,6 +184,7 @@ def test_bad_case_sentences_instead_of_json():
 
 
 # ----------------------------------------------------------------- parsing
+
 
 @pytest.mark.parametrize(
     "text, language, expected",
@@ -87,7 +204,7 @@ def test_bad_case_sentences_instead_of_json():
         ('{"result": {"little_penguin": [3, 5]}}', "en", [3, 5]),
         ('{"little_penguin": [1, true, 2.0, "3", 4, null]}', "en", [1, 2.0, 4]),  # numbers, no booleans
         ('{"little_penguin": "15, 117"}', "en", []),
-        ('[15, 117, 42]', "en", []),  # no key
+        ("[15, 117, 42]", "en", []),  # no key
         ('{"other": [15]}', "en", []),
         ("I cannot count the stars.", "en", []),
         ("", "en", []),
@@ -103,6 +220,7 @@ def test_parse_counts_rejects_unknown_language():
 
 
 # ----------------------------------------------------------------- scoring rules
+
 
 def test_truncate_to_m_then_dedupe():
     # M = 3: only [1, 1, 1] survive the truncation -> set {1}; 2 and 3 come too late.

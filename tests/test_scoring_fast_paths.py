@@ -14,6 +14,7 @@ import unicodedata
 import json_repair
 import numpy as np
 import pytest
+
 from needlebench.evaluation.scoring import atc, counting_stars
 from needlebench.evaluation.scoring.counting_stars import parse_answer_list
 from support.scoring_fuzz import outputs
@@ -43,9 +44,32 @@ def _oracle_parse(prediction: str) -> list:
     return []
 
 
-_EXTRA = ["Option ", "option(", "CHOICE ", "选项", "選項", "选", "**", "**C**", "Ａｎｓｗｅｒ：", "ANSWER is ", "答：",
-          "\\boxed{\\text{", "}", "\n", "A ", "I ", "Ｄ", '"\\u006cittle_penguin": [', '{"小企鹅": [15, 117', "```json\n",
-          '{"little_penguin": [15, 117, 42, 69]}', "'little_penguin': [42,", "{", "} {"]
+_EXTRA = [
+    "Option ",
+    "option(",
+    "CHOICE ",
+    "选项",
+    "選項",
+    "选",
+    "**",
+    "**C**",
+    "Ａｎｓｗｅｒ：",
+    "ANSWER is ",
+    "答：",
+    "\\boxed{\\text{",
+    "}",
+    "\n",
+    "A ",
+    "I ",
+    "Ｄ",
+    '"\\u006cittle_penguin": [',
+    '{"小企鹅": [15, 117',
+    "```json\n",
+    '{"little_penguin": [15, 117, 42, 69]}',
+    "'little_penguin': [42,",
+    "{",
+    "} {",
+]
 
 
 def _sprinkled(count: int, seed: int) -> list[str]:

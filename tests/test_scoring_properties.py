@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from support.scoring_fuzz import outputs, scorers
 
 

@@ -1,6 +1,7 @@
 """M-RS scoring: the reference keyword score and the strict containment score."""
 
 import pytest
+
 from needlebench.evaluation.scoring import (
     answer_keywords,
     reasoning_reference_score,
@@ -41,7 +42,11 @@ CHINESE_CLASSES = {
     "fullwidth answer, ASCII in the prediction": ("BBC广播公司", "ＢＢＣ广播公司", 0.0),
     "partial substring": ("他在伦敦的一所学院工作", "伦敦国王学院", 0.0),
     "reordered words": ("国王学院在伦敦", "伦敦国王学院", 0.0),
-    "long ramble containing the answer": ("我想了很久。" * 500 + "答案是伦敦国王学院。" + "其他" * 500, "伦敦国王学院", 100.0),
+    "long ramble containing the answer": (
+        "我想了很久。" * 500 + "答案是伦敦国王学院。" + "其他" * 500,
+        "伦敦国王学院",
+        100.0,
+    ),
     "stop-word-only answer": ("他是一个的人", "的", 100.0),
     "answer with spaces": ("伦敦有国王", "伦敦 国王 学院", 200 / 3),
 }

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from needlebench.evaluation import harness
 from needlebench.evaluation.scoring import (
     extract_option,

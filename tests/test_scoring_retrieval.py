@@ -1,6 +1,7 @@
 """S-RT / M-RT scoring and the overall NeedleBench aggregation."""
 
 import pytest
+
 from needlebench.evaluation.scoring import (
     NEEDLEBENCH_WEIGHTS,
     keyword_hits,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from needlebench.evaluation import harness
 from needlebench.evaluation.scoring import v2
 
@@ -55,23 +56,37 @@ def test_single_retrieval_v2_is_binary():
 
 
 def _row(config, score, length=1000, depth=0.0, count=None, **extra):
-    return {"config": config, "score": score, "context_length": length, "depth_percent": depth,
-            "num_needles": count, **extra}
+    return {
+        "config": config,
+        "score": score,
+        "context_length": length,
+        "depth_percent": depth,
+        "num_needles": count,
+        **extra,
+    }
 
 
 def test_size_table_means_cells_and_overall_is_the_equal_mean():
     rows = [
         # S-RT: cell (1000, 0) mean 50 and cell (1000, 10) mean 100 in en; zh one cell 0 -> (50 + 100 + 0) / 3
-        _row("v2_single_en_4k", 0.0), _row("v2_single_en_4k", 100.0), _row("v2_single_en_4k", 100.0, depth=10.0),
+        _row("v2_single_en_4k", 0.0),
+        _row("v2_single_en_4k", 100.0),
+        _row("v2_single_en_4k", 100.0, depth=10.0),
         _row("v2_single_zh_4k", 0.0),
-        _row("v2_multi_retrieval_en_4k", 80.0, depth=None), _row("v2_multi_retrieval_en_4k", 40.0, depth=None),
-        _row("v2_multi_reasoning_en_4k", 100.0, count=2), _row("v2_multi_reasoning_en_4k", 0.0, count=3),
+        _row("v2_multi_retrieval_en_4k", 80.0, depth=None),
+        _row("v2_multi_retrieval_en_4k", 40.0, depth=None),
+        _row("v2_multi_reasoning_en_4k", 100.0, count=2),
+        _row("v2_multi_reasoning_en_4k", 0.0, count=3),
         _row("v2_single_en_8k", 100.0),  # 8k has only S-RT: no overall
         _row("single_en_4k", 0.0),  # v1 rows are ignored
     ]
     table = v2.v2_size_table(rows)
-    assert table["4k"] == {"S-RT": pytest.approx(50.0), "M-RT": 60.0, "M-RS": 50.0,
-                           "Overall": pytest.approx((50.0 + 60.0 + 50.0) / 3)}
+    assert table["4k"] == {
+        "S-RT": pytest.approx(50.0),
+        "M-RT": 60.0,
+        "M-RS": 50.0,
+        "Overall": pytest.approx((50.0 + 60.0 + 50.0) / 3),
+    }
     assert table["8k"] == {"S-RT": 100.0}
     tasks = v2.v2_task_table(rows)
     assert tasks[("4k", "S-RT", "en")] == 75.0 and tasks[("4k", "S-RT", "zh")] == 0.0
@@ -109,10 +124,16 @@ def test_harness_hooks_and_oracle_for_v2_rows():
     assert harness.process_atc_v2(doc, ["李四"])["accuracy"] == 0.0
     assert harness.agg_relation_weighted([(2, 100.0), (4, 0.0)]) == pytest.approx(200.0 / 6)
     mrs = fixture_row("v2_multi_reasoning_en_4k", answer="Ann Lee", keywords=["Ann Lee"])
-    assert harness.process_multi_reasoning_v2(mrs, [harness.oracle_answer(mrs)]) == {"exact": 100.0, "exact_reference": 100.0}
+    assert harness.process_multi_reasoning_v2(mrs, [harness.oracle_answer(mrs)]) == {
+        "exact": 100.0,
+        "exact_reference": 100.0,
+    }
     srt = fixture_row("v2_single_en_4k", needles=["Hidden on Red Island is the Blue Gem."], keywords=["Blue Gem"])
     assert harness.process_single_v2(srt, [harness.oracle_answer(srt)]) == {"score": 100.0, "score_reference": 100.0}
-    assert harness.process_single_v2(srt, ["Hidden on Red Island is the Blue Ge."]) == {"score": 0.0, "score_reference": 0.0}
+    assert harness.process_single_v2(srt, ["Hidden on Red Island is the Blue Ge."]) == {
+        "score": 0.0,
+        "score_reference": 0.0,
+    }
 
 
 def test_scored_rows_take_the_headline_metric_of_their_family():
@@ -124,6 +145,9 @@ def test_scored_rows_take_the_headline_metric_of_their_family():
     assert v2.scored_row(atc, {"accuracy": 100.0, "weighted": (2, 100.0)})["score"] == 100.0
     with pytest.raises(ValueError, match="not a NeedleBench v2 config"):
         v2.scored_row(fixture_row("single_en_4k"), {"score": 1.0})
-    rows = [v2.scored_row(mrt, {"recall": 50.0}), v2.scored_row(fixture_row("v2_single_en_4k"), {"score": 100.0}),
-            v2.scored_row(fixture_row("v2_multi_reasoning_en_4k", num_needles=2), {"exact": 0.0})]
+    rows = [
+        v2.scored_row(mrt, {"recall": 50.0}),
+        v2.scored_row(fixture_row("v2_single_en_4k"), {"score": 100.0}),
+        v2.scored_row(fixture_row("v2_multi_reasoning_en_4k", num_needles=2), {"exact": 0.0}),
+    ]
     assert v2.v2_size_table(rows)["4k"] == {"S-RT": 100.0, "M-RT": 50.0, "M-RS": 0.0, "Overall": 50.0}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from needlebench.sources import tokenized
 from needlebench.sources.corpus import Corpus
 from needlebench.tasks import boundaries, sentence_table

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.eval_args import parse_eval
 from needlebench.evaluation.evaluate import project_tasks_kept
@@ -31,11 +32,7 @@ def _grid_rows(config: str) -> list[dict]:
                         }
                     )
         return rows
-    depths = (
-        [float(d) for d in spec.depths]
-        if spec.family in ("single", "multi_reasoning")
-        else [None]
-    )
+    depths = [float(d) for d in spec.depths] if spec.family in ("single", "multi_reasoning") else [None]
     needles = spec.needle_counts if spec.family == "multi_reasoning" else (None,)
     for length in spec.lengths:
         for depth in depths:
@@ -67,15 +64,10 @@ def test_subset_covers_every_length_and_depth_then_every_cell(config: str):
     marginal = max(len(values) for values in full.values())
     chosen = stratified_indices(rows, marginal, config)
     assert len(chosen) == marginal and chosen == sorted(chosen)
-    assert (
-        coverage(rows[i] for i in chosen) == full
-    )  # every length, depth and needle count
+    assert coverage(rows[i] for i in chosen) == full  # every length, depth and needle count
     cells = {(r["context_length"], r["depth_percent"], r["num_needles"]) for r in rows}
     chosen = stratified_indices(rows, len(cells), config)
-    assert {
-        (rows[i]["context_length"], rows[i]["depth_percent"], rows[i]["num_needles"])
-        for i in chosen
-    } == cells
+    assert {(rows[i]["context_length"], rows[i]["depth_percent"], rows[i]["num_needles"]) for i in chosen} == cells
     assert len(cells) * spec.repeats == len(rows)
     assert stratified_indices(rows, len(cells), config) == chosen  # fixed seed
     assert stratified_indices(rows, 10 * len(rows), config) == list(range(len(rows)))
@@ -86,9 +78,7 @@ def test_subset_keeps_atc_items_whole_and_spreads_needle_counts():
     chosen = stratified_indices(rows, 72, "atc_en")  # 18 items
     items = {rows[i]["item_id"] for i in chosen}
     assert len(items) == 18 and len(chosen) == 72
-    assert {rows[i]["num_needles"] for i in chosen} == set(
-        get_config("atc_en").needle_counts
-    )
+    assert {rows[i]["num_needles"] for i in chosen} == set(get_config("atc_en").needle_counts)
     assert len(stratified_indices(rows, 5, "atc_en")) == 8  # rounded up to whole items
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from needlebench.sources.corpus import Corpus
 from needlebench.sources.tokenized import copies_for, tokenize_corpus
 

@@ -8,6 +8,7 @@ from collections import Counter
 from itertools import islice
 
 import pytest
+
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.rows import iter_rows
 from needlebench.errors import NeedlebenchError
@@ -21,10 +22,16 @@ STORY = {
 #: The final question of each type: who is asked about, and n where the type has one.
 QUESTIONS = {
     "en": [
-        ("ELDEST_ANCESTOR", re.compile(r"who is the eldest relative that '(?P<a>.+)' can trace back to in the context\?$")),
+        (
+            "ELDEST_ANCESTOR",
+            re.compile(r"who is the eldest relative that '(?P<a>.+)' can trace back to in the context\?$"),
+        ),
         ("NTH_ANCESTOR", re.compile(r"who is the (?P<n>\d+)(?:st|nd|rd|th) generation ancestor of '(?P<a>.+)'\?$")),
         ("NTH_DESCENDANT", re.compile(r"who is the (?P<n>\d+)(?:st|nd|rd|th) generation descendant of '(?P<a>.+)'\?$")),
-        ("RELATIONSHIP_DISTANCE", re.compile(r"what is the relationship distance between '(?P<a>.+)' and '(?P<b>.+)'\?$")),
+        (
+            "RELATIONSHIP_DISTANCE",
+            re.compile(r"what is the relationship distance between '(?P<a>.+)' and '(?P<b>.+)'\?$"),
+        ),
     ],
     "zh": [
         ("ELDEST_ANCESTOR", re.compile(r"'(?P<a>.+)'的能够向上追溯到的最年长的亲人是谁？$")),
@@ -69,7 +76,9 @@ def solve(prompt: str, language: str) -> tuple[str, str]:
         if story[position] == " ":
             position += 1
             continue
-        matches = {(m.group("A"), m.group("B"), m.group("term"), m.end()) for p in patterns if (m := p.match(story, position))}
+        matches = {
+            (m.group("A"), m.group("B"), m.group("term"), m.end()) for p in patterns if (m := p.match(story, position))
+        }
         assert len(matches) == 1, (story[position : position + 80], matches)
         elder, younger, term, position = matches.pop()
         assert younger not in parent
@@ -127,7 +136,9 @@ def test_the_solver_also_answers_the_compat_items(tmp_path):
     from needlebench.tasks.names import builtin_names
 
     names = tmp_path / "names.json"
-    names.write_text(json.dumps({"English": ",".join(builtin_names("en")[:600]), "Chinese": ",".join(builtin_names("zh")[:600])}))
+    names.write_text(
+        json.dumps({"English": ",".join(builtin_names("en")[:600]), "Chinese": ",".join(builtin_names("zh")[:600])})
+    )
     for language in ("en", "zh"):
         rows = list(iter_rows(get_config(f"v2_atc_{language}"), BuildOptions(compat="opencompass", names=str(names))))
         assert len(rows) == 360 and {row["compat"] for row in rows} == {"opencompass"}
@@ -145,7 +156,17 @@ def test_default_items_are_deterministic_and_use_correct_ordinals():
     assert first == again and first != other
     assert not any(re.search(r"\b(2|3)th generation", prompt) for prompt in first)
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 103, 111)] == [
-        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "103rd", "111th"
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "13th",
+        "21st",
+        "22nd",
+        "103rd",
+        "111th",
     ]
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.rows import iter_rows
 from needlebench.tasks.grid import get_config
@@ -19,10 +20,20 @@ from needlebench.tasks.grid import get_config
 EXAMPLES = json.loads((Path(__file__).parent / "data" / "opencompass_v2_examples.json").read_text(encoding="utf-8"))
 DOCS = {"en": ["Alpha beta gamma.", "Delta epsilon.", "Zeta eta theta."], "zh": ["甲乙丙。", "丁戊。", "己庚辛。"]}
 NEEDLES = [
-    ("Hidden on Red Island is the Blue Gem.", "Red Island", "Blue Gem", "English",
-     "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'"),
-    ("Hidden on Green Island is the Gold Cup.", "Green Island", "Gold Cup", "English",
-     "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'"),
+    (
+        "Hidden on Red Island is the Blue Gem.",
+        "Red Island",
+        "Blue Gem",
+        "English",
+        "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'",
+    ),
+    (
+        "Hidden on Green Island is the Gold Cup.",
+        "Green Island",
+        "Gold Cup",
+        "English",
+        "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'",
+    ),
     ("红岛上藏着蓝宝石。", "红岛", "蓝宝石", "Chinese", "红岛上藏着什么？请按照'红岛上藏着______。'的格式回答。"),
     ("绿岛上藏着金杯。", "绿岛", "金杯", "Chinese", "绿岛上藏着什么？请按照'绿岛上藏着______。'的格式回答。"),
 ]
@@ -38,7 +49,9 @@ SRT_FRAME_EN = (
 def options(tmp_path_factory):
     folder = tmp_path_factory.mktemp("oc_v2")
     for language, name in (("en", "PaulGrahamEssays.jsonl"), ("zh", "zh_finance.jsonl")):
-        lines = [json.dumps({"text": text, "title": str(i)}, ensure_ascii=False) for i, text in enumerate(DOCS[language])]
+        lines = [
+            json.dumps({"text": text, "title": str(i)}, ensure_ascii=False) for i, text in enumerate(DOCS[language])
+        ]
         (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     records = [dict(zip(("needle", "arg1", "arg2", "language", "retrieval_question"), n)) for n in NEEDLES]
     (folder / "needles.jsonl").write_text(
@@ -58,7 +71,10 @@ def run(*args: str) -> subprocess.CompletedProcess:
     """The ``needlebench`` command (its console-script entry point) in a fresh process."""
     return subprocess.run(
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=600, check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
 
 
@@ -116,8 +132,10 @@ def test_multi_reasoning_hand_checked(rows):
     context = "\n" + row["needles"][0] + "\nAlpha beta gamma.Zeta eta theta.Delta epsilon.\n" + row["needles"][1] + "\n"
     assert f"<Document>\n{context}\n</Document>" in row["prompt"]
     assert "who is the eldest relative that 'Ann Lee' can trace back to" in row["question"]
-    assert row["prompt"].endswith("\"So the oldest relative 'Ann Lee' can trace back to in the provided text is "
-                                  "\\boxed{(your answer here)}.\"\n\n")
+    assert row["prompt"].endswith(
+        "\"So the oldest relative 'Ann Lee' can trace back to in the provided text is "
+        '\\boxed{(your answer here)}."\n\n'
+    )
 
 
 def test_atc_hand_checked(rows):
@@ -125,8 +143,10 @@ def test_atc_hand_checked(rows):
     # grandfather (2) = 3 generations; RELATIONSHIP_DISTANCE repeat 0 uses random.seed(30001).
     eldest = rows["v2_atc_en-n2-eldest_ancestor-r0"]
     assert eldest["answer"] == "Bob Ray" and eldest["seed"] == 1 and eldest["generations"] == 3
-    story = ("Bob Ray, as Eve Park's mother, has a significant impact on Eve Park's upbringing.Eve Park is not only "
-             "Ann Lee's maternal grandfather but also Ann Lee's role model.")
+    story = (
+        "Bob Ray, as Eve Park's mother, has a significant impact on Eve Park's upbringing.Eve Park is not only "
+        "Ann Lee's maternal grandfather but also Ann Lee's role model."
+    )
     assert f"provided below:\n{story}\n\nGiven the scrambled" in eldest["prompt"]
     distance = rows["v2_atc_en-n2-relationship_distance-r0"]
     assert distance["seed"] == 30001 and distance["answer"] == "3" == str(distance["generations"])
@@ -143,10 +163,21 @@ def test_the_command_line_builds_verifies_and_loads_the_same_bytes(options, tmp_
     than the examples' file has; its CLI build is in tests/test_front_door.py.)"""
     import datasets
 
-    configs = [f"v2_{family}_{language}_4k" for language in ("en", "zh")
-               for family in ("single", "multi_retrieval", "multi_reasoning")]
-    inputs = ["--haystack-en", options.haystack_en, "--haystack-zh", options.haystack_zh,
-              "--needles", options.needles, "--names", options.names]
+    configs = [
+        f"v2_{family}_{language}_4k"
+        for language in ("en", "zh")
+        for family in ("single", "multi_retrieval", "multi_reasoning")
+    ]
+    inputs = [
+        "--haystack-en",
+        options.haystack_en,
+        "--haystack-zh",
+        options.haystack_zh,
+        "--needles",
+        options.needles,
+        "--names",
+        options.names,
+    ]
     out = tmp_path / "d"
     built = run("build", *configs, "--compat", "opencompass", *inputs, "--out", str(out))
     assert built.returncode == 0, built.stderr

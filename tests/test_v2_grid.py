@@ -6,12 +6,13 @@ import re
 from itertools import islice
 
 import pytest
+from typer.testing import CliRunner
+
 from needlebench.cli import app
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.rows import iter_rows
 from needlebench.tasks.grid import get_config, match_configs
 from needlebench.tasks.kinship import reserved_text
-from typer.testing import CliRunner
 
 #: `context_lengths` of `configs/datasets/needlebench_v2/needlebench_v2_<size>/needlebench_v2_single_<size>.py`
 #: (M-RT and M-RS import them), as written there.
@@ -26,8 +27,10 @@ REFERENCE_LENGTHS = {
 }
 REFERENCE_DEPTHS = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
 #: `length_buffer` of every v2 config (the same in single, multi_retrieval and multi_reasoning).
-REFERENCE_BUFFERS = {"en": {"4k": 500, "8k": 500, "32k": 3000, "128k": 3000, "200k": 3000, "256k": 3000, "1000k": 3000},
-                     "zh": dict.fromkeys(REFERENCE_LENGTHS, 200)}
+REFERENCE_BUFFERS = {
+    "en": {"4k": 500, "8k": 500, "32k": 3000, "128k": 3000, "200k": 3000, "256k": 3000, "1000k": 3000},
+    "zh": dict.fromkeys(REFERENCE_LENGTHS, 200),
+}
 #: `num_repeats_per_file`.
 REFERENCE_REPEATS = {"single": 10, "multi_retrieval": 25, "multi_reasoning": 10}
 
@@ -75,13 +78,17 @@ def test_list_shows_rows_and_tokens_of_the_v2_configs():
 
 def test_v2_single_and_multi_retrieval_prompts_have_the_v2_frame_and_no_guide():
     single = next(iter_rows(get_config("v2_single_zh_4k"), BuildOptions(), (1000,)))
-    assert single["prompt"].startswith("这是一个长文本能力的测试，你需要首先阅读下面的长文档，然后根据文档中的信息回答最后的问题。\n长文档的内容如下\n\n<文档>\n")
+    assert single["prompt"].startswith(
+        "这是一个长文本能力的测试，你需要首先阅读下面的长文档，然后根据文档中的信息回答最后的问题。\n长文档的内容如下\n\n<文档>\n"
+    )
     assert single["prompt"].endswith(f"\n</文档>\n\n根据文档中的信息，现在请问：{single['question']}\n")
     assert "在回答之前" not in single["prompt"] and single["haystack_tokens"] == 1000 - 200
     multi = next(iter_rows(get_config("v2_multi_retrieval_en_4k"), BuildOptions(), (2000,)))
     assert "answer the final questions one by one based on the information in the document." in multi["prompt"]
     assert "Before answering" not in multi["prompt"] and multi["num_needles"] == 11
-    assert multi["prompt"].endswith(f"</Document>\n\nBased on the information in the document, now please answer: {multi['question']}\n")
+    assert multi["prompt"].endswith(
+        f"</Document>\n\nBased on the information in the document, now please answer: {multi['question']}\n"
+    )
 
 
 def test_v2_reasoning_rows_hide_a_leak_free_kinship_chain():
@@ -118,8 +125,13 @@ def test_the_card_explains_v1_and_v2_only_when_v2_configs_are_present():
 
     def manifest(names):
         entries = {name: {"rows": 5, "fingerprint": f"fp-{name}", "files": []} for name in names}
-        return {"format": "needlebench-dataset", "format_version": 1, "generator_version": "0.1.0",
-                "recipe": {"release_seed": 1, "tokenizer": "cl100k_base"}, "configs": entries}
+        return {
+            "format": "needlebench-dataset",
+            "format_version": 1,
+            "generator_version": "0.1.0",
+            "recipe": {"release_seed": 1, "tokenizer": "cl100k_base"},
+            "configs": entries,
+        }
 
     both = card.render_card(manifest(["single_en_4k", "v2_single_en_4k", "v2_atc_zh"]))
     assert "### NeedleBench v1 and v2" in both

@@ -6,13 +6,21 @@ import json
 from pathlib import Path
 
 import pytest
+
 from needlebench.evaluation import harness
 from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
 from needlebench.evaluation.report import HEALTH
 from support import build_data
 
 V2_CONFIGS = ["v2_single_en_4k", "v2_multi_retrieval_zh_4k", "v2_multi_reasoning_en_4k", "v2_atc_zh"]
-FULL_MARKS = {"score": 100.0, "recall": 100.0, "needle_hits": 100.0, "exact": 100.0, "accuracy": 100.0, "weighted": 100.0}
+FULL_MARKS = {
+    "score": 100.0,
+    "recall": 100.0,
+    "needle_hits": 100.0,
+    "exact": 100.0,
+    "accuracy": 100.0,
+    "weighted": 100.0,
+}
 FULL_MARKS |= {harness.reference_metric(metric): value for metric, value in FULL_MARKS.items()}
 
 
@@ -25,11 +33,17 @@ def test_oracle_scores_full_marks_on_every_v2_family(data_dir: Path, tmp_path: P
     output = tmp_path / "oracle"
     status = run_eval(
         [
-            "run", "--model", ORACLE_MODEL,
-            "--tasks", ",".join(harness.task_name(config) for config in V2_CONFIGS),
-            "--metadata", json.dumps({"data_dir": str(data_dir)}),
-            "--limit", "40",
-            "--output_path", str(output),
+            "run",
+            "--model",
+            ORACLE_MODEL,
+            "--tasks",
+            ",".join(harness.task_name(config) for config in V2_CONFIGS),
+            "--metadata",
+            json.dumps({"data_dir": str(data_dir)}),
+            "--limit",
+            "40",
+            "--output_path",
+            str(output),
             "--log_samples",
         ]
     )
@@ -41,7 +55,9 @@ def test_oracle_scores_full_marks_on_every_v2_family(data_dir: Path, tmp_path: P
         "v2_multi_reasoning_en_4k": {"exact"},
         "v2_atc_zh": {"accuracy", "weighted"},
     }
-    expected = {config: names | {harness.reference_metric(name) for name in names} for config, names in expected.items()}
+    expected = {
+        config: names | {harness.reference_metric(name) for name in names} for config, names in expected.items()
+    }
     for config in V2_CONFIGS:
         metrics = {
             key.split(",")[0]: value

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from hub_server import make_dataset_folder
 from needlebench.dataset import build, verify, writer
 from needlebench.dataset.verify import read_manifest, verify_folder
@@ -54,7 +55,9 @@ def test_intact_folder_passes_the_file_check(folder: Path) -> None:
 
 def test_altered_missing_and_unlisted_files_are_reported_with_reasons(folder: Path) -> None:
     _alter(folder / "data" / "atc_en" / "test-00000-of-00001.parquet")
-    assert verify_folder(folder, None, rebuild=False) == {"atc_en": "files on disk do not match the manifest fingerprint"}
+    assert verify_folder(folder, None, rebuild=False) == {
+        "atc_en": "files on disk do not match the manifest fingerprint"
+    }
     assert verify_folder(folder, ["single_en_4k"], rebuild=False) == {}
     (folder / "data" / "single_en_4k" / "test-00000-of-00001.parquet").unlink()
     reasons = verify_folder(folder, rebuild=False)

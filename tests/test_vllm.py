@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from needlebench.evaluation import harness
 from support import build_data, results_with_health
 from support.smollm import smollm_dir
@@ -51,7 +52,12 @@ SAMPLES = {
 MAX_GEN_TOKS = 32
 WINDOW = 8192
 SERVED_NAME = "smollm2"
-METRIC = {"single_en_4k": "score", "multi_retrieval_en_4k": "recall", "atc_en": "acc", "counting_stars_acquisition_en_128k": "star_score"}
+METRIC = {
+    "single_en_4k": "score",
+    "multi_retrieval_en_4k": "recall",
+    "atc_en": "acc",
+    "counting_stars_acquisition_en_128k": "star_score",
+}
 
 
 def _env() -> dict[str, str]:
@@ -89,7 +95,9 @@ def model_dir() -> Path:
 
 def _run(command: list[str], log: Path, timeout: float = 1800) -> None:
     with log.open("w", encoding="utf-8") as handle:
-        done = subprocess.run(command, env=_env(), stdout=handle, stderr=subprocess.STDOUT, timeout=timeout, cwd=str(log.parent))
+        done = subprocess.run(
+            command, env=_env(), stdout=handle, stderr=subprocess.STDOUT, timeout=timeout, cwd=str(log.parent)
+        )
     assert done.returncode == 0, log.read_text(encoding="utf-8")[-4000:]
 
 
@@ -251,7 +259,9 @@ def _same_outputs_and_scores(run: Path, reference: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def chunked_offline_run(offline_run: Path, data_dir: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def chunked_offline_run(
+    offline_run: Path, data_dir: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The offline run again through ``needlebench eval`` in chunks of one row (after the plain run: one engine at
     a time)."""
     output = tmp_path_factory.mktemp("vllm-chunked")
@@ -290,11 +300,16 @@ def test_server_runs_equal_the_offline_run(run_name: str, request: pytest.Fixtur
         assert results[task]["skipped_too_long,none"] == (1 if config.startswith("counting_stars") else 0)
     skipped = json.loads((served / "needlebench_skipped.json").read_text(encoding="utf-8"))
     assert skipped == {
-        "needlebench_counting_stars_acquisition_en_128k": {"skipped": 1, "ids": ["counting_stars_acquisition_en_128k-L12000"]}
+        "needlebench_counting_stars_acquisition_en_128k": {
+            "skipped": 1,
+            "ids": ["counting_stars_acquisition_en_128k-L12000"],
+        }
     }
 
 
-def test_chunked_server_run_equals_the_unchunked_one(server: str, completions_run: Path, data_dir: Path, model_dir: Path, tmp_path: Path):
+def test_chunked_server_run_equals_the_unchunked_one(
+    server: str, completions_run: Path, data_dir: Path, model_dir: Path, tmp_path: Path
+):
     """Through ``vllm serve``: chunks of one row give the same outputs and scores as the run whose tasks fit one
     chunk each, and ``--no-chunk`` too."""
     chunked = tmp_path / "chunked"
@@ -340,7 +355,9 @@ def _served_requests(server: str) -> float:
     """Requests the server has finished (its Prometheus counter ``vllm:request_success_total``, every label)."""
     with urllib.request.urlopen(f"{server}/metrics", timeout=10) as response:
         text = response.read().decode("utf-8")
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total"))
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total")
+    )
 
 
 def test_judge_against_vllm_serve_writes_scores_beside_the_samples_and_resumes(server: str, completions_run: Path):
@@ -385,6 +402,8 @@ def test_judge_against_vllm_serve_writes_scores_beside_the_samples_and_resumes(s
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"judged {rows} samples in {len(originals)} files (0 requested, {rows} from cache" in " ".join(done.stdout.split())
+    assert f"judged {rows} samples in {len(originals)} files (0 requested, {rows} from cache" in " ".join(
+        done.stdout.split()
+    )
     assert _served_requests(server) == served
     assert {path: path.with_name("judged_" + path.name).read_bytes() for path in originals} == judged_bytes

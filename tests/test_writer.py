@@ -8,12 +8,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from needlebench.dataset import writer
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.rows import iter_rows
 from needlebench.dataset.writer import _column
-from needlebench.tasks.grid import get_config
 from needlebench.sources.tokenized import Utf8Text
+from needlebench.tasks.grid import get_config
 
 VALUES = ["In the beginning", "", None, "滚滚长江东逝水，浪花淘尽英雄。", "needle\n\nhaystack"]
 

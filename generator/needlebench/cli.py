@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -48,7 +48,7 @@ def _main(
 
 @app.command("list", short_help="List configs, their rows and context tokens.")
 def list_configs(
-    patterns: Annotated[Optional[list[str]], typer.Argument(help="Config names or globs (default: all).")] = None,
+    patterns: Annotated[list[str] | None, typer.Argument(help="Config names or globs (default: all).")] = None,
 ) -> None:
     """List configs with their rows and approximate context tokens."""
     from needlebench.tasks.grid import match_configs, registry
@@ -56,8 +56,14 @@ def list_configs(
 
     specs = match_configs(patterns) if patterns else list(registry().values())
     rows = [
-        (spec.name, spec.task_label, spec.language, spec.size or "-", f"{spec.num_rows:,}",
-         f"{spec.approx_tokens:,}" if spec.approx_tokens else "-")
+        (
+            spec.name,
+            spec.task_label,
+            spec.language,
+            spec.size or "-",
+            f"{spec.num_rows:,}",
+            f"{spec.approx_tokens:,}" if spec.approx_tokens else "-",
+        )
         for spec in specs
     ]
     headers = ("config", "task", "lang", "size", "rows", "tokens")
@@ -80,27 +86,60 @@ def list_configs(
 
 @app.command(short_help="Build configs into a dataset folder (Parquet + card).")
 def build(
-    configs: Annotated[Optional[list[str]], typer.Argument(help="Config names or globs, e.g. 'single_*_4k'.")] = None,
+    configs: Annotated[list[str] | None, typer.Argument(help="Config names or globs, e.g. 'single_*_4k'.")] = None,
     out: Annotated[Path, typer.Option("--out", help="Dataset folder to write.")] = Path("needlebench-data"),
     all_configs: Annotated[bool, typer.Option("--all", help="Build every config.")] = False,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Release seed (default: the pinned one).")] = None,
-    haystack_en: Annotated[Optional[str], typer.Option(help="English haystack: .txt, .jsonl, folder, hub:ORG/NAME[@REV][:CONFIG][:SPLIT][:COLUMN] or opencompass[@REV].")] = None,
-    haystack_zh: Annotated[Optional[str], typer.Option(help="Chinese haystack (same forms).")] = None,
-    corpus: Annotated[Optional[str], typer.Option("--corpus", help="opencompass[@REV]: the paper's original inputs from the Hub.")] = None,
-    needles: Annotated[Optional[str], typer.Option(help="Reference needles.jsonl instead of the built-in bank.")] = None,
-    reasoning_needles_en: Annotated[Optional[str], typer.Option(help="Reference multi_needle_reasoning_en.json.")] = None,
-    reasoning_needles_zh: Annotated[Optional[str], typer.Option(help="Reference multi_needle_reasoning_zh.json.")] = None,
-    names: Annotated[Optional[str], typer.Option(help="Reference names.json for ATC.")] = None,
-    compat: Annotated[Optional[str], typer.Option(help="opencompass or counting-stars: reproduce the reference construction.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Release seed (default: the pinned one).")] = None,
+    haystack_en: Annotated[
+        str | None,
+        typer.Option(
+            help="English haystack: .txt, .jsonl, folder, hub:ORG/NAME[@REV][:CONFIG][:SPLIT][:COLUMN] or opencompass[@REV]."
+        ),
+    ] = None,
+    haystack_zh: Annotated[str | None, typer.Option(help="Chinese haystack (same forms).")] = None,
+    corpus: Annotated[
+        str | None, typer.Option("--corpus", help="opencompass[@REV]: the paper's original inputs from the Hub.")
+    ] = None,
+    needles: Annotated[
+        str | None, typer.Option(help="Reference needles.jsonl instead of the built-in bank.")
+    ] = None,
+    reasoning_needles_en: Annotated[
+        str | None, typer.Option(help="Reference multi_needle_reasoning_en.json.")
+    ] = None,
+    reasoning_needles_zh: Annotated[
+        str | None, typer.Option(help="Reference multi_needle_reasoning_zh.json.")
+    ] = None,
+    names: Annotated[str | None, typer.Option(help="Reference names.json for ATC.")] = None,
+    compat: Annotated[
+        str | None, typer.Option(help="opencompass or counting-stars: reproduce the reference construction.")
+    ] = None,
     question_position: Annotated[str, typer.Option(help="end (the papers) or start.")] = "end",
-    buffer: Annotated[Optional[int], typer.Option(help="Override the grid's length buffer (tokens).")] = None,
-    depths: Annotated[Optional[str], typer.Option(help="Override the depth grid, e.g. '0,25,50,75,100' (percent).")] = None,
-    tokenizer: Annotated[str, typer.Option(help="What lengths are counted in: cl100k_base, or hf:PATH_OR_NAME (a local tokenizer folder or a model in the local Hugging Face cache).")] = "cl100k_base",
+    buffer: Annotated[int | None, typer.Option(help="Override the grid's length buffer (tokens).")] = None,
+    depths: Annotated[
+        str | None, typer.Option(help="Override the depth grid, e.g. '0,25,50,75,100' (percent).")
+    ] = None,
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            help="What lengths are counted in: cl100k_base, or hf:PATH_OR_NAME (a local tokenizer folder or a model in the local Hugging Face cache)."
+        ),
+    ] = "cl100k_base",
     compression: Annotated[str, typer.Option(help="Parquet codec: zstd, snappy or none (fastest, largest).")] = "zstd",
     num_proc: Annotated[int, typer.Option("--num-proc", help="Worker processes (at most the CPUs).")] = 1,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Refuse a build of more context tokens (default 20,000,000,000; a build also stops before it would overfill the disk).")] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace a needlebench dataset of another recipe (only the files it lists).")] = False,
-    experiment: Annotated[Optional[Path], typer.Option("--experiment", help="Experiment YAML: your own needle test as a named config (see README).")] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            help="Refuse a build of more context tokens (default 20,000,000,000; a build also stops before it would overfill the disk).",
+        ),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace a needlebench dataset of another recipe (only the files it lists).")
+    ] = False,
+    experiment: Annotated[
+        Path | None,
+        typer.Option("--experiment", help="Experiment YAML: your own needle test as a named config (see README)."),
+    ] = None,
 ) -> None:
     """Build configs into a dataset folder (Parquet + card), byte-identical for the same version and seed."""
     if experiment is None and tokenizer == "cl100k_base":
@@ -118,10 +157,17 @@ def build(
         if configs or all_configs:
             raise NeedlebenchError("--experiment builds the experiment's own config; name no other configs with it")
         given = {
-            "--seed": seed, "--haystack-en": haystack_en, "--haystack-zh": haystack_zh, "--corpus": corpus,
-            "--needles": needles, "--reasoning-needles-en": reasoning_needles_en,
-            "--reasoning-needles-zh": reasoning_needles_zh, "--names": names, "--compat": compat,
-            "--buffer": buffer, "--depths": depths,
+            "--seed": seed,
+            "--haystack-en": haystack_en,
+            "--haystack-zh": haystack_zh,
+            "--corpus": corpus,
+            "--needles": needles,
+            "--reasoning-needles-en": reasoning_needles_en,
+            "--reasoning-needles-zh": reasoning_needles_zh,
+            "--names": names,
+            "--compat": compat,
+            "--buffer": buffer,
+            "--depths": depths,
             "--question-position": None if question_position == "end" else question_position,
         }
         clash = [option for option, value in given.items() if value is not None]
@@ -131,8 +177,13 @@ def build(
                 "(keys seed, haystack, needles, depths, length_buffer, question_position)"
             )
         spec, manifest = build_experiment(
-            experiment, out, num_proc=num_proc, overwrite=overwrite, compression=compression,
-            tokenizer=None if tokenizer == "cl100k_base" else tokenizer, max_tokens=max_tokens,
+            experiment,
+            out,
+            num_proc=num_proc,
+            overwrite=overwrite,
+            compression=compression,
+            tokenizer=None if tokenizer == "cl100k_base" else tokenizer,
+            max_tokens=max_tokens,
         )
         entry = manifest["configs"][spec.name]
         console.print(f"{spec.name}: {entry['rows']:,} rows, {entry['haystack_tokens']:,} haystack tokens")
@@ -164,9 +215,7 @@ def build(
         depths=_parse_depths(depths),
         compression=compression,
     )
-    manifest = build_dataset(
-        names_list, out, options, num_proc=num_proc, overwrite=overwrite, max_tokens=max_tokens
-    )
+    manifest = build_dataset(names_list, out, options, num_proc=num_proc, overwrite=overwrite, max_tokens=max_tokens)
     from needlebench.dataset.boundary_stats import boundary_counts, format_shares
 
     table = Table("config", "rows", "haystack tokens", "fingerprint")
@@ -227,21 +276,34 @@ def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
 
 @app.command(short_help="Write lm-eval tasks for every config of a dataset folder.")
 def tasks(
-    folder: Annotated[Path, typer.Argument(help="Dataset folder written by `needlebench build` (built-in configs and experiments).")],
-    out: Annotated[Path, typer.Option("--out", help="Task folder to write, for `lm_eval --include_path`.")] = Path("needlebench-tasks"),
+    folder: Annotated[
+        Path, typer.Argument(help="Dataset folder written by `needlebench build` (built-in configs and experiments).")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Task folder to write, for `lm_eval --include_path`.")] = Path(
+        "needlebench-tasks"
+    ),
 ) -> None:
     """Write lm-eval tasks (needlebench_<config>) for every config of a dataset folder, and a group per experiment."""
     from needlebench.evaluation.task_export import write_task_folder
 
     files = write_task_folder(folder, out)
-    console.print(f"wrote {len(files)} files to {out}; run: lm_eval --include_path {out} --tasks needlebench_<config> ...")
+    console.print(
+        f"wrote {len(files)} files to {out}; run: lm_eval --include_path {out} --tasks needlebench_<config> ..."
+    )
 
 
 @app.command("export-tasks", short_help="Write an lm-eval task folder (in-tree form) that needs no needlebench.")
 def export_tasks(
-    repo: Annotated[str, typer.Option("--repo", help="Hub dataset the tasks read, ORG/NAME (a release published by `needlebench publish`).")],
+    repo: Annotated[
+        str,
+        typer.Option(
+            "--repo", help="Hub dataset the tasks read, ORG/NAME (a release published by `needlebench publish`)."
+        ),
+    ],
     revision: Annotated[str, typer.Option("--revision", help="The release tag vX.Y.Z (or a commit id) the tasks pin.")],
-    out: Annotated[Path, typer.Option("--out", help="Folder to write (copy it to lm_eval/tasks/needlebench).")] = Path("needlebench-lm-eval-tasks"),
+    out: Annotated[Path, typer.Option("--out", help="Folder to write (copy it to lm_eval/tasks/needlebench).")] = Path(
+        "needlebench-lm-eval-tasks"
+    ),
 ) -> None:
     """Write the task folder in lm-eval's in-tree form: every config's task and the groups reading REPO at REVISION,
     with a self-contained utils.py (the package's scorers, copied by source) and a README."""
@@ -258,12 +320,20 @@ def export_tasks(
 @app.command(short_help="Rescore logged samples with a model judge (1-10 rubric).")
 def judge(
     results: Annotated[Path, typer.Argument(help="lm-eval --output_path of a run with --log_samples.")],
-    base_url: Annotated[str, typer.Option("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (vllm serve).")],
+    base_url: Annotated[
+        str, typer.Option("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (vllm serve).")
+    ],
     model: Annotated[str, typer.Option("--model", help="Judge model name as the endpoint knows it.")],
-    api_key_env: Annotated[str, typer.Option("--api-key-env", help="Environment variable holding the API key (if any).")] = "OPENAI_API_KEY",
+    api_key_env: Annotated[
+        str, typer.Option("--api-key-env", help="Environment variable holding the API key (if any).")
+    ] = "OPENAI_API_KEY",
     concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 4,
-    retries: Annotated[int, typer.Option(help="Retries per sample (transient errors and replies without a rating).")] = 3,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds one request may take in all (connect, wait, read).")] = 60.0,
+    retries: Annotated[
+        int, typer.Option(help="Retries per sample (transient errors and replies without a rating).")
+    ] = 3,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds one request may take in all (connect, wait, read).")
+    ] = 60.0,
 ) -> None:
     """Rescore logged samples on the 1-10 rubric with a model judge; writes judged_samples_*.jsonl beside them.
 
@@ -300,7 +370,9 @@ def tasks_path() -> None:
 @app.command(short_help="Print a row of a dataset folder by id: its fields and its prompt.")
 def show(
     data_dir: Annotated[Path, typer.Argument(help="A dataset folder built by `needlebench build --out DIR`.")],
-    row_id: Annotated[str, typer.Argument(metavar="ID", help="The row's id, e.g. single_en_4k-L1000-d0-r0 (a sample's doc.id).")],
+    row_id: Annotated[
+        str, typer.Argument(metavar="ID", help="The row's id, e.g. single_en_4k-L1000-d0-r0 (a sample's doc.id).")
+    ],
     prompt_only: Annotated[bool, typer.Option("--prompt", help="Print only the prompt text.")] = False,
 ) -> None:
     """Print a row's fields (JSON, with prompt_sha256 as in lean sample logs) and then its prompt: what a lean
@@ -324,12 +396,29 @@ def show(
 @app.command(short_help="List the rows whose prompt would not fit a model's context.")
 def budget(
     configs: Annotated[list[str], typer.Argument(help="Config names or globs.")],
-    tokenizer: Annotated[str, typer.Option(help="The model's tokenizer: a model or tokenizer folder, a .gguf file, a folder holding one .gguf, or a model name in the local Hugging Face cache.")],
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            help="The model's tokenizer: a model or tokenizer folder, a .gguf file, a folder holding one .gguf, or a model name in the local Hugging Face cache."
+        ),
+    ],
     max_length: Annotated[int, typer.Option("--max-length", help="The model's context length.")],
-    gguf_file: Annotated[Optional[str], typer.Option("--gguf-file", help="The GGUF file (a name inside the --tokenizer folder), as lm-eval's gguf_file model arg.")] = None,
-    chat_template: Annotated[bool, typer.Option("--chat-template", help="Count with the chat template applied.")] = False,
-    max_gen_toks: Annotated[Optional[int], typer.Option("--max-gen-toks", help="Tokens reserved for the answer (default: the task's).")] = None,
-    data_dir: Annotated[Optional[str], typer.Option("--data-dir", help="A built dataset folder (default: build on the fly).")] = None,
+    gguf_file: Annotated[
+        str | None,
+        typer.Option(
+            "--gguf-file",
+            help="The GGUF file (a name inside the --tokenizer folder), as lm-eval's gguf_file model arg.",
+        ),
+    ] = None,
+    chat_template: Annotated[
+        bool, typer.Option("--chat-template", help="Count with the chat template applied.")
+    ] = False,
+    max_gen_toks: Annotated[
+        int | None, typer.Option("--max-gen-toks", help="Tokens reserved for the answer (default: the task's).")
+    ] = None,
+    data_dir: Annotated[
+        str | None, typer.Option("--data-dir", help="A built dataset folder (default: build on the fly).")
+    ] = None,
     rows: Annotated[bool, typer.Option("--rows", help="Also list every row that does not fit.")] = False,
 ) -> None:
     """Which prompts would not fit a model's context (lm-eval would silently left-truncate): a table per config
@@ -339,7 +428,12 @@ def budget(
 
     names_list = [spec.name for spec in match_configs(configs)]
     report = budget_report(
-        tokenizer, max_length, names_list, chat_template=chat_template, max_gen_toks=max_gen_toks, data_dir=data_dir,
+        tokenizer,
+        max_length,
+        names_list,
+        chat_template=chat_template,
+        max_gen_toks=max_gen_toks,
+        data_dir=data_dir,
         gguf_file=gguf_file,
     )
     print(format_budget(report, rows=rows))
@@ -349,19 +443,51 @@ def budget(
 
 @app.command(short_help="Paper tables and heatmaps from lm-eval results.")
 def report(
-    results: Annotated[list[Path], typer.Argument(help="lm-eval --output_path folders or results/samples files (--log_samples).")],
-    out: Annotated[Path, typer.Option("--out", help="Where to write tables, figures and report.html: a new or empty folder, or an earlier report's (only its files are replaced).")] = Path("needlebench-report"),
-    name: Annotated[Optional[list[str]], typer.Option("--name", help="PATH=NAME: call the model of a results path (or pretrained value) NAME.")] = None,
+    results: Annotated[
+        list[Path], typer.Argument(help="lm-eval --output_path folders or results/samples files (--log_samples).")
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Where to write tables, figures and report.html: a new or empty folder, or an earlier report's (only its files are replaced).",
+        ),
+    ] = Path("needlebench-report"),
+    name: Annotated[
+        list[str] | None,
+        typer.Option("--name", help="PATH=NAME: call the model of a results path (or pretrained value) NAME."),
+    ] = None,
     annotate: Annotated[str, typer.Option(help="Heatmap cell text: counts, values, both or none.")] = "counts",
     pdf: Annotated[bool, typer.Option("--pdf", help="Also write every figure as PDF.")] = False,
     no_figures: Annotated[bool, typer.Option("--no-figures", help="Write the tables only.")] = False,
-    data_dir: Annotated[Optional[list[Path]], typer.Option("--data-dir", help="Dataset folder whose experiments (custom configs) the results are of; default: the data_dir the run recorded.")] = None,
-    scoring: Annotated[str, typer.Option("--scoring", help="default (needlebench's metrics) or reference (the *_reference metrics, scored as OpenCompass and the Counting-Stars notebook score: quote these beside published numbers).")] = "default",
+    data_dir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--data-dir",
+            help="Dataset folder whose experiments (custom configs) the results are of; default: the data_dir the run recorded.",
+        ),
+    ] = None,
+    scoring: Annotated[
+        str,
+        typer.Option(
+            "--scoring",
+            help="default (needlebench's metrics) or reference (the *_reference metrics, scored as OpenCompass and the Counting-Stars notebook score: quote these beside published numbers).",
+        ),
+    ] = "default",
 ) -> None:
     """The papers' tables (models as rows; Markdown, CSV, HTML) and figures from lm-eval results."""
     from needlebench.evaluation.report import parse_names, write_report
 
-    for path in write_report(results, out, names=parse_names(name or []), annotate=annotate, pdf=pdf, figures=not no_figures, data_dirs=data_dir or [], scoring=scoring):
+    for path in write_report(
+        results,
+        out,
+        names=parse_names(name or []),
+        annotate=annotate,
+        pdf=pdf,
+        figures=not no_figures,
+        data_dirs=data_dir or [],
+        scoring=scoring,
+    ):
         console.print(str(path))
 
 
@@ -369,10 +495,12 @@ def report(
 def publish(
     folder: Annotated[Path, typer.Argument(help="A dataset folder built by `needlebench build`.")],
     version: Annotated[str, typer.Option(help="Semantic version X.Y.Z; the commit is tagged vX.Y.Z.")],
-    repo: Annotated[Optional[str], typer.Option(help="Hub dataset repo ORG/NAME.")] = None,
-    to_git: Annotated[Optional[Path], typer.Option("--to-git", help="Publish into a local git repository instead.")] = None,
+    repo: Annotated[str | None, typer.Option(help="Hub dataset repo ORG/NAME.")] = None,
+    to_git: Annotated[
+        Path | None, typer.Option("--to-git", help="Publish into a local git repository instead.")
+    ] = None,
     private: Annotated[bool, typer.Option(help="Create the Hub repo private.")] = False,
-    token: Annotated[Optional[str], typer.Option(help="Hub token (default: the logged-in one).")] = None,
+    token: Annotated[str | None, typer.Option(help="Hub token (default: the logged-in one).")] = None,
 ) -> None:
     """Publish a dataset folder as a tagged, versioned Hub dataset (or into a local git repo)."""
     from needlebench.dataset.publish import publish_folder, publish_to_git
@@ -388,17 +516,30 @@ def publish(
 
 @app.command(short_help="Rebuild configs from the recorded recipe and compare.")
 def verify(
-    folder: Annotated[Optional[Path], typer.Argument(help="A dataset folder.")] = None,
-    repo: Annotated[Optional[str], typer.Option(help="Hub dataset repo ORG/NAME.")] = None,
-    revision: Annotated[Optional[str], typer.Option(help="Revision (tag vX.Y.Z) of --repo.")] = None,
-    config: Annotated[Optional[list[str]], typer.Option("--config", help="Only these configs.")] = None,
-    haystack_en: Annotated[Optional[str], typer.Option(help="Where the recipe's local English haystack is now (checked by sha256).")] = None,
-    haystack_zh: Annotated[Optional[str], typer.Option(help="Where the recipe's local Chinese haystack is now.")] = None,
-    needles: Annotated[Optional[str], typer.Option(help="Where the recipe's local needles.jsonl is now.")] = None,
-    reasoning_needles_en: Annotated[Optional[str], typer.Option(help="Where the recipe's local reasoning needles (en) are now.")] = None,
-    reasoning_needles_zh: Annotated[Optional[str], typer.Option(help="Where the recipe's local reasoning needles (zh) are now.")] = None,
-    names: Annotated[Optional[str], typer.Option(help="Where the recipe's local names.json is now.")] = None,
-    tokenizer: Annotated[Optional[str], typer.Option(help="hf:PATH: where the recipe's Hugging Face tokenizer is now (checked by the sha256 of its tokenizer.json).")] = None,
+    folder: Annotated[Path | None, typer.Argument(help="A dataset folder.")] = None,
+    repo: Annotated[str | None, typer.Option(help="Hub dataset repo ORG/NAME.")] = None,
+    revision: Annotated[str | None, typer.Option(help="Revision (tag vX.Y.Z) of --repo.")] = None,
+    config: Annotated[list[str] | None, typer.Option("--config", help="Only these configs.")] = None,
+    haystack_en: Annotated[
+        str | None, typer.Option(help="Where the recipe's local English haystack is now (checked by sha256).")
+    ] = None,
+    haystack_zh: Annotated[
+        str | None, typer.Option(help="Where the recipe's local Chinese haystack is now.")
+    ] = None,
+    needles: Annotated[str | None, typer.Option(help="Where the recipe's local needles.jsonl is now.")] = None,
+    reasoning_needles_en: Annotated[
+        str | None, typer.Option(help="Where the recipe's local reasoning needles (en) are now.")
+    ] = None,
+    reasoning_needles_zh: Annotated[
+        str | None, typer.Option(help="Where the recipe's local reasoning needles (zh) are now.")
+    ] = None,
+    names: Annotated[str | None, typer.Option(help="Where the recipe's local names.json is now.")] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="hf:PATH: where the recipe's Hugging Face tokenizer is now (checked by the sha256 of its tokenizer.json)."
+        ),
+    ] = None,
 ) -> None:
     """Rebuild configs from the recorded recipe and compare fingerprints; exit 1 naming each that differs.
 
@@ -411,8 +552,12 @@ def verify(
         canonical_tokenizer(tokenizer)
 
     inputs = {
-        "haystack_en": haystack_en, "haystack_zh": haystack_zh, "needles": needles,
-        "reasoning_needles_en": reasoning_needles_en, "reasoning_needles_zh": reasoning_needles_zh, "names": names,
+        "haystack_en": haystack_en,
+        "haystack_zh": haystack_zh,
+        "needles": needles,
+        "reasoning_needles_en": reasoning_needles_en,
+        "reasoning_needles_zh": reasoning_needles_zh,
+        "names": names,
     }
 
     if (folder is None) == (repo is None):

@@ -50,10 +50,10 @@ def compat_counts(task: str) -> tuple[list[int], list[int]]:
 def _compat_cell(spec: ConfigSpec, settings: HaystackSettings, length: int) -> StarCell:
     correct, wrong = compat_counts(spec.variant)
     wrongs: list[int | None] = list(wrong) if wrong else [None] * len(correct)
-    sentences = tuple(
-        star_sentence(spec.variant, spec.language, c, w, wrapped=True) for c, w in zip(correct, wrongs)
+    sentences = tuple(star_sentence(spec.variant, spec.language, c, w, wrapped=True) for c, w in zip(correct, wrongs))
+    return StarCell(
+        length, derive_seed(settings.release_seed, spec.name, length), tuple(correct), tuple(wrong), sentences
     )
-    return StarCell(length, derive_seed(settings.release_seed, spec.name, length), tuple(correct), tuple(wrong), sentences)
 
 
 # ---- compat: the reference construction ----------------------------------------------------------------------
@@ -153,8 +153,12 @@ def _compat_haystack(haystack: str | None, language: str, tokenizer_spec: str, u
             f"tokenizer {tokenizer_spec!r} cannot count Counting-Stars prompts exactly; use cl100k_base"
         )
     corpus = Corpus(
-        name=name, language=language, documents=(stream,), source=f"Counting-Stars haystack from {name}",
-        license="see source", revision=revision,
+        name=name,
+        language=language,
+        documents=(stream,),
+        source=f"Counting-Stars haystack from {name}",
+        license="see source",
+        revision=revision,
     )
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
     label = f"{name}@{revision}" if revision else f"{name}@sha256:{digest}"

@@ -213,7 +213,9 @@ def multi_retrieval_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
     inputs = _inputs(settings.haystack, spec.language)
     lines = list(_needle_lines(settings.needles))
     depths = list(settings.depths_for(spec.depths))
-    stop, lead, fmt = ("?", "Please answer in the format of '", "'") if spec.language == "en" else ("？", "请按照'", "'的格式回答。")
+    stop, lead, fmt = (
+        ("?", "Please answer in the format of '", "'") if spec.language == "en" else ("？", "请按照'", "'的格式回答。")
+    )
     period = "." if spec.language == "en" else "。"
     for length in lengths:
         buffer = effective_buffer(spec, length, settings)
@@ -303,8 +305,17 @@ def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
                     question = record["question"] + guide_sentence(spec.language)
                     yield {
                         "id": f"{spec.name}-L{length}-d{depth:g}-n{count}-r{repeat}",
-                        **_row(spec, settings, length, buffer, repeat, encoding.decode(tokens), question,
-                               "multi_reasoning", {}),
+                        **_row(
+                            spec,
+                            settings,
+                            length,
+                            buffer,
+                            repeat,
+                            encoding.decode(tokens),
+                            question,
+                            "multi_reasoning",
+                            {},
+                        ),
                         "depth_percent": float(depth),
                         "needle_depths": [min(100.0, depth + REASONING_NEEDLE_SPACING * i) for i in range(count)],
                         "answer": record["answer"],
@@ -321,7 +332,11 @@ COMPAT_BOUNDARY = "compat"
 
 def rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
     """Rows of a haystack config for `lengths`, in the reference's loop order (length, depth, repeat)."""
-    generators = {"single": single_rows, "multi_retrieval": multi_retrieval_rows, "multi_reasoning": multi_reasoning_rows}
+    generators = {
+        "single": single_rows,
+        "multi_retrieval": multi_retrieval_rows,
+        "multi_reasoning": multi_reasoning_rows,
+    }
     for row in generators[spec.family](spec, settings, lengths):
         # raw token offsets, as the reference inserts them: no boundary is chosen
         row["needle_boundaries"] = [COMPAT_BOUNDARY] * len(row["needles"])

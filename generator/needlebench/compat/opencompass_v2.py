@@ -96,8 +96,18 @@ def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
                             points[j] += len(piece)
                     question = v2_reasoning_question(spec.language, chain.youngest)
                     requested = [min(100.0, depth + REASONING_NEEDLE_SPACING * i) for i in range(len(needles))]
-                    row = _row(spec, settings, length, buffer, repeat, encoding.decode(tokens), question,
-                               "multi_reasoning", {}, {"last_person": chain.youngest})
+                    row = _row(
+                        spec,
+                        settings,
+                        length,
+                        buffer,
+                        repeat,
+                        encoding.decode(tokens),
+                        question,
+                        "multi_reasoning",
+                        {},
+                        {"last_person": chain.youngest},
+                    )
                     yield {
                         "id": f"{spec.name}-L{length}-d{depth:g}-n{count}-r{repeat}",
                         **row,
@@ -124,14 +134,26 @@ def atc_v2_rows(spec: ConfigSpec, *, names_path: str | None = None, version: str
                 seed = (repeat + 1) + 10000 * type_index
                 chain = reference_chain(random.Random(seed), all_names, relations, spec.language)
                 yield atc_v2_row(
-                    spec, chain, "".join(chain.fragments), question_type, repeat, seed,
-                    corpus=corpus, compat="opencompass", tokenizer=tokenizer, version=version,
+                    spec,
+                    chain,
+                    "".join(chain.fragments),
+                    question_type,
+                    repeat,
+                    seed,
+                    corpus=corpus,
+                    compat="opencompass",
+                    tokenizer=tokenizer,
+                    version=version,
                 )
 
 
 def rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
     """Rows of a v2 haystack config for `lengths`, in the reference's loop order."""
-    generators = {"single": single_rows, "multi_retrieval": multi_retrieval_rows, "multi_reasoning": multi_reasoning_rows}
+    generators = {
+        "single": single_rows,
+        "multi_retrieval": multi_retrieval_rows,
+        "multi_reasoning": multi_reasoning_rows,
+    }
     for row in generators[spec.family](spec, settings, lengths):
         # raw token offsets, as the reference inserts them: no boundary is chosen (as in v1 compat)
         row["needle_boundaries"] = [COMPAT_BOUNDARY] * len(row["needles"])

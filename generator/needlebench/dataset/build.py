@@ -203,7 +203,9 @@ def build_dataset(
     try:
         lock = replace.lock_folder(out_dir) if out_dir.is_dir() else None
     except OSError as error:
-        raise NeedlebenchError(f"cannot write output folder {out_dir}: {error.strerror}; choose another --out") from None
+        raise NeedlebenchError(
+            f"cannot write output folder {out_dir}: {error.strerror}; choose another --out"
+        ) from None
     try:
         previous = _check_out_dir(out_dir, options, overwrite)
         from needlebench.dataset.safe_folder import check_no_links
@@ -230,8 +232,16 @@ def build_dataset(
 
 
 def _build_into(
-    specs: list[ConfigSpec], out_dir: Path, options: BuildOptions, corpora: dict, previous: dict | None,
-    created: bool, num_proc: int, overwrite: bool, progress: bool, experiments: dict | None = None,
+    specs: list[ConfigSpec],
+    out_dir: Path,
+    options: BuildOptions,
+    corpora: dict,
+    previous: dict | None,
+    created: bool,
+    num_proc: int,
+    overwrite: bool,
+    progress: bool,
+    experiments: dict | None = None,
 ) -> dict:
     """Build into a staging folder inside `out_dir` (locked), then swap it in (:func:`.replace.commit`)."""
     from needlebench import interrupts
@@ -274,8 +284,10 @@ def _check_writable(out_dir: Path) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        where = "is an existing file, not a folder" if existing == out_dir.absolute() else (
-            f"is below {existing}, which is not a folder"
+        where = (
+            "is an existing file, not a folder"
+            if existing == out_dir.absolute()
+            else (f"is below {existing}, which is not a folder")
         )
         raise NeedlebenchError(f"--out {out_dir} {where}; choose another --out")
     try:

@@ -313,8 +313,12 @@ def _task_rows(names: list[str]) -> list[dict[str, Any]]:
         if family in counts
     ]
     rows += [
-        {"family": f"v2_{family}", "label": f"{label} v2", "count": v2_counts[family],
-         "description": V2_TASK_DESCRIPTIONS[family]}
+        {
+            "family": f"v2_{family}",
+            "label": f"{label} v2",
+            "count": v2_counts[family],
+            "description": V2_TASK_DESCRIPTIONS[family],
+        }
         for family, label in FAMILIES.items()
         if family in v2_counts
     ]

@@ -51,16 +51,28 @@ def with_tokenizer(experiment: Experiment, where: str, tokenizer: str | None = N
 
 
 def build_experiment(
-    path: str | Path, out_dir: Path, *, num_proc: int = 1, overwrite: bool = False, compression: str = "zstd",
-    progress: bool = True, tokenizer: str | None = None, max_tokens: int | None = None,
+    path: str | Path,
+    out_dir: Path,
+    *,
+    num_proc: int = 1,
+    overwrite: bool = False,
+    compression: str = "zstd",
+    progress: bool = True,
+    tokenizer: str | None = None,
+    max_tokens: int | None = None,
 ) -> tuple[Experiment, dict]:
     """Validate the experiment file at `path` and build its config into `out_dir`; returns it and the manifest.
     `tokenizer` (``--tokenizer``) counts the lengths in another tokenizer when the file names none."""
     experiment = with_tokenizer(load_experiment(path), str(path), tokenizer)
     register_experiment(experiment)
     manifest = build_dataset(
-        [experiment.name], Path(out_dir), experiment_options(experiment, compression), num_proc=num_proc,
-        overwrite=overwrite, progress=progress, experiments={experiment.name: experiment.to_record()},
+        [experiment.name],
+        Path(out_dir),
+        experiment_options(experiment, compression),
+        num_proc=num_proc,
+        overwrite=overwrite,
+        progress=progress,
+        experiments={experiment.name: experiment.to_record()},
         max_tokens=max_tokens,
     )
     return experiment, manifest
@@ -108,8 +120,12 @@ def experiments_markdown(experiments: dict) -> str:
             f"- depths ({len(depths)}): {', '.join(f'{d:g}' for d in depths)} percent"
             + (f"; each further needle {record['diff']:g}% deeper" if "diff" in record else ""),
             f"- runs: {record['runs']}"
-            + (f"; needles sampled {record['sample_method']} (fixed_index {record['fixed_index']}, "
-               f"{record['n_needles']} per cell)" if record["kind"] == "single" else ""),
+            + (
+                f"; needles sampled {record['sample_method']} (fixed_index {record['fixed_index']}, "
+                f"{record['n_needles']} per cell)"
+                if record["kind"] == "single"
+                else ""
+            ),
             f"- prompt: {'the paper frame, question at the ' + record['question_position'] if record['prompt'] == 'default' else 'custom template'}"
             f"; guide sentence: {'yes' if record['guide'] else 'no'}; release seed {record['seed']}",
             "",

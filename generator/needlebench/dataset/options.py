@@ -60,9 +60,7 @@ class BuildOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokenizer", _recorded_tokenizer(self.tokenizer, self.compat))
         if self.compression not in COMPRESSIONS:
-            raise NeedlebenchError(
-                f"unknown compression {self.compression!r}; allowed: {', '.join(COMPRESSIONS)}"
-            )
+            raise NeedlebenchError(f"unknown compression {self.compression!r}; allowed: {', '.join(COMPRESSIONS)}")
         if self.depths is not None:
             object.__setattr__(self, "depths", tuple(float(d) for d in self.depths))
             bad = [d for d in self.depths if not 0 <= d <= 100]
@@ -142,7 +140,7 @@ class BuildOptions:
             halve_full_buffer=self.compat is None,
         )
 
-    def pinned(self, corpora: dict) -> "BuildOptions":
+    def pinned(self, corpora: dict) -> BuildOptions:
         """The same options with every Hub input pinned to a revision, so the recipe rebuilds the same bytes:
         ``opencompass`` gets the pinned revision, ``hub:ORG/NAME`` the commit that was read (from `corpora`,
         the description of the loaded haystacks by language)."""
@@ -178,7 +176,7 @@ class BuildOptions:
         return recipe
 
     @classmethod
-    def from_recipe(cls, recipe: dict, inputs: dict[str, str | None] | None = None) -> "BuildOptions":
+    def from_recipe(cls, recipe: dict, inputs: dict[str, str | None] | None = None) -> BuildOptions:
         """The options of a recorded recipe; `inputs` re-points recorded local inputs (option name -> path).
 
         A malformed recipe (a key of the wrong type) is a one-line error naming the key."""
@@ -246,8 +244,10 @@ _RECIPE_TYPES = {
     "question_position": (lambda v: isinstance(v, str), "a string"),
     "buffer": (lambda v: v is None or _is_int(v), "null or an integer"),
     "depths": (
-        lambda v: v is None
-        or (isinstance(v, list) and all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in v)),
+        lambda v: (
+            v is None
+            or (isinstance(v, list) and all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in v))
+        ),
         "null or a list of numbers",
     ),
     "compression": (lambda v: isinstance(v, str), "a string"),

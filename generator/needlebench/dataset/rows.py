@@ -41,12 +41,18 @@ def iter_rows(
             return atc_v2_rows(spec, names_path=options.names_file())
         from needlebench.tasks.atc_v2 import iter_atc_v2_rows
 
-        return iter_atc_v2_rows(spec, release_seed=options.release_seed, version=__version__, names_path=options.names_file())
+        return iter_atc_v2_rows(
+            spec, release_seed=options.release_seed, version=__version__, names_path=options.names_file()
+        )
     if spec.family == "atc":
         from needlebench.tasks.atc import iter_atc_rows
 
         return iter_atc_rows(
-            spec, release_seed=options.release_seed, version=__version__, names_path=options.names_file(), compat=options.compat
+            spec,
+            release_seed=options.release_seed,
+            version=__version__,
+            names_path=options.names_file(),
+            compat=options.compat,
         )
     selected = spec.select_lengths(lengths)
     settings = options.settings_for(spec)

@@ -50,7 +50,10 @@ def _gb(size: int) -> str:
 
 
 def check_size(
-    specs: list[ConfigSpec], out_dir: Path, compression: str, max_tokens: int | None = None,
+    specs: list[ConfigSpec],
+    out_dir: Path,
+    compression: str,
+    max_tokens: int | None = None,
     depths: tuple[float, ...] | None = None,
 ) -> None:
     """Refuse (one line, exit 2, nothing written) a build beyond `max_tokens` context tokens or the free disk."""

@@ -37,7 +37,7 @@ class ShardStats:
     haystack_tokens: int = 0
     prompt_tokens: int = 0
 
-    def add(self, other: "ShardStats") -> None:
+    def add(self, other: ShardStats) -> None:
         self.rows += other.rows
         self.haystack_tokens += other.haystack_tokens
         self.prompt_tokens += other.prompt_tokens

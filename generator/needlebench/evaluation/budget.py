@@ -286,7 +286,12 @@ def run_budget(
     """Rows of ``configs`` (config names; the CLI expands globs) that lm-eval would left-truncate (each with
     ``fits: False``); see :func:`budget_report`."""
     return budget_report(
-        tokenizer, max_length, configs, chat_template=chat_template, max_gen_toks=max_gen_toks, data_dir=data_dir,
+        tokenizer,
+        max_length,
+        configs,
+        chat_template=chat_template,
+        max_gen_toks=max_gen_toks,
+        data_dir=data_dir,
         progress=False,
     ).over
 

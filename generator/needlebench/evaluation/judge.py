@@ -158,7 +158,9 @@ class Endpoint:
         try:
             url = httpx.URL(base_url.strip())
         except (httpx.InvalidURL, TypeError, ValueError):
-            raise NeedlebenchError("--base-url is not a URL; give http(s)://HOST[:PORT]/PATH, e.g. http://localhost:8000/v1") from None
+            raise NeedlebenchError(
+                "--base-url is not a URL; give http(s)://HOST[:PORT]/PATH, e.g. http://localhost:8000/v1"
+            ) from None
         if url.scheme not in ("http", "https") or not url.host:
             raise NeedlebenchError(
                 f"--base-url {redact_url(base_url)!r} is not an http(s) URL; give http(s)://HOST[:PORT]/PATH, "
@@ -168,8 +170,14 @@ class Endpoint:
         self.shown = redact_url(base_url)
         self.url = url.copy_with(username=None, password=None, fragment=None, path=path + "/chat/completions")
         self.auth = (url.username, url.password) if url.username or url.password else None
-        secrets = [url.username, url.password, f"{url.username}:{url.password}", url.userinfo.decode("ascii", "replace"),
-                   url.query.decode("ascii", "replace"), api_key or ""]
+        secrets = [
+            url.username,
+            url.password,
+            f"{url.username}:{url.password}",
+            url.userinfo.decode("ascii", "replace"),
+            url.query.decode("ascii", "replace"),
+            api_key or "",
+        ]
         secrets += [value for _, value in url.params.multi_items()]
         if self.auth:  # the Basic authorization header, as a server that echoes headers would show it
             secrets.append(base64.b64encode(f"{url.username}:{url.password}".encode()).decode("ascii"))
@@ -240,7 +248,9 @@ async def _post(client, endpoint: Endpoint, config: JudgeConfig, prompt: str) ->
     try:
         body = await asyncio.wait_for(exchange(), config.timeout)
     except asyncio.TimeoutError:
-        raise JudgeFailure(f"no complete reply within {config.timeout:g} s from {endpoint.shown}", transient=True) from None
+        raise JudgeFailure(
+            f"no complete reply within {config.timeout:g} s from {endpoint.shown}", transient=True
+        ) from None
     except httpx.ConnectError:
         raise JudgeFailure(f"cannot connect to {endpoint.shown}", transient=True) from None
     except httpx.HTTPError as error:  # dropped connection, protocol error, the client's own timeouts
@@ -323,7 +333,9 @@ class _Cache:
         """Rewrite the file without the dropped entries (and their error texts), atomically."""
         if self.dropped:
             temp = self.path.with_name("." + self.path.name + ".tmp")
-            temp.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self.entries.values()), encoding="utf-8")
+            temp.write_text(
+                "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self.entries.values()), encoding="utf-8"
+            )
             os.replace(temp, self.path)
 
 
@@ -342,7 +354,9 @@ def _read_samples(path: Path) -> Iterator[dict]:
             try:
                 yield json.loads(line)
             except json.JSONDecodeError:
-                raise NeedlebenchError(f"{path} line {number} is not JSON; expected lm-eval --log_samples output") from None
+                raise NeedlebenchError(
+                    f"{path} line {number} is not JSON; expected lm-eval --log_samples output"
+                ) from None
 
 
 def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True) -> dict:
@@ -385,8 +399,12 @@ def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True)
         for sample, key in zip(samples, keys):
             entry = cache.entries[key]
             unrated += entry["score"] is None
-            verdict = {"score": entry["score"], "model": entry["model"], "reply": entry["reply"],
-                       "endpoint": entry.get("endpoint")}
+            verdict = {
+                "score": entry["score"],
+                "model": entry["model"],
+                "reply": entry["reply"],
+                "endpoint": entry.get("endpoint"),
+            }
             lines.append(json.dumps({**sample, "judge": verdict}, ensure_ascii=False))
         target = path.with_name(JUDGED_PREFIX + path.name)
         temp = target.with_name("." + target.name + ".tmp")
@@ -395,12 +413,19 @@ def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True)
     total = sum(len(samples) for samples in loaded.values())
     reasons = Counter(failures.values()).most_common(1)
     return {
-        "samples": total, "requested": len(work), "cached": total - len(work), "unrated": unrated,
-        "files": len(files), "failed": failed, "failure": reasons[0][0] if reasons else None,
+        "samples": total,
+        "requested": len(work),
+        "cached": total - len(work),
+        "unrated": unrated,
+        "files": len(files),
+        "failed": failed,
+        "failure": reasons[0][0] if reasons else None,
     }
 
 
-async def _judge_all(work: dict[str, str], cache: _Cache, endpoint: Endpoint, config: JudgeConfig, progress: bool) -> dict[str, str]:
+async def _judge_all(
+    work: dict[str, str], cache: _Cache, endpoint: Endpoint, config: JudgeConfig, progress: bool
+) -> dict[str, str]:
     """Ask for every prompt of ``work`` (at most ``config.concurrency`` at once); cache each verdict as it comes.
     Returns the reason of each key that got no verdict."""
     import httpx

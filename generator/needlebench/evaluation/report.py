@@ -53,9 +53,7 @@ from needlebench.evaluation import scoring
 from needlebench.evaluation.scoring import v2 as scoring_v2
 from needlebench.tasks.grid import FAMILIES, SIZES, ConfigSpec, registry
 
-SAMPLES_FILE_RE = re.compile(
-    r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$"
-)
+SAMPLES_FILE_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
 #: ``needlebench judge`` writes ``judged_samples_<task>_<date>.jsonl`` beside each samples file.
 JUDGED_PREFIX = "judged_"
 RESULTS_FILE_RE = re.compile(r"^results_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.json$")
@@ -78,6 +76,8 @@ ATC_V2_QUESTION_TYPES = ("ELDEST_ANCESTOR", "NTH_ANCESTOR", "NTH_DESCENDANT", "R
 def headline_metric(spec: ConfigSpec) -> str:
     """The per-row metric the tables and heatmaps average for a NeedleBench haystack config (v1 or v2)."""
     return (V2_HEADLINE_METRIC if spec.is_v2 else HEADLINE_METRIC)[spec.family]
+
+
 #: The four categories whose plain mean is the paper's ATC-CE-Overall.
 ATC_OVERALL_CATEGORIES = (
     "EN-Direct-CE",
@@ -118,9 +118,7 @@ class TaskRun:
     path: Path
     date: str
     samples: list[Sample] = field(default_factory=list)
-    reported: dict[str, float] = field(
-        default_factory=dict
-    )  # lm-eval's results JSON: metric -> value
+    reported: dict[str, float] = field(default_factory=dict)  # lm-eval's results JSON: metric -> value
     #: Where the grid came from: ``built-in``, ``experiment (DIR)`` (a dataset manifest) or ``observed``.
     grid_source: str = "built-in"
     #: Which rule-based metrics the samples hold: ``default`` or ``reference`` (see :func:`apply_scoring`).
@@ -208,9 +206,7 @@ class Table:
 
 
 def _bad(path: Path, line: int, what: str) -> NeedlebenchError:
-    return NeedlebenchError(
-        f"{path}:{line}: {what}; pass lm-eval --output_path folders written with --log_samples"
-    )
+    return NeedlebenchError(f"{path}:{line}: {what}; pass lm-eval --output_path folders written with --log_samples")
 
 
 def _response_text(record: Mapping[str, Any]) -> str:
@@ -305,8 +301,9 @@ def observed_spec(name: str, family: str, docs: Sequence[Mapping[str, Any]]) -> 
         observed_lengths=tuple(sorted({int(doc["context_length"]) for doc in docs})),
         observed_depths=tuple(sorted({float(doc["depth_percent"]) for doc in docs})),
         observed_repeats=len({r for r in repeats if isinstance(r, int)}) or 1,
-        observed_needle_counts=tuple(sorted({int(doc.get("num_needles") or len(doc.get("needles") or []) or 1)
-                                             for doc in docs})),
+        observed_needle_counts=tuple(
+            sorted({int(doc.get("num_needles") or len(doc.get("needles") or []) or 1) for doc in docs})
+        ),
     )
 
 
@@ -459,12 +456,7 @@ def model_display_name(results: Mapping[str, Any]) -> str | None:
 def short_model_name(value: str) -> str:
     """``/models/SmolLM2-135M/`` -> ``SmolLM2-135M``; a Hub repo id ``ORG/NAME`` stays as it is."""
     text = value.rstrip("/\\")
-    looks_local = (
-        text.startswith(("/", ".", "~"))
-        or "\\" in text
-        or text.count("/") > 1
-        or Path(text).exists()
-    )
+    looks_local = text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1 or Path(text).exists()
     return Path(text).name if looks_local else text
 
 
@@ -498,14 +490,8 @@ def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
     results: list[Path] = []
     for path in paths:
         if not path.exists():
-            raise NeedlebenchError(
-                f"results path {str(path)!r} does not exist; pass lm-eval --output_path folders"
-            )
-        candidates = (
-            [path]
-            if path.is_file()
-            else sorted(p for p in path.rglob("*") if p.is_file())
-        )
+            raise NeedlebenchError(f"results path {str(path)!r} does not exist; pass lm-eval --output_path folders")
+        candidates = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
         for candidate in candidates:
             if SAMPLES_FILE_RE.match(candidate.name) or (
                 path.is_file() and SAMPLES_FILE_RE.match(candidate.name.removeprefix(JUDGED_PREFIX))
@@ -514,9 +500,7 @@ def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
             elif RESULTS_FILE_RE.match(candidate.name):
                 results.append(candidate.resolve())
             elif path.is_file():
-                raise NeedlebenchError(
-                    f"{str(path)!r} is neither samples_<task>_<date>.jsonl nor results_<date>.json"
-                )
+                raise NeedlebenchError(f"{str(path)!r} is neither samples_<task>_<date>.jsonl nor results_<date>.json")
     return sorted(set(samples)), sorted(set(results))
 
 
@@ -594,7 +578,8 @@ class _SpecFinder:
 
 
 def load_results(
-    paths: Sequence[Path | str], names: Mapping[str, str] | None = None,
+    paths: Sequence[Path | str],
+    names: Mapping[str, str] | None = None,
     data_dirs: Sequence[Path | str] = (),
 ) -> Results:
     """Read every samples and results file under ``paths``; the newest per (model, task) wins.
@@ -605,9 +590,7 @@ def load_results(
     finder = _SpecFinder([Path(folder) for folder in data_dirs])
     paths = [Path(path) for path in paths]
     if not paths:
-        raise NeedlebenchError(
-            "no results given; pass lm-eval --output_path folders or files"
-        )
+        raise NeedlebenchError("no results given; pass lm-eval --output_path folders or files")
     names = dict(names or {})
     sample_files, result_files = _collect(paths)
     if not sample_files:
@@ -631,9 +614,7 @@ def load_results(
         date = RESULTS_FILE_RE.match(path.name).group("date")  # type: ignore[union-attr]
         results_by_folder[path.parent].append((date, path))
         model = model_of(data, path.parent)
-        counts = (
-            data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
-        )
+        counts = data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
         health = read_health(path)
         tasks = dict(data.get("results", {}))
         for task in health["not_run"]:  # none of its rows fit: not in lm-eval's results, counted in the health
@@ -645,9 +626,7 @@ def load_results(
             values = {
                 key.split(",")[0]: float(value)
                 for key, value in metrics.items()
-                if "," in key
-                and "_stderr" not in key
-                and isinstance(value, (int, float))
+                if "," in key and "_stderr" not in key and isinstance(value, (int, float))
             }
             values.update(
                 (key, float(value))
@@ -790,9 +769,7 @@ def grid_cell(sample: Sample) -> tuple[Any, ...]:
     )
 
 
-def cell_mean(
-    samples: Iterable[Sample], metric: str, cell: Callable[[Sample], Any] = grid_cell
-) -> Cell:
+def cell_mean(samples: Iterable[Sample], metric: str, cell: Callable[[Sample], Any] = grid_cell) -> Cell:
     """Mean over grid cells of the per-cell mean of ``metric`` (the reference summariser's naive mean)."""
     cells: dict[Any, list[float]] = defaultdict(list)
     for sample in samples:
@@ -830,9 +807,7 @@ def runs_summary(samples: Sequence[Sample], metric: str) -> tuple[Cell, float | 
 def row_mean(samples: Iterable[Sample], metric: str) -> Cell:
     """lm-eval's aggregation: the plain mean over rows."""
     values = [
-        float(s.metrics[metric])
-        for s in samples
-        if metric in s.metrics and not isinstance(s.metrics[metric], list)
+        float(s.metrics[metric]) for s in samples if metric in s.metrics and not isinstance(s.metrics[metric], list)
     ]
     return Cell(_mean(values), len(values))
 
@@ -840,17 +815,10 @@ def row_mean(samples: Iterable[Sample], metric: str) -> Cell:
 def expected_cells(spec: ConfigSpec) -> set[tuple[Any, ...]]:
     """The grid cells of a config as (length, depth, needle count)."""
     if spec.family == "single":
-        return {
-            (length, float(depth), 1)
-            for length in spec.lengths
-            for depth in spec.depths
-        }
+        return {(length, float(depth), 1) for length in spec.lengths for depth in spec.depths}
     if spec.family == "multi_reasoning":
         return {
-            (length, float(depth), n)
-            for length in spec.lengths
-            for depth in spec.depths
-            for n in spec.needle_counts
+            (length, float(depth), n) for length in spec.lengths for depth in spec.depths for n in spec.needle_counts
         }
     if spec.family == "multi_retrieval":
         return {(length, None, None) for length in spec.lengths}
@@ -878,11 +846,7 @@ def _lengths_text(lengths: Iterable[int]) -> str:
     if not values:
         return "-"
     shown = [_k(value) for value in values]
-    return (
-        ", ".join(shown)
-        if len(shown) <= 4
-        else f"{shown[0]}-{shown[-1]} ({len(shown)})"
-    )
+    return ", ".join(shown) if len(shown) <= 4 else f"{shown[0]}-{shown[-1]} ({len(shown)})"
 
 
 def _k(value: Any) -> str:
@@ -907,23 +871,17 @@ def run_coverage(run: TaskRun) -> tuple[bool, str]:
     if spec.family == "atc":
         counts = sorted({n for _l, _d, n in seen if n is not None})
         parts.append(
-            f"needle counts {', '.join(map(str, counts))}"
-            if len(counts) <= 6
-            else f"{len(counts)} needle counts"
+            f"needle counts {', '.join(map(str, counts))}" if len(counts) <= 6 else f"{len(counts)} needle counts"
         )
     else:
         lengths = {length for length, _d, _n in seen if length in spec.lengths}
         if len(lengths) == len(spec.lengths):
             parts.append(f"all {len(lengths)} lengths")
         else:
-            parts.append(
-                f"lengths {_lengths_text(lengths)} of {_lengths_text(spec.lengths)}"
-            )
+            parts.append(f"lengths {_lengths_text(lengths)} of {_lengths_text(spec.lengths)}")
         if spec.family in ("single", "multi_reasoning"):
             depths = {depth for _l, depth, _n in seen if depth is not None}
-            parts.append(
-                f"{len(depths & {float(d) for d in spec.depths})}/{len(spec.depths)} depths"
-            )
+            parts.append(f"{len(depths & {float(d) for d in spec.depths})}/{len(spec.depths)} depths")
         if spec.family == "multi_reasoning":
             needles = {n for _l, _d, n in seen} & set(spec.needle_counts)
             parts.append(f"{len(needles)}/{len(spec.needle_counts)} needle counts")
@@ -973,11 +931,7 @@ def coverage_text(runs: Sequence[TaskRun], expected_configs: Sequence[str] = ())
     notes = [(run.task, *run_coverage(run)) for run in runs]
     present = {run.spec.name for run in runs}
     missing = [config for config in expected_configs if config not in present]
-    partial = [
-        f"{task} {text.removeprefix('partial ')}"
-        for task, complete, text in notes
-        if not complete
-    ]
+    partial = [f"{task} {text.removeprefix('partial ')}" for task, complete, text in notes if not complete]
     if not partial and not missing:
         return "full"
     parts = partial + ([f"missing {', '.join(missing)}"] if missing else [])
@@ -992,9 +946,7 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
     runs = [
         run
         for run in results.runs
-        if run.spec.family in HEADLINE_METRIC
-        and run.spec.size == size
-        and not run.spec.is_v2
+        if run.spec.family in HEADLINE_METRIC and run.spec.size == size and not run.spec.is_v2
     ]
     if not runs:
         return None
@@ -1033,9 +985,7 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
             [
                 spec.name
                 for spec in registry().values()
-                if spec.size == size
-                and spec.family in HEADLINE_METRIC
-                and not spec.is_v2
+                if spec.size == size and spec.family in HEADLINE_METRIC and not spec.is_v2
             ]
             if standard
             else []
@@ -1054,9 +1004,7 @@ def needlebench_size_table(results: Results, size: str) -> Table | None:
 
 def atc_category(spec: ConfigSpec) -> str:
     """CircularEval category of an ATC config, e.g. ``EN-Direct-CE`` or ``ZH-Reasoning-CE``."""
-    style = {"direct": "Direct", "reasoning": "Reasoning", "extended": "Direct-512"}[
-        spec.variant
-    ]
+    style = {"direct": "Direct", "reasoning": "Reasoning", "extended": "Direct-512"}[spec.variant]
     return f"{spec.language.upper()}-{style}-CE"
 
 
@@ -1074,17 +1022,13 @@ def perf_4_by_needles(
 
 
 def atc_by_category(samples: Iterable[Sample]) -> dict[str, dict[int, Cell]]:
-    by_category: dict[str, dict[int, list[tuple[str, str, bool]]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
+    by_category: dict[str, dict[int, list[tuple[str, str, bool]]]] = defaultdict(lambda: defaultdict(list))
     for sample in samples:
         if sample.spec.variant == "open" or "perf_4" not in sample.metrics:
             continue
         item_id, rotation, correct = sample.metrics["perf_4"]
         num = int(sample.doc["num_needles"])
-        by_category[atc_category(sample.spec)][num].append(
-            (str(item_id), str(rotation), bool(correct))
-        )
+        by_category[atc_category(sample.spec)][num].append((str(item_id), str(rotation), bool(correct)))
     return {category: perf_4_by_needles(rows) for category, rows in by_category.items()}
 
 
@@ -1097,43 +1041,24 @@ def atc_category_cell(perf: Mapping[int, Cell]) -> Cell:
 
 def atc_overall_cell(categories: Mapping[str, Cell]) -> Cell:
     """ATC-CE-Overall: plain mean of the 4 categories; marked partial when some are missing."""
-    present = [
-        c
-        for c in ATC_OVERALL_CATEGORIES
-        if categories.get(c) and categories[c].value is not None
-    ]
+    present = [c for c in ATC_OVERALL_CATEGORIES if categories.get(c) and categories[c].value is not None]
     if not present:
         return Cell(None, 0)
     value = scoring.atc_overall({c: categories[c].value for c in present})  # type: ignore[misc]
     n = sum(categories[c].n for c in present)
-    note = (
-        ""
-        if len(present) == len(ATC_OVERALL_CATEGORIES)
-        else f"partial: {len(present)} of 4 categories"
-    )
+    note = "" if len(present) == len(ATC_OVERALL_CATEGORIES) else f"partial: {len(present)} of 4 categories"
     return Cell(value, n, note)
 
 
 def atc_tables(results: Results) -> list[Table]:
-    runs = [
-        run for run in results.runs if run.spec.family == "atc" and not run.spec.is_v2
-    ]
+    runs = [run for run in results.runs if run.spec.family == "atc" and not run.spec.is_v2]
     if not runs:
         return []
     entities = sorted({run.entity for run in runs}, key=_entity_order(runs))
     main_rows, detail_rows = [], []
-    counts = sorted(
-        {
-            int(s.doc["num_needles"])
-            for run in runs
-            for s in run.samples
-            if s.spec.variant != "open"
-        }
-    )
+    counts = sorted({int(s.doc["num_needles"]) for run in runs for s in run.samples if s.spec.variant != "open"})
     extra = [
-        c
-        for c in ATC_OTHER_CATEGORIES
-        if any(atc_category(r.spec) == c for r in runs if r.spec.variant != "open")
+        c for c in ATC_OTHER_CATEGORIES if any(atc_category(r.spec) == c for r in runs if r.spec.variant != "open")
     ]
     for entity in entities:
         mine = [run for run in runs if run.entity == entity]
@@ -1154,11 +1079,7 @@ def atc_tables(results: Results) -> list[Table]:
         overall = _noted(overall, _combined_note(list(categories.values())[: len(ATC_OVERALL_CATEGORIES)]))
         row: list[Any] = [entity, *categories.values(), overall]
         for language in ("en", "zh"):
-            opened = [
-                s
-                for s in samples
-                if s.spec.variant == "open" and s.spec.language == language
-            ]
+            opened = [s for s in samples if s.spec.variant == "open" and s.spec.language == language]
             open_runs = [r for r in mine if r.spec.variant == "open" and r.spec.language == language]
             row.append(_noted(row_mean(opened, "score"), partial_note(open_runs, partial)))
         row.append(coverage_text(mine))
@@ -1213,9 +1134,7 @@ def v2_scored_rows(samples: Iterable[Sample]) -> list[dict[str, Any]]:
 
 def atc_v2_cell(samples: Iterable[Sample]) -> Cell:
     """v2 ATC: the mean score per relation count weighted by the count (n = rows)."""
-    pairs = [
-        (int(row["num_needles"]), float(row["score"])) for row in v2_scored_rows(samples)
-    ]
+    pairs = [(int(row["num_needles"]), float(row["score"])) for row in v2_scored_rows(samples)]
     return Cell(scoring_v2.relation_weighted(pairs) if pairs else None, len(pairs))
 
 
@@ -1223,9 +1142,7 @@ def needlebench_v2_size_table(results: Results, size: str) -> Table | None:
     """NeedleBench v2 at one size, models as rows: S-RT, M-RT, M-RS per language and both (each the mean over
     grid cells), and Overall = the plain mean of the three (:mod:`needlebench.evaluation.scoring.v2`)."""
     runs = [
-        run
-        for run in results.runs
-        if run.spec.is_v2 and run.spec.family in HEADLINE_METRIC and run.spec.size == size
+        run for run in results.runs if run.spec.is_v2 and run.spec.family in HEADLINE_METRIC and run.spec.size == size
     ]
     if not runs:
         return None
@@ -1249,8 +1166,10 @@ def needlebench_v2_size_table(results: Results, size: str) -> Table | None:
         family_cells: dict[str, list[Cell]] = {"zh": [], "en": [], "all": []}
         for label in labels:
             zh, en = (
-                _noted(Cell(by_task.get((size, label, lang)), counts[(label, lang)]),
-                       _task_note(mine, partial, label, (lang,)))
+                _noted(
+                    Cell(by_task.get((size, label, lang)), counts[(label, lang)]),
+                    _task_note(mine, partial, label, (lang,)),
+                )
                 for lang in ("zh", "en")
             )
             all_ = _noted(Cell(both.get(label), zh.n + en.n), _task_note(mine, partial, label, ("zh", "en")))
@@ -1299,9 +1218,7 @@ def atc_v2_tables(results: Results) -> list[Table]:
     for lang in languages:
         header += [f"{lang.upper()} weighted", *(f"{lang.upper()} {t}" for t in ATC_V2_QUESTION_TYPES)]
     header.append("Coverage")
-    relation_counts = sorted(
-        {int(s.doc["num_needles"]) for run in runs for s in run.samples}
-    )
+    relation_counts = sorted({int(s.doc["num_needles"]) for run in runs for s in run.samples})
     main_rows, detail_rows = [], []
     for entity in sorted({run.entity for run in runs}, key=_entity_order(runs)):
         mine = [run for run in runs if run.entity == entity]
@@ -1387,13 +1304,7 @@ def counting_stars_table(results: Results) -> Table | None:
     )
     for entity in sorted({run.entity for run in runs}, key=_entity_order(runs)):
         for size, stars in keys:
-            mine = [
-                r
-                for r in runs
-                if r.entity == entity
-                and r.spec.size == size
-                and int(r.spec.stars or 0) == stars
-            ]
+            mine = [r for r in runs if r.entity == entity and r.spec.size == size and int(r.spec.stars or 0) == stars]
             if not mine:
                 continue
             partial = partial_runs(mine)
@@ -1434,14 +1345,10 @@ def _paper_mean(run: TaskRun, metric: str) -> Cell:
         if run.spec.family == "atc":
             return atc_v2_cell(run.samples)
         return cell_mean(run.samples, metric)
-    if run.spec.family in HEADLINE_METRIC or (
-        run.spec.family == "multi_reasoning" and metric == "strict"
-    ):
+    if run.spec.family in HEADLINE_METRIC or (run.spec.family == "multi_reasoning" and metric == "strict"):
         return cell_mean(run.samples, metric)
     if run.spec.family == "atc" and run.spec.variant != "open":
-        return atc_category_cell(
-            atc_by_category(run.samples).get(atc_category(run.spec), {})
-        )
+        return atc_category_cell(atc_by_category(run.samples).get(atc_category(run.spec), {}))
     if run.spec.family == "counting_stars":
         return counting_stars_cell(run.samples)
     return row_mean(run.samples, metric)
@@ -1477,9 +1384,7 @@ def _lm_eval_row_mean(run: TaskRun, metric: str) -> Cell:
             for s in run.samples
             if "perf_4" in s.metrics
         )
-        return Cell(
-            scoring.circular_scores(rows)["perf_4"] if rows else None, len(run.samples)
-        )
+        return Cell(scoring.circular_scores(rows)["perf_4"] if rows else None, len(run.samples))
     if metric == "star_score":
         return row_mean(run.samples, "star_score")
     return row_mean(run.samples, metric)
@@ -1500,17 +1405,11 @@ PAPER_MEAN_V2_ATC = "v2: mean per relation count, weighted by relation count"
 def scores_table(results: Results) -> Table:
     """Per task: the paper mean and lm-eval's row mean side by side, with coverage."""
     rows = []
-    for run in sorted(
-        results.runs, key=lambda r: (_entity_order(results.runs)(r.entity), r.task)
-    ):
+    for run in sorted(results.runs, key=lambda r: (_entity_order(results.runs)(r.entity), r.task)):
         for metric in _task_metrics(run):
             if run.spec.is_v2:
                 paper = _paper_mean(run, metric)
-                how = (
-                    PAPER_MEAN_V2_ATC
-                    if run.spec.family == "atc"
-                    else "v2: " + PAPER_MEAN_NAME[run.spec.family]
-                )
+                how = PAPER_MEAN_V2_ATC if run.spec.family == "atc" else "v2: " + PAPER_MEAN_NAME[run.spec.family]
             elif run.spec.family == "atc" and metric == "acc":
                 paper = Cell(None, 0)
                 how = "(row accuracy, no paper mean)"
@@ -1583,8 +1482,19 @@ def experiments_table(results: Results) -> Table | None:
     return Table(
         "experiments",
         "Custom configs (experiment files): mean over grid cells and standard deviation over runs (0-100)",
-        ["Model", "Config", "Task", "Grid", "Grid from", "Scorer", "Mean", "Std over runs", "Runs", "Unscored",
-         "Coverage"],
+        [
+            "Model",
+            "Config",
+            "Task",
+            "Grid",
+            "Grid from",
+            "Scorer",
+            "Mean",
+            "Std over runs",
+            "Runs",
+            "Unscored",
+            "Coverage",
+        ],
         rows,
         note="Mean: every (length, depth) cell weighted alike, each cell the mean of its rows (n = scored samples). "
         "Std over runs: the sample standard deviation (n - 1) of the runs' own means over cells. Grid from: the "
@@ -1621,6 +1531,7 @@ def health_table(results: Results) -> Table | None:
             samples[(model, task)] = count
     if not health:
         return None
+
     def shown(key: str, value: Any) -> Any:  # counts as whole numbers, the share in percent (0-100) as scores
         if key == "no_final_answer" and isinstance(value, (int, float)):
             return 100.0 * value
@@ -1704,29 +1615,19 @@ def table_markdown(table: Table) -> str:
         lines += [_md_escape(table.note), ""]
     lines += ["| " + " | ".join(_md_escape(h) for h in table.header) + " |", "|" + "---|" * len(table.header)]
     for row in table.rows:
-        lines.append(
-            "| "
-            + " | ".join(_md_escape(_format(cell, table.digits)) for cell in row)
-            + " |"
-        )
+        lines.append("| " + " | ".join(_md_escape(_format(cell, table.digits)) for cell in row) + " |")
     return "\n".join(lines) + "\n"
 
 
 def table_csv_rows(table: Table) -> list[list[Any]]:
     """CSV rows: a :class:`Cell` column becomes two columns, the value and ``<column> n`` (and a note)."""
-    cell_columns = [
-        i
-        for i in range(len(table.header))
-        if any(isinstance(row[i], Cell) for row in table.rows)
-    ]
+    cell_columns = [i for i in range(len(table.header)) if any(isinstance(row[i], Cell) for row in table.rows)]
     header: list[Any] = []
     for index, name in enumerate(table.header):
         header.append(name)
         if index in cell_columns:
             header.append(f"{name} n")
-            if any(
-                isinstance(row[index], Cell) and row[index].note for row in table.rows
-            ):
+            if any(isinstance(row[index], Cell) and row[index].note for row in table.rows):
                 header.append(f"{name} note")
     out = [header]
     for row in table.rows:
@@ -1738,11 +1639,7 @@ def table_csv_rows(table: Table) -> list[list[Any]]:
                 if f"{table.header[index]} note" in header:
                     line.append(cell.note)
             else:
-                line.append(
-                    ""
-                    if value is None
-                    else (round(value, 6) if isinstance(value, float) else value)
-                )
+                line.append("" if value is None else (round(value, 6) if isinstance(value, float) else value))
         out.append(line)
     return out
 
@@ -1778,9 +1675,7 @@ def table_html(table: Table) -> str:
         for value in row:
             text = html.escape(_format(value, table.digits))
             empty = isinstance(value, Cell) and value.value is None
-            cells.append(
-                f'<td class="empty">{text}</td>' if empty else f"<td>{text}</td>"
-            )
+            cells.append(f'<td class="empty">{text}</td>' if empty else f"<td>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     note = f"<p class='note'>{html.escape(table.note)}</p>" if table.note else ""
     return (
@@ -1831,9 +1726,7 @@ def write_html(
         f"<style>{_CSS}</style></head><body><h1>NeedleBench report</h1>",
         f"<p class='note'>{html.escape(EXPLANATION)}</p>",
         f"<p class='note'>{html.escape(scorers)}</p>" if scorers else "",
-        "<p class='note'>Sources: "
-        + ", ".join(html.escape(source_label(s)) for s in sources)
-        + "</p>",
+        "<p class='note'>Sources: " + ", ".join(html.escape(source_label(s)) for s in sources) + "</p>",
     ]
     parts += [table_html(table) for table in tables]
     if figures:
@@ -1924,9 +1817,7 @@ def write_report(
     ]
     lines += [table_markdown(table) for table in tables]
     if drawn:
-        lines += ["## Figures", ""] + [
-            f"![{_md_escape(title)}]({path.name})" for title, path in drawn
-        ]
+        lines += ["## Figures", ""] + [f"![{_md_escape(title)}]({path.name})" for title, path in drawn]
     index.write_text("\n".join(lines) + "\n", encoding="utf-8")
     written.append(index)
     written.append(write_html(out_dir / "report.html", tables, drawn, loaded.sources, scorers))
@@ -2005,7 +1896,11 @@ class ReportFolder:
     def _check_replaceable(self, name: str) -> None:
         target = self.path / name
         if (target.exists() or target.is_symlink()) and not self._unchanged(name):
-            why = "changed since the report wrote it" if name in self.previous else "which needlebench report did not write"
+            why = (
+                "changed since the report wrote it"
+                if name in self.previous
+                else "which needlebench report did not write"
+            )
             raise NeedlebenchError(
                 f"--out {str(self.path)!r} already holds {name!r}, {why}; nothing was written. Give a new or empty "
                 "folder, or move the file away"
@@ -2031,8 +1926,10 @@ class ReportFolder:
 def _plain_name(name: Any) -> bool:
     """A file name directly in the folder: no separator, not ``.``/``..``, not the manifest itself."""
     return (
-        isinstance(name, str) and name not in ("", ".", "..", REPORT_MANIFEST)
-        and not any(char in name for char in "/\\\0") and not name.startswith(f".{REPORT_MANIFEST}")
+        isinstance(name, str)
+        and name not in ("", ".", "..", REPORT_MANIFEST)
+        and not any(char in name for char in "/\\\0")
+        and not name.startswith(f".{REPORT_MANIFEST}")
     )
 
 
@@ -2048,8 +1945,6 @@ def parse_names(values: Iterable[str]) -> dict[str, str]:
     for value in values:
         key, sep, name = value.partition("=")
         if not sep or not key or not name:
-            raise NeedlebenchError(
-                f"--name {value!r} is not PATH=NAME (a results path or pretrained value, a name)"
-            )
+            raise NeedlebenchError(f"--name {value!r} is not PATH=NAME (a results path or pretrained value, a name)")
         names[key] = name
     return names

@@ -144,15 +144,10 @@ class Figure:
 
 
 def _safe(text: str) -> str:
-    return (
-        "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).strip("_")
-        or "model"
-    )
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).strip("_") or "model"
 
 
-def heatmap_points(
-    spec: Any, samples: Iterable[Sample]
-) -> list[tuple[Any, Any, float]]:
+def heatmap_points(spec: Any, samples: Iterable[Sample]) -> list[tuple[Any, Any, float]]:
     """(row, column, value) points of a config's heatmap: depth x length, or star index x length."""
     return [(row, column, value) for row, column, value, _run in run_points(spec, samples)]
 
@@ -189,25 +184,19 @@ def run_points(spec: Any, samples: Iterable[Sample]) -> list[tuple[Any, Any, flo
                 depths = _needle_depths(spec, doc, len(doc.get("needles") or []))
                 points += [(d, length, float(metrics[metric]), run) for d in depths]
         elif spec.family == "counting_stars":
-            points += [
-                (index + 1, length, float(v), run)
-                for index, v in enumerate(metrics.get("per_star") or [])
-            ]
+            points += [(index + 1, length, float(v), run) for index, v in enumerate(metrics.get("per_star") or [])]
         elif spec.family == "multi_retrieval" and not _per_needle(spec):
             if "recall" in metrics and doc.get("depth_percent") is not None:
                 points.append((float(doc["depth_percent"]), length, float(metrics["recall"]), run))
         elif spec.family == "multi_retrieval":
             hits = metrics.get("needle_hits") or []
             points += [
-                (d, length, float(hit), run)
-                for d, hit in zip(_needle_depths(spec, doc, len(hits)), hits, strict=False)
+                (d, length, float(hit), run) for d, hit in zip(_needle_depths(spec, doc, len(hits)), hits, strict=False)
             ]
         elif spec.family in HEADLINE_METRIC and doc.get("depth_percent") is not None:
             metric = headline_metric(spec)
             if metric in metrics:
-                points.append(
-                    (float(doc["depth_percent"]), length, float(metrics[metric]), run)
-                )
+                points.append((float(doc["depth_percent"]), length, float(metrics[metric]), run))
     return points
 
 
@@ -256,11 +245,7 @@ def build_heatmap(run: TaskRun) -> Heatmap | None:
     rows, columns = _grid(run, cells)
     values = [[_mean(cells.get((r, c), [])) for c in columns] for r in rows]
     counts = [[len(cells.get((r, c), [])) for c in columns] for r in rows]
-    paper = (
-        counting_stars_cell(run.samples)
-        if stars
-        else cell_mean(run.samples, headline_metric(spec))
-    )
+    paper = counting_stars_cell(run.samples) if stars else cell_mean(run.samples, headline_metric(spec))
     score = "-" if paper.value is None else f"{paper.value:.3g}"
     if spec.family == "multi_retrieval" and not run.judged and _per_needle(spec):
         unit = "needles"
@@ -361,23 +346,17 @@ def length_series(run: TaskRun) -> list[tuple[int, float, int]]:
 def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
     """Every figure of a report (nothing is drawn yet)."""
     if annotate not in ANNOTATE_CHOICES:
-        raise NeedlebenchError(
-            f"--annotate {annotate!r} is not one of {', '.join(ANNOTATE_CHOICES)}"
-        )
+        raise NeedlebenchError(f"--annotate {annotate!r} is not one of {', '.join(ANNOTATE_CHOICES)}")
     figures: list[Figure] = []
     entity_order = _entity_order(results.runs)
     for run in sorted(results.runs, key=lambda r: (entity_order(r.entity), r.task)):
         heatmap = build_heatmap(run)
         if heatmap is None:
             continue
-        figures.append(
-            Figure(heatmap.name, heatmap.title, "heatmap", [heatmap], annotate=annotate)
-        )
+        figures.append(Figure(heatmap.name, heatmap.title, "heatmap", [heatmap], annotate=annotate))
         deviation = build_std_heatmap(run) if run.custom else None  # experiments' runs (Inspect NIAH's std)
         if deviation is not None:
-            figures.append(
-                Figure(deviation.name, deviation.title, "heatmap", [deviation], annotate=annotate)
-            )
+            figures.append(Figure(deviation.name, deviation.title, "heatmap", [deviation], annotate=annotate))
     panels: dict[str, dict[str, list[tuple[int, float, int]]]] = defaultdict(dict)
     ylabels: dict[str, str] = {}
     xlabels: dict[str, str] = {}
@@ -418,9 +397,7 @@ def _new_figure(width: float, height: float) -> Any:
     return figure
 
 
-def _draw_heatmap(
-    figure: Any, axes: Any, heatmap: Heatmap, annotate: str, title: str, width: float
-) -> None:
+def _draw_heatmap(figure: Any, axes: Any, heatmap: Heatmap, annotate: str, title: str, width: float) -> None:
     import numpy as np
 
     data = np.array(
@@ -506,9 +483,7 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
     names = list(lines.panels)
     ncols = min(3, len(names))
     nrows = math.ceil(len(names) / ncols)
-    models = sorted(
-        {model for series in lines.panels.values() for model in series}, key=str.lower
-    )
+    models = sorted({model for series in lines.panels.values() for model in series}, key=str.lower)
     style = {
         model: (
             LINE_COLOURS[i % len(LINE_COLOURS)],
@@ -519,9 +494,7 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
     }
     for index, name in enumerate(names):
         axes = figure.add_subplot(nrows, ncols, index + 1)
-        for model, series in sorted(
-            lines.panels[name].items(), key=lambda item: item[0].lower()
-        ):
+        for model, series in sorted(lines.panels[name].items(), key=lambda item: item[0].lower()):
             colour, marker, dash = style[model]
             xs = [length for length, _v, _n in series]
             ys = [value for _l, value, _n in series]
@@ -552,9 +525,7 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
     if lines.xlabels:
         text += "; ATC: perf_4 against needle count (n = whole items)"
     text += f"; {SCORING_LABEL[lines.scoring]}"
-    figure.suptitle(
-        textwrap.fill(text, width=max(40, int(12 * figure.get_figwidth()))), fontsize=10
-    )
+    figure.suptitle(textwrap.fill(text, width=max(40, int(12 * figure.get_figwidth()))), fontsize=10)
 
 
 def _k_formatter() -> Any:

@@ -26,7 +26,9 @@ def parse_base_urls(value: Any) -> list[str]:
     items = value if isinstance(value, (list, tuple)) else str(value or "").replace("|", " ").split()
     urls = [str(item).strip() for item in items if str(item).strip()]
     if not urls:
-        raise NeedlebenchError("base_urls is empty; pass base_urls=http://HOST:PORT/v1/completions|http://HOST2:PORT/v1/completions")
+        raise NeedlebenchError(
+            "base_urls is empty; pass base_urls=http://HOST:PORT/v1/completions|http://HOST2:PORT/v1/completions"
+        )
     for url in urls:
         if not url.startswith(("http://", "https://")):
             raise NeedlebenchError(f"base_urls entry {url!r} is not an http(s) URL")

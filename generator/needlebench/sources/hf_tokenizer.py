@@ -192,7 +192,8 @@ class HfTokenizer:
         if not len(tokens):
             return tokens, np.zeros(0, dtype=np.int64)
         words = np.fromiter(
-            (-1 - i if word is None else word for i, word in enumerate(encoding.word_ids)), dtype=np.int64,
+            (-1 - i if word is None else word for i, word in enumerate(encoding.word_ids)),
+            dtype=np.int64,
             count=len(tokens),
         )
         last = np.flatnonzero(np.append(words[1:] != words[:-1], True))

@@ -160,7 +160,9 @@ def locate(name: str, record: dict, given: str | None) -> str:
     if given is not None:
         path = Path(given).expanduser()
         if not path.exists():
-            raise NeedlebenchError(f"{option} {given} does not exist; give {describe(record)} the dataset was built with")
+            raise NeedlebenchError(
+                f"{option} {given} does not exist; give {describe(record)} the dataset was built with"
+            )
         found = input_record(given)
         if found["sha256"] != record["sha256"] or found["kind"] != record["kind"]:
             raise NeedlebenchError(

@@ -249,7 +249,7 @@ class TokenizedCorpus:
         spans are memoryviews, so each byte is copied once, into the result)."""
         return bytes(self.utf8_parts(segments))
 
-    def utf8_parts(self, segments: list) -> "Utf8Text":
+    def utf8_parts(self, segments: list) -> Utf8Text:
         """The UTF-8 bytes of ``render(segments)`` as parts, not joined yet: memoryviews of the corpus bytes and
         encoded strings (the Parquet writer joins a row group's parts at once, copying each byte once)."""
         data, offsets = memoryview(self.text_utf8), self._byte_offsets
@@ -384,7 +384,9 @@ def _entry_meta(text: str, tokenizer: TextTokenizer) -> dict:
     }
 
 
-def check_tables(text: str, tokenizer: TextTokenizer, tables: dict[str, np.ndarray], spot_checks: int = _SPOT_CHECKS) -> str | None:
+def check_tables(
+    text: str, tokenizer: TextTokenizer, tables: dict[str, np.ndarray], spot_checks: int = _SPOT_CHECKS
+) -> str | None:
     """Why `tables` are not the tables of `text` (None when they pass): shapes and invariants of the boundary
     tables, then a few random spans between hard boundaries re-encoded and compared with the cached tokens."""
     for key in _TABLES:
@@ -433,7 +435,9 @@ def _read_entry(path: Path, text: str, tokenizer: TextTokenizer) -> tuple[dict |
             tables = {key: data[key] for key in _TABLES}
     except _READ_ERRORS as error:
         return None, f"is unreadable ({type(error).__name__})"
-    if not isinstance(meta, dict) or {k: meta.get(k) for k in _entry_meta(text, tokenizer)} != _entry_meta(text, tokenizer):
+    if not isinstance(meta, dict) or {k: meta.get(k) for k in _entry_meta(text, tokenizer)} != _entry_meta(
+        text, tokenizer
+    ):
         return None, "was made from another text or tokenizer"
     from needlebench.sources.cache import same_tag
 
@@ -512,12 +516,8 @@ def _repeat_tables(tables: dict[str, np.ndarray], copies: int, copy_chars: int) 
     hard_chars, hard_tokens = tables["hard_chars"], tables["hard_tokens"]
     return {
         "tokens": np.tile(tables["tokens"], copies),
-        "hard_chars": np.concatenate(
-            [hard_chars] + [hard_chars[1:] + k * copy_chars for k in range(1, copies)]
-        ),
-        "hard_tokens": np.concatenate(
-            [hard_tokens] + [hard_tokens[1:] + k * n_tokens for k in range(1, copies)]
-        ),
+        "hard_chars": np.concatenate([hard_chars] + [hard_chars[1:] + k * copy_chars for k in range(1, copies)]),
+        "hard_tokens": np.concatenate([hard_tokens] + [hard_tokens[1:] + k * n_tokens for k in range(1, copies)]),
         "sentence_chars": np.concatenate([tables["sentence_chars"] + k * copy_chars for k in range(copies)]),
     }
 
@@ -567,4 +567,3 @@ def tokenize_corpus(corpus: Corpus, tokenizer: TextTokenizer, copies: int = 1) -
         cycles=copies,
         copy_chars=len(corpus.text),
     )
-

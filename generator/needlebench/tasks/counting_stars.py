@@ -85,9 +85,7 @@ def star_data() -> dict:
 
 def check_task(task: str) -> str:
     if task not in COUNTING_STARS_TASKS:
-        raise NeedlebenchError(
-            f"unknown Counting-Stars task {task!r}; allowed: {', '.join(COUNTING_STARS_TASKS)}"
-        )
+        raise NeedlebenchError(f"unknown Counting-Stars task {task!r}; allowed: {', '.join(COUNTING_STARS_TASKS)}")
     return task
 
 
@@ -240,7 +238,9 @@ def place_stars(spec: ConfigSpec, corpus: TokenizedCorpus, cell: StarCell) -> Co
     the context."""
     count = len(cell.sentences)
     requests = [NeedleRequest(sentence, 100.0 * (i + 1) / count) for i, sentence in enumerate(cell.sentences)]
-    return build_context(corpus, cell.length, requests, window_start_hint(corpus, cell.length, cell.seed), distinct=True)
+    return build_context(
+        corpus, cell.length, requests, window_start_hint(corpus, cell.length, cell.seed), distinct=True
+    )
 
 
 # ---- rows ----------------------------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED, derive_seed
-from needlebench.sources.tokenizer import DEFAULT_TOKENIZER
 from needlebench.sources.haystacks import window_start_hint
+from needlebench.sources.tokenizer import DEFAULT_TOKENIZER
 from needlebench.tasks.grid import ConfigSpec, register_config, registry
 from needlebench.tasks.haystack import base_row, cells_of, tokenized_corpus
 from needlebench.tasks.needles import splice_guide
@@ -102,8 +102,19 @@ class Experiment:
         """The experiment as an experiment-file mapping with every default filled in and the needles inline, as
         recorded in the manifest (it rebuilds the config without the original file). A local haystack is recorded
         by file name, size and sha256, never by path (:func:`needlebench.sources.inputs.input_record`)."""
-        skip = {"needles", "haystack", "question", "answer", "keyword", "sample_method", "fixed_index", "n_needles", "diff",
-                "tokenizer", "haystack_record"}
+        skip = {
+            "needles",
+            "haystack",
+            "question",
+            "answer",
+            "keyword",
+            "sample_method",
+            "fixed_index",
+            "n_needles",
+            "diff",
+            "tokenizer",
+            "haystack_record",
+        }
         record = {key: getattr(self, key) for key in self.__dataclass_fields__ if key not in skip}
         if self.tokenizer != DEFAULT_TOKENIZER:
             record["tokenizer"] = self.tokenizer
@@ -114,8 +125,9 @@ class Experiment:
         elif self.haystack_record is not None:
             record["haystack"] = self.haystack_record
         if self.kind == "multi_reasoning":
-            record.update(needles=[n.text for n in self.needles], question=self.question, answer=self.answer,
-                          keyword=self.keyword)
+            record.update(
+                needles=[n.text for n in self.needles], question=self.question, answer=self.answer, keyword=self.keyword
+            )
         else:
             record["needles"] = [
                 {"needle": n.text, "question": n.question, "answer": n.answer, "keyword": n.keyword}
@@ -294,9 +306,7 @@ def load_experiment(path: str | Path) -> Experiment:
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
-            raise NeedlebenchError(
-                f"experiment file {path} has {size:,} bytes; allowed: at most {MAX_FILE_BYTES:,}"
-            )
+            raise NeedlebenchError(f"experiment file {path} has {size:,} bytes; allowed: at most {MAX_FILE_BYTES:,}")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise NeedlebenchError(f"cannot read experiment file {path}: {error}") from None
@@ -309,7 +319,9 @@ def load_experiment(path: str | Path) -> Experiment:
         at = f" line {line + 1}" if line is not None else ""
         raise NeedlebenchError(f"{path}{at}: not valid YAML; an experiment file is a YAML mapping") from None
     if not isinstance(data, dict):
-        raise NeedlebenchError(f"{path}: an experiment file is a YAML mapping of keys (name, kind, ...), not {type(data).__name__}")
+        raise NeedlebenchError(
+            f"{path}: an experiment file is a YAML mapping of keys (name, kind, ...), not {type(data).__name__}"
+        )
     return parse_experiment(data, str(path), base=path.parent)
 
 
@@ -342,7 +354,9 @@ def parse_experiment(data: dict, where: str = "experiment", base: Path | None = 
     shortest = min(lengths)
     if length_buffer + start_buffer + end_buffer >= shortest:
         raise _fail(
-            where, "length_buffer" if length_buffer else "start_buffer", length_buffer or start_buffer,
+            where,
+            "length_buffer" if length_buffer else "start_buffer",
+            length_buffer or start_buffer,
             f"length_buffer + start_buffer + end_buffer below the shortest length ({shortest})",
         )
     prompt = data.get("prompt", "default")
@@ -411,7 +425,9 @@ def _parse_needles(data: dict, kind: str, language: str, where: str, base: Path 
         raise NeedlebenchError(f"{where}: give exactly one of the keys needles, needles_file")
     if kind == "multi_reasoning":
         if has_file:
-            raise _fail(where, "needles_file", data["needles_file"], "inline needles (a list of strings) for multi_reasoning")
+            raise _fail(
+                where, "needles_file", data["needles_file"], "inline needles (a list of strings) for multi_reasoning"
+            )
         for key in ("question", "keyword"):
             if key not in data:
                 raise NeedlebenchError(f"{where}: missing key {key}; required for kind multi_reasoning")
@@ -447,7 +463,9 @@ def _check_keywords(needles: list[ExperimentNeedle], where: str) -> None:
     for i, needle in enumerate(needles):
         if needle.keyword.casefold() not in needle.text.casefold():
             raise _fail(
-                where, f"needles.{i}.keyword", needle.keyword,
+                where,
+                f"needles.{i}.keyword",
+                needle.keyword,
                 f"a keyword that occurs in its needle ({needle.text[:40]!r}{'...' if len(needle.text) > 40 else ''})",
             )
 
@@ -532,9 +550,7 @@ def experiment_rows(spec: ExperimentSpec, settings: HaystackSettings, lengths: t
         before, after = _frame(exp, family, question)
         for depth in exp.depths:
             depths = [min(100.0, depth + exp.diff * i) for i in range(len(needles))]
-            requests = [
-                NeedleRequest(n.text, placement_depth(d, target, exp)) for n, d in zip(needles, depths)
-            ]
+            requests = [NeedleRequest(n.text, placement_depth(d, target, exp)) for n, d in zip(needles, depths)]
             context = build_context(corpus, target, requests, start)
             row = {
                 "id": f"{spec.name}-L{cell.length}-d{depth:g}-r{cell.repeat}",

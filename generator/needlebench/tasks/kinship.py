@@ -153,9 +153,7 @@ def question_prompt(
     answer. English ``{nth}`` is the correct ordinal, or the reference's ``"{n}th"`` with
     ``reference_ordinals``."""
     if question_type not in QUESTION_KEYS:
-        raise NeedlebenchError(
-            f"unknown ATC v2 question type {question_type!r}; allowed: {', '.join(QUESTION_KEYS)}"
-        )
+        raise NeedlebenchError(f"unknown ATC v2 question type {question_type!r}; allowed: {', '.join(QUESTION_KEYS)}")
     template = kinship_data(chain.language)["questions"][QUESTION_KEYS[question_type]]
     n = chain.generations
     fields = {

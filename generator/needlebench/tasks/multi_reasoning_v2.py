@@ -55,7 +55,11 @@ def multi_reasoning_v2_rows(spec: ConfigSpec, settings: HaystackSettings, length
             )
             question = v2_reasoning_question(spec.language, chain.youngest)
             before, after = frame_parts(
-                "multi_reasoning", spec.language, question, settings.question_position, "v2",
+                "multi_reasoning",
+                spec.language,
+                question,
+                settings.question_position,
+                "v2",
                 last_person=chain.youngest,
             )
             needles = chain.fragments

@@ -60,7 +60,9 @@ def multi_retrieval_rows(
         )
         if not spec.is_v2:
             question = splice_guide(question, spec.language)
-        before, after = frame_parts("multi_retrieval", spec.language, question, settings.question_position, spec.edition)
+        before, after = frame_parts(
+            "multi_retrieval", spec.language, question, settings.question_position, spec.edition
+        )
         requests = [NeedleRequest(needle.text, depth) for needle, depth in zip(needles, depths)]
         context = build_context(corpus, target, requests, window_start_hint(corpus, target, cell.seed))
         yield {

@@ -47,9 +47,7 @@ def _draw_name(token: str, data: LanguageData, generator: np.random.Generator) -
     return name.capitalize() if data.code == "en" else name
 
 
-def _fill_pattern(
-    pattern: str, data: LanguageData, generator: np.random.Generator
-) -> tuple[str, tuple[str, ...]]:
+def _fill_pattern(pattern: str, data: LanguageData, generator: np.random.Generator) -> tuple[str, tuple[str, ...]]:
     """Fill every ``{token}`` of a subject/keyword pattern; return the text and the invented names used."""
     names: list[str] = []
 

@@ -398,9 +398,7 @@ def choose_needle(needles: Sequence[RetrievalNeedle], seed: int) -> RetrievalNee
     return needles[int(generator.integers(len(needles)))]
 
 
-def choose_distinct_needles(
-    needles: Sequence[RetrievalNeedle], count: int, seed: int
-) -> tuple[RetrievalNeedle, ...]:
+def choose_distinct_needles(needles: Sequence[RetrievalNeedle], count: int, seed: int) -> tuple[RetrievalNeedle, ...]:
     """``count`` needles that can share one prompt, in a seeded random order.
 
     Walks a seeded permutation and keeps a needle unless it shares its subject with a kept one, or a keyword

@@ -184,7 +184,9 @@ def _best_point(
             near = (max(lo, centre - _WORD_NEAR_CHARS), min(hi, centre + _WORD_NEAR_CHARS))
             windows = [near, (lo, hi)] if near[0] <= near[1] else [(lo, hi)]
         for a, b in windows:
-            found = boundaries.points(kind, text, a, b) if kind != boundaries.SENTENCE else _sentence_array(corpus, a, b)
+            found = (
+                boundaries.points(kind, text, a, b) if kind != boundaries.SENTENCE else _sentence_array(corpus, a, b)
+            )
             if len(found) == 0:
                 continue
             best = _nearest(offsets, found, target, reach)

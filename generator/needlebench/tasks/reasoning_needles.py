@@ -72,8 +72,11 @@ def reasoning_data() -> dict:
 
 def _check_count(num_needles: int) -> None:
     """M-RS chains have 2 to 5 needles."""
-    if (isinstance(num_needles, bool) or not isinstance(num_needles, numbers.Integral)
-            or not MIN_NEEDLES <= num_needles <= MAX_NEEDLES):
+    if (
+        isinstance(num_needles, bool)
+        or not isinstance(num_needles, numbers.Integral)
+        or not MIN_NEEDLES <= num_needles <= MAX_NEEDLES
+    ):
         raise NeedlebenchError(
             f"reasoning needle count {num_needles!r} is not allowed; allowed: {MIN_NEEDLES} to {MAX_NEEDLES}"
         )
@@ -142,8 +145,9 @@ def draw_chain_kinds(gen: np.random.Generator, data: dict, num_needles: int) -> 
     return links, fact
 
 
-def compose_set(links: list[dict], fact: dict, entities: list[str], answer: str, data: dict,
-                language: str) -> ReasoningNeedleSet:
+def compose_set(
+    links: list[dict], fact: dict, entities: list[str], answer: str, data: dict, language: str
+) -> ReasoningNeedleSet:
     """Needles and question of a chain whose entities and answer are drawn."""
     needles = [link["needle"].format(a=entities[i], b=entities[i + 1]) for i, link in enumerate(links)]
     needles.append(fact["needle"].format(a=entities[-1], answer=answer))
@@ -168,7 +172,7 @@ def is_leak_free(item: ReasoningNeedleSet) -> bool:
     if [s for s in strings if s in item.question] != [item.entities[0]]:
         return False
     for i, needle in enumerate(item.needles):
-        if [s for s in strings if s in needle] != strings[i:i + 2]:
+        if [s for s in strings if s in needle] != strings[i : i + 2]:
             return False
     return True
 
@@ -193,7 +197,9 @@ def generate_reasoning_set(num_needles: int, language: str, seed: int) -> Reason
         item = draw_reasoning_set(gen, num_needles, code)
         if is_leak_free(item):
             return item
-    raise NeedlebenchError(f"no leak-free {code} reasoning chain in {_MAX_ATTEMPTS} draws (seed {seed}); try another seed")
+    raise NeedlebenchError(
+        f"no leak-free {code} reasoning chain in {_MAX_ATTEMPTS} draws (seed {seed}); try another seed"
+    )
 
 
 # ----------------------------------------------------------------------------------------------- files

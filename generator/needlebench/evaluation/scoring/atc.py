@@ -89,8 +89,7 @@ def _compile_patterns(letters: str):
             r"(?i:\banswer\b)[ \t]*"
             r"(?:(?i:is|would\s+be|should\s+be|will\s+be|must\s+be)\b)?[ \t]*"
             r"[:：=\-]?\s*"
-            r"(?:(?i:option|choice)\b[ \t]*)?[:：]?[ \t]*"
-            + _OPEN + r"?[ \t]*" + stmt_let
+            r"(?:(?i:option|choice)\b[ \t]*)?[:：]?[ \t]*" + _OPEN + r"?[ \t]*" + stmt_let
         ),
         # Chinese: "回答: C", "回答：C", "答案是C", "所以答案是：C", "答案为（C）", "答案应该是选项C", "答：C".
         re.compile(
@@ -380,7 +379,7 @@ def extract_open_answer(prediction: str) -> str:
         return _clean_latex(boxed)
     leads = list(_ANSWER_LEADS.finditer(text))
     if leads:
-        rest = text[leads[-1].end():]
+        rest = text[leads[-1].end() :]
         line = rest.split("\n", 1)[0]
         # Stop at the end of the clause: "..., because", "。", "; ", ". More text".
         line = _CLAUSE_END.split(line, 1)[0]

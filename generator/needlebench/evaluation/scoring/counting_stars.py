@@ -277,5 +277,7 @@ def counting_stars_score(
     """Mean of :func:`star_scores` for one sample (0..1)."""
     if len(star_counts) == 0:
         raise ValueError("star_counts must not be empty")
-    scores = star_scores(prediction, list(star_counts), None if wrong_counts is None else list(wrong_counts), task, language)
+    scores = star_scores(
+        prediction, list(star_counts), None if wrong_counts is None else list(wrong_counts), task, language
+    )
     return math.fsum(scores) / len(scores)

@@ -154,6 +154,7 @@ NOTEBOOK_KEYS = {"en": "little_penguin", "zh": "小企鹅"}
 #: raises there (and json_repair takes seconds to find out on a megabyte of ``{``).
 NOTEBOOK_MAX_NESTING = 1000
 
+
 def _nesting(text: str) -> int:
     """The deepest nesting of ``{``/``[`` in ``text``, counting every bracket (quoted or not)."""
     if text.count("{") + text.count("[") <= NOTEBOOK_MAX_NESTING:

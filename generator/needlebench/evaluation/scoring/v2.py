@@ -134,7 +134,6 @@ def scored_row(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, 
     return {**doc, "score": float(metrics[V2_ROW_METRIC[spec.family]])}
 
 
-
 def _mean(values: Iterable[float]) -> float:
     values = list(values)
     if not values:
