@@ -65,7 +65,7 @@ def _oracle(work: Path, repo: Path) -> dict[str, str]:
     from needlebench.evaluation import harness
     from needlebench.tasks.grid import registry
 
-    built = {path.name for path in data.iterdir() if path.is_dir()}
+    built = {path.name for path in (data / "data").iterdir() if path.is_dir()}
     tasks = ",".join(harness.task_name(name) for name in registry() if name in built)
     output = work / "oracle"
     shutil.rmtree(output, ignore_errors=True)
@@ -107,6 +107,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="folder for the builds and the oracle run")
     parser.add_argument("--out", type=Path, help="fingerprint JSON to write")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    parser.add_argument("--oracle-only", action="store_true", help="keep the builds of --work, redo the oracle run")
     args = parser.parse_args()
     if args.compare:
         return _compare(*args.compare)
@@ -114,7 +115,10 @@ def main() -> int:
         parser.error("--work and --out are required (or --compare BEFORE AFTER)")
     repo = Path(__file__).resolve().parent.parent
     args.work.mkdir(parents=True, exist_ok=True)
-    fingerprint = {"builds:" + name: hashes for name, hashes in _builds(args.work, repo).items()}
+    if args.oracle_only:
+        fingerprint = json.loads(args.out.read_text(encoding="utf-8"))
+    else:
+        fingerprint = {"builds:" + name: hashes for name, hashes in _builds(args.work, repo).items()}
     fingerprint["oracle"] = _oracle(args.work, repo)
     args.out.write_text(json.dumps(fingerprint, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return 0

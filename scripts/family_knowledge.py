@@ -1,0 +1,85 @@
+"""How far a benchmark family's knowledge is spread over the package.
+
+Prints, for the package ``generator/needlebench``:
+
+* the modules naming each family key as a string literal (``"multi_retrieval"``);
+* the branches on a family or edition (``family ==``, ``family in``, ``is_v2``, ...) per module.
+
+A family lives in one place when its key is named by its two family modules (build half in
+``tasks/families/``, evaluation half in ``evaluation/families/``) and the other stages ask the family object
+instead of branching on its name. ``tests/test_layout.py`` holds the targets; run this to see where they stand::
+
+    python scripts/family_knowledge.py
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "generator" / "needlebench"
+FAMILY_KEYS = ("single", "multi_retrieval", "multi_reasoning", "atc", "counting_stars")
+#: A branch on a family or an edition, as the refactor issue counts them.
+BRANCH = re.compile(r"\bfamily\s*(==|!=|\bin\b|\bnot in\b)|\bis_v2\b")
+
+
+def _string_literals(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    }
+
+
+def modules_naming(key: str) -> list[str]:
+    """Modules with ``key`` as a string literal (docstrings aside)."""
+    return sorted(
+        str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py")) if key in _string_literals(path)
+    )
+
+
+def branches() -> Counter[str]:
+    """Family / edition branches per module (code lines only: comments and docstrings are not counted)."""
+    counts: Counter[str] = Counter()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        lines = source.splitlines()
+        seen: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Compare, ast.Attribute, ast.Name)) and hasattr(node, "lineno"):
+                for number in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                    if number in seen:
+                        continue
+                    text = lines[number - 1].split("#", 1)[0]
+                    if BRANCH.search(text):
+                        seen.add(number)
+                        counts[str(path.relative_to(PACKAGE))] += len(BRANCH.findall(text))
+    return counts
+
+
+def main() -> int:
+    for key in FAMILY_KEYS:
+        names = modules_naming(key)
+        print(f'modules naming "{key}": {len(names)}  ({", ".join(names)})')
+    counts = branches()
+    print(f"family / edition branches: {sum(counts.values())} in {len(counts)} modules")
+    for module, count in counts.most_common():
+        print(f"  {count:4d}  {module}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
