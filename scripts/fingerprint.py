@@ -70,7 +70,7 @@ def _oracle(work: Path, repo: Path) -> dict[str, str]:
     output = work / "oracle"
     shutil.rmtree(output, ignore_errors=True)
     metadata = json.dumps({"data_dir": str(data)})
-    cmd = ["needlebench", "eval", "run", "--model", "oracle", "--tasks", tasks, "--metadata", metadata]
+    cmd = ["needlebench", "eval", "run", "--model", "needlebench-oracle", "--tasks", tasks, "--metadata", metadata]
     cmd += ["--limit", ORACLE_LIMIT, "--output_path", str(output), "--log_samples"]
     subprocess.run(cmd, check=True, cwd=repo, stdout=subprocess.DEVNULL)
     hashes = {}
