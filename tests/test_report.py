@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation import harness, report, report_figures
+from needlebench.evaluation import harness, report
+from needlebench.evaluation.report import figures as report_figures
 from support import (
     atc_rows,
     counting_stars_row,
@@ -612,12 +613,11 @@ def test_a_cell_of_en_only_and_zh_only_cells_is_partial_in_every_process():
     'ZH only' by the order of a set (which varies from process to process)."""
     from types import SimpleNamespace
 
-    from needlebench.evaluation.report import _combined_note
+    from needlebench.evaluation.report import combined_note
 
     cells = [SimpleNamespace(note=note) for note in ("partial: EN only", "partial: ZH only", "", "partial")]
-    assert _combined_note(cells) == "partial"
-    assert _combined_note(cells[::-1]) == "partial"
+    assert combined_note(cells) == "partial"
+    assert combined_note(cells[::-1]) == "partial"
     assert (
-        _combined_note([SimpleNamespace(note="partial: ZH only"), SimpleNamespace(note="partial")])
-        == "partial: ZH only"
+        combined_note([SimpleNamespace(note="partial: ZH only"), SimpleNamespace(note="partial")]) == "partial: ZH only"
     )

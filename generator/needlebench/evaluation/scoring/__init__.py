@@ -45,7 +45,6 @@ from needlebench.evaluation.scoring.retrieval import (
     single_retrieval_score,
 )
 from needlebench.evaluation.scoring.v2 import (
-    atc_v2_table,
     boxed_answer,
     boxed_exact_score,
     clean_boxed_answer,
@@ -53,8 +52,6 @@ from needlebench.evaluation.scoring.v2 import (
     relation_weighted,
     single_retrieval_v2_score,
     v2_overall,
-    v2_size_table,
-    v2_task_table,
 )
 
 __all__ = [
@@ -94,9 +91,6 @@ __all__ = [
     "extract_boxed",
     "relation_weighted",
     "v2_overall",
-    "v2_size_table",
-    "v2_task_table",
-    "atc_v2_table",
     # reference-exact twins (the *_reference metrics)
     "opencompass_first_option",
     "atc_reference_correct",
