@@ -20,7 +20,7 @@ class Atc(EvalFamily):
     #: exact match.
     headline = {"v1": "score", "v2": "accuracy"}
     metric_label = {"v1": "ATC perf_4 (CircularEval, 0-100)"}
-    table = {"v1": "atc", "v2": "atc_v2"}
+    table = {"v1": "circular_eval", "v2": "relation_weighted"}
     comparison = {"v1": "needles"}
     comparison_xlabel = "Needle count"
     coverage_parts = ("needle_list",)

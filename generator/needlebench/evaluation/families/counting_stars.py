@@ -18,7 +18,7 @@ class CountingStars(EvalFamily):
 
     headline = {"v1": "star_score"}
     metric_label = {"v1": "Counting-Stars star score (0-1)"}
-    table = {"v1": "counting_stars"}
+    table = {"v1": "star_grid"}
     paper_means = {"v1": ("star_grid", "mean over star x length grid")}
     comparison = {"v1": "length"}
     heatmap = True

@@ -1,9 +1,10 @@
 """The tables of ``needlebench report``: per size and edition, ATC, Counting-Stars, custom configs, per task.
 
-A family names the table that shows it per edition (``EvalFamily.table``, a key of :data:`TABLE_BUILDERS`); the
-NeedleBench haystack families (S-RT, M-RT, M-RS) share one size table builder (:func:`size_table`), parametrised by
-the edition's weights (:data:`needlebench.evaluation.scoring.overall.OVERALL_WEIGHTS`) and texts
-(:data:`SIZE_TABLES`). Every table title says which scoring it shows.
+A family names the table builder that shows it per edition (``EvalFamily.table``, a key of :data:`TABLE_BUILDERS`);
+a family's tables are named after its key, the size tables after the size. The NeedleBench haystack families (S-RT,
+M-RT, M-RS) share one size table builder (:func:`size_table`), parametrised by the edition's weights
+(:data:`needlebench.evaluation.scoring.overall.OVERALL_WEIGHTS`) and texts (:data:`SIZE_TABLES`). Every table title
+says which scoring it shows.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def atc_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
             )
     tables = [
         Table(
-            "atc",
+            family.key,
             "Ancestral Trace Challenge (CircularEval perf_4 per needle count, weighted by needle count; 0-100)",
             ["Model", *family.OVERALL_CATEGORIES, *extra, "ATC-CE-Overall", "EN-Open", "ZH-Open", "Coverage"],
             main_rows,
@@ -202,7 +203,7 @@ def atc_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
     if detail_rows:
         tables.append(
             Table(
-                "atc_by_needles",
+                f"{family.key}_by_needles",
                 "ATC perf_4 by needle count (0-100)",
                 ["Model", "Category", *map(str, counts)],
                 detail_rows,
@@ -246,7 +247,7 @@ def atc_v2_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
             detail_rows.append([entity, lang.upper(), *cells])
     return [
         Table(
-            "atc_v2",
+            f"{family.key}_v2",
             "Ancestral Trace Challenge v2 (boxed exact match, mean per relation count weighted by relation count; "
             "0-100)",
             header,
@@ -255,7 +256,7 @@ def atc_v2_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
             "count on its own rows.",
         ),
         Table(
-            "atc_v2_by_relations",
+            f"{family.key}_v2_by_relations",
             "ATC v2 mean score by relation count (0-100)",
             ["Model", "Language", *map(str, relation_counts)],
             detail_rows,
@@ -270,7 +271,8 @@ def atc_v2_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
 def counting_stars_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
     """Models x (size, star count) as rows: the notebook's score of each task (mean over the star x length grid)
     and their mean."""
-    columns = eval_family(runs[0].spec.family).TABLE_COLUMNS
+    family = eval_family(runs[0].spec.family)
+    columns = family.TABLE_COLUMNS
     rows = []
     keys = sorted(
         {(run.spec.size, int(run.spec.stars or 0)) for run in runs},
@@ -295,7 +297,7 @@ def counting_stars_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
             rows.append([entity, size, stars, *cells, average, coverage_text(mine)])
     return [
         Table(
-            "counting_stars",
+            family.key,
             "Counting-Stars (mean over the star x length grid, 0-1)",
             ["Model", "Size", "Stars", *(header for _v, _l, header in columns), "Avg.", "Coverage"],
             rows,
@@ -309,9 +311,9 @@ def counting_stars_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
 #: each gets the runs of the families naming it for one edition, and that edition.
 TABLE_BUILDERS: dict[str, Callable[[Sequence[TaskRun], str], list[Table]]] = {
     "size": size_tables,
-    "atc": atc_tables,
-    "atc_v2": atc_v2_tables,
-    "counting_stars": counting_stars_tables,
+    "circular_eval": atc_tables,
+    "relation_weighted": atc_v2_tables,
+    "star_grid": counting_stars_tables,
 }
 
 
