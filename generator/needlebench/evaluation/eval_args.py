@@ -2,11 +2,11 @@
 
 needlebench's options (``--subset``, ``--no-length-check``, ``--skip-too-long``, ``--resume``, ``--reasoning``,
 ``--think-end``, ``--think-unclosed``, ``--chunk-rows``, ``--no-chunk``, ``--full-samples``) are added as the first
-group of lm-eval's own ``run`` parser (:func:`add_own_options`) and taken out of the parsed namespace before
-lm-eval sees it; everything else is parsed by lm-eval's own sub-command parsers (``lm_eval/_cli/run.py``, ``ls.py``, ``validate.py``, as
-``lm_eval/_cli/harness.py`` assembles them), so ``--model_args``/``--metadata``/``--gen_kwargs`` are merged and
-typed exactly as lm-eval merges them. Every parse error is one line (:class:`NeedlebenchError`, exit status 2),
-and ``--help`` lists needlebench's options first, then lm-eval's.
+group of lm-eval's own ``run`` parser (:func:`add_own_options`) and taken out of the parsed namespace before lm-eval
+sees it; everything else is parsed by lm-eval's own sub-command parsers (``lm_eval/_cli/run.py``, ``ls.py``,
+``validate.py``, as ``lm_eval/_cli/harness.py`` assembles them), so ``--model_args``/``--metadata``/
+``--gen_kwargs`` are merged and typed exactly as lm-eval merges them. Every parse error is one line
+(:class:`NeedlebenchError`, exit status 2), and ``--help`` lists needlebench's options first, then lm-eval's.
 
 Then :func:`check_run` validates a run before anything starts: lm-eval's own cross-option checks
 (``EvaluatorConfig`` of ``lm_eval/config/evaluate_config.py``), the ``--model`` name and the needlebench task
@@ -423,7 +423,8 @@ def check_output(args: EvalArgs) -> None:
     if existing.exists() and not existing.is_dir():
         where = "is an existing file" if existing == path else f"lies below the file {existing}"
         raise NeedlebenchError(
-            f"--output_path {value} {where}; give a folder (lm-eval writes results_<date>.json and the samples under it)"
+            f"--output_path {value} {where}; give a folder (lm-eval writes results_<date>.json and the samples "
+            "under it)"
         )
 
 

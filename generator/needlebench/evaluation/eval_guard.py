@@ -42,12 +42,15 @@ from typing import TYPE_CHECKING, Any
 
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness import (
-    FAMILY_GROUPS,
     TASK_PREFIX,
+    all_task_names,
+    generation_kwargs,
+    load_dataset,
     max_gen_toks_for,
-    size_groups,
+    task_groups,
     task_name,
 )
+from needlebench.evaluation.task_yaml import dump_yaml
 from needlebench.evaluation.thinking import (
     THINK_END_ENV,
     THINK_UNCLOSED_ENV,
@@ -161,9 +164,7 @@ def needlebench_configs(tasks: Sequence[str] | str | None) -> list[str]:
     if not tasks:
         return []
     names = tasks.split(",") if isinstance(tasks, str) else list(tasks)
-    groups = {group: None for group, _m in FAMILY_GROUPS.values()}
-    family_of_group = {group: family for family, (group, _m) in FAMILY_GROUPS.items()}
-    sizes = size_groups()
+    groups = task_groups()
     configs: list[str] = []
     known = registry()
     for name in (part.strip() for part in names):
@@ -173,9 +174,7 @@ def needlebench_configs(tasks: Sequence[str] | str | None) -> list[str]:
         if stem in known:
             members = [stem]
         elif name in groups:
-            members = [spec.name for spec in known.values() if spec.family == family_of_group[name]]
-        elif name in sizes:
-            members = sizes[name]
+            members = list(groups[name].members)
         else:
             continue
         configs += [member for member in members if member not in configs]
@@ -325,8 +324,6 @@ def _load_rows(config: str, metadata: Mapping[str, Any]) -> Any:
     """The rows lm-eval will get (the tasks' own loader), without progress bars: the check prints one line."""
     from datasets.utils import logging as ds_logging
 
-    from needlebench.evaluation.harness import load_dataset
-
     enabled = ds_logging.is_progress_bar_enabled()
     ds_logging.disable_progress_bar()
     try:
@@ -376,8 +373,9 @@ def preflight(args: EvalArgs) -> Preflight | None:
     if result.too_long and not args.skip_too_long:
         total = sum(len(ids) for ids in result.too_long.values())
         raise NeedlebenchError(
-            f"{total} row(s) do not fit the window of {window} tokens ({source}) with max_gen_toks: {result.summary()}; "
-            "raise max_model_len / max_length, choose shorter configs, or pass --skip-too-long to run the rest"
+            f"{total} row(s) do not fit the window of {window} tokens ({source}) with max_gen_toks: "
+            f"{result.summary()}; raise max_model_len / max_length, choose shorter configs, or pass --skip-too-long "
+            "to run the rest"
         )
     return result
 
@@ -399,8 +397,6 @@ def cache_path(output: Path, args: EvalArgs) -> Path:
 
 def reasoning_task_dir(source: Path, reasoning: str, target: Path) -> Path:
     """A task folder whose YAMLs include those of ``source`` with ``max_gen_toks`` changed by ``--reasoning``."""
-    from needlebench.evaluation.harness import all_task_names
-
     folder = target / "needlebench"
     folder.mkdir(parents=True, exist_ok=True)
     names = set(all_task_names())
@@ -412,15 +408,8 @@ def reasoning_task_dir(source: Path, reasoning: str, target: Path) -> Path:
         if TASK_PREFIX + stem not in names:
             continue
         budget = reasoning_budget(max_gen_toks_for(get_config(stem)), reasoning)
-        lines = [
-            f"include: {json.dumps(str(path.resolve()))}",
-            "generation_kwargs:",
-            "  until: []",
-            "  do_sample: false",
-            "  temperature: 0.0",
-            f"  max_gen_toks: {budget}",
-        ]
-        (folder / path.name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        override = {"include": str(path.resolve()), "generation_kwargs": generation_kwargs(budget)}
+        (folder / path.name).write_text(dump_yaml(override), encoding="utf-8")
     return target
 
 
@@ -456,7 +445,8 @@ def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
             if not samples and not others:
                 raise NeedlebenchError(
                     f"no selected row fits the window of {check.window} tokens ({check.source}) with max_gen_toks: "
-                    f"{check.summary()}; nothing is left to run: raise max_model_len / max_length or choose shorter configs"
+                    f"{check.summary()}; nothing is left to run: raise max_model_len / max_length or choose shorter "
+                    "configs"
                 )
             namespace.tasks = [*samples, *others]
             prepared.notes.append(

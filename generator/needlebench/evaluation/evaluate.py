@@ -31,7 +31,8 @@ ORACLE_MODEL = "needlebench-oracle"
 
 
 def default_include_path() -> Path:
-    """The needlebench task folder (``needlebench tasks-path``): the repository's, or the one installed with the package."""
+    """The needlebench task folder (``needlebench tasks-path``): the repository's, or the one installed with the
+    package."""
     return tasks_path()
 
 
@@ -320,8 +321,8 @@ def _oracle_class() -> type:
 
 
 def register_models() -> None:
-    """Register ``needlebench-oracle`` and the multi-server API models (:mod:`needlebench.evaluation.servers`) with lm-eval
-    (idempotent); the built-in models stay available."""
+    """Register ``needlebench-oracle`` and the multi-server API models (:mod:`needlebench.evaluation.servers`) with
+    lm-eval (idempotent); the built-in models stay available."""
     import lm_eval.models  # noqa: F401  (the built-in lazy entries; get_model skips them once ours exists)
     from lm_eval.api.registry import model_registry, register_model
 

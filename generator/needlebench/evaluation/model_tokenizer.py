@@ -52,7 +52,8 @@ def resolve_source(path: str, gguf_file: str | None = None) -> TokenizerSource:
     if gguf_file:
         if given.is_file():
             raise NeedlebenchError(
-                f"gguf_file {gguf_file!r} is given with the file {path!r}; give the folder holding it, or the .gguf path alone"
+                f"gguf_file {gguf_file!r} is given with the file {path!r}; give the folder holding it, or the .gguf "
+                "path alone"
             )
         if given.is_dir() and not (given / gguf_file).is_file():
             found = sorted(item.name for item in given.glob("*.gguf"))

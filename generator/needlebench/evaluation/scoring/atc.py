@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import regex
 
 __all__ = [
+    "ANSWER_STATEMENTS",
     "BASE_ROTATION",
     "ROTATIONS",
     "atc_category_score",
@@ -54,6 +55,7 @@ __all__ = [
     "extract_option",
     "normalize_name",
     "open_answer_score",
+    "option_answer",
     "option_letter_for",
 ]
 
@@ -61,6 +63,22 @@ __all__ = [
 BASE_ROTATION = "ABCD"
 #: The four CircularEval rotations of an item.
 ROTATIONS = ("ABCD", "BCDA", "CDAB", "DABC")
+
+#: The answer statement of each prompt style and language, as the few-shot answers of the reference prompts write
+#: it (``direct``: "Answer: X"; ``reasoning``: the chain-of-thought ending "The answer is: X"), the first tier of
+#: :func:`extract_option`.
+ANSWER_STATEMENTS = {
+    ("direct", "en"): "Answer: {letter}",
+    ("direct", "zh"): "回答: {letter}",
+    ("reasoning", "en"): "The answer is: {letter}",
+    ("reasoning", "zh"): "所以答案是：{letter}",
+}
+
+
+def option_answer(letter: str, style: str, language: str) -> str:
+    """The statement choosing ``letter`` in a prompt style (``direct`` / ``reasoning``) and language."""
+    return ANSWER_STATEMENTS[(style, language)].format(letter=letter)
+
 
 # --------------------------------------------------------------------------- option extraction
 
