@@ -38,9 +38,10 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.budget import count_tokens, render_prompt
 from needlebench.evaluation.harness import (
     TASK_PREFIX,
     all_task_names,
@@ -50,6 +51,8 @@ from needlebench.evaluation.harness import (
     task_groups,
     task_name,
 )
+from needlebench.evaluation.model_tokenizer import TokenizerSource, gguf_context_length, load_source, resolve_source
+from needlebench.evaluation.report import SAMPLES_FILE_RE, health_path
 from needlebench.evaluation.task_yaml import dump_yaml
 from needlebench.evaluation.thinking import (
     THINK_END_ENV,
@@ -57,9 +60,6 @@ from needlebench.evaluation.thinking import (
     has_final_answer,
 )
 from needlebench.tasks.grid import get_config, registry
-
-if TYPE_CHECKING:
-    from needlebench.evaluation.model_tokenizer import TokenizerSource
 
 #: Models with no context window (answers do not depend on the prompt length).
 WINDOWLESS_MODELS = ("needlebench-oracle", "dummy")
@@ -270,11 +270,6 @@ def model_window(args: EvalArgs, model_args: Mapping[str, Any]) -> tuple[int | N
     window = _config_window(str(source) if source else None)
     if window:
         return window, f"the model config's {window}"
-    from needlebench.evaluation.model_tokenizer import (
-        gguf_context_length,
-        resolve_source,
-    )
-
     if source and (model_args.get("gguf_file") or str(source).lower().endswith(".gguf")):
         window = gguf_context_length(resolve_source(str(source), _text(model_args.get("gguf_file"))))
         if window:
@@ -289,8 +284,6 @@ def _text(value: Any) -> str | None:
 def tokenizer_source(args: EvalArgs, model_args: Mapping[str, Any]) -> TokenizerSource | None:
     """Where lm-eval will read the model's tokenizer: the ``tokenizer`` model arg, else ``pretrained`` (with
     ``gguf_file``; ``model`` for the API models), as ``lm_eval/models/huggingface.py`` ``_create_tokenizer``."""
-    from needlebench.evaluation.model_tokenizer import resolve_source
-
     if _text(model_args.get("tokenizer")):
         return resolve_source(str(model_args["tokenizer"]))
     path = _text(model_args.get("model" if model_kind(args) in API_MODELS else "pretrained"))
@@ -349,9 +342,6 @@ def preflight(args: EvalArgs) -> Preflight | None:
     tok_source = tokenizer_source(args, model_args)
     if tok_source is None:
         raise NeedlebenchError(f"--model {kind} names no tokenizer; pass tokenizer=PATH in --model_args")
-    from needlebench.evaluation.budget import count_tokens, render_prompt
-    from needlebench.evaluation.model_tokenizer import load_source
-
     tokenizer = load_source(tok_source)
     chat = args.given("apply_chat_template")
     metadata = {**model_args, **args.metadata}  # what lm-eval hands the tasks: --model_args merged into --metadata
@@ -488,8 +478,6 @@ def _newest(folder: Path, pattern: str) -> Path | None:
 
 def _samples_file(folder: Path, task: str) -> Path | None:
     """The newest ``samples_<task>_<date>.jsonl`` of exactly ``task`` (``..._128k`` must not match ``..._128k_m64``)."""
-    from needlebench.evaluation.report import SAMPLES_FILE_RE
-
     paths = [
         path
         for path in folder.glob(f"samples_{task}_*.jsonl")
@@ -516,8 +504,6 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
     args = prepared.args
     tokenizer = None
     if model_kind(args) not in WINDOWLESS_MODELS:
-        from needlebench.evaluation.model_tokenizer import load_source
-
         try:
             tok_source = tokenizer_source(args, args.model_args)
             tokenizer = load_source(tok_source) if tok_source is not None else None
@@ -550,8 +536,6 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
                     lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in responses]
                     entry["output_truncated"] = sum(length >= budget for length in lengths)
         health[task] = entry
-    from needlebench.evaluation.report import health_path
-
     record = {"results_file": results_path.name, "tasks": health, "not_run": not_run}
     target = health_path(results_path)
     temp = target.with_name(target.name + ".tmp")

@@ -66,7 +66,7 @@ RENAMED_KEYS = {"repo_id": DATA_REPO_KEY}
 
 #: Every task template by its key (the base file ``_default_<key>_template_yaml``), over the families.
 TEMPLATES: dict[str, TaskTemplate] = {
-    template.key: template for family in EVAL_FAMILIES.values() for template in family.templates()
+    template.key: template for entry in EVAL_FAMILIES.values() for template in entry.templates()
 }
 #: Former name of :data:`TEMPLATES`.
 FAMILY_TEMPLATES = TEMPLATES
@@ -96,8 +96,8 @@ def hooks() -> dict[str, Callable[..., Any]]:
     """Every function the task YAMLs name (``!function utils.<name>``), by name: the loader, then each family's
     ``process_results`` hooks and custom aggregations."""
     found: dict[str, Callable[..., Any]] = {"load_dataset": load_dataset}
-    for family in EVAL_FAMILIES.values():
-        found.update(family.hooks())
+    for entry in EVAL_FAMILIES.values():
+        found.update(entry.hooks())
     return found
 
 
@@ -141,11 +141,10 @@ class TaskGroup:
     metrics: tuple[str, ...]
 
 
-def group_metrics(families: Iterable[EvalFamily], edition: str) -> tuple[str, ...]:
-    """The metrics a group over ``families`` (in registry order) of ``edition`` aggregates, with reference twins."""
-    parts = [
-        (family.group_metrics[edition], family.reference_twins(family.group_metrics[edition])) for family in families
-    ]
+def group_metrics(members: Iterable[EvalFamily], edition: str) -> tuple[str, ...]:
+    """The metrics a group over the families ``members`` (in registry order) of ``edition`` aggregates, with
+    their reference twins."""
+    parts = [(entry.group_metrics[edition], entry.reference_twins(entry.group_metrics[edition])) for entry in members]
     if EDITION_GROUPS[edition].twins_last:
         return tuple(metric for metrics, _twins in parts for metric in metrics) + tuple(
             twin for _metrics, twins in parts for twin in twins
@@ -160,45 +159,35 @@ def family_group_metrics(spec: ConfigSpec) -> tuple[str, ...]:
 
 def task_groups() -> dict[str, TaskGroup]:
     """Every group by name, edition by edition: the edition's whole group, its family groups, its size groups."""
-    specs = list(registry().values())
+    by_edition: dict[str, list[ConfigSpec]] = {}
     by_family: dict[tuple[str, str], list[str]] = {}
     by_size: dict[tuple[str, str], list[ConfigSpec]] = {}
-    for spec in specs:
+    for spec in registry().values():
+        by_edition.setdefault(spec.edition, []).append(spec)
         by_family.setdefault((spec.edition, spec.family), []).append(spec.name)
         if spec.size is not None:
             by_size.setdefault((spec.edition, spec.size), []).append(spec)
     groups: dict[str, TaskGroup] = {}
     for edition, style in EDITION_GROUPS.items():
-        families = [family for family in EVAL_FAMILIES.values() if edition in family.group_metrics]
+        grouped = [entry for entry in EVAL_FAMILIES.values() if edition in entry.group_metrics]
         if style.whole:
             name = style.prefix.rstrip("_")
-            members = tuple(spec.name for spec in specs if spec.edition == edition)
-            groups[name] = TaskGroup(name, style.alias, members, group_metrics(families, edition))
-        for family in families:
-            members = tuple(by_family.get((edition, family.key), ()))
-            label = get_config(members[0]).task_label if members else family.key
-            alias = f"{style.alias} " + style.family_alias.format(label=label, key=family.key)
-            name = style.prefix + family.key
-            groups[name] = TaskGroup(name, alias, members, group_metrics([family], edition))
+            members = tuple(spec.name for spec in by_edition.get(edition, []))
+            groups[name] = TaskGroup(name, style.alias, members, group_metrics(grouped, edition))
+        for entry in grouped:
+            members = tuple(by_family.get((edition, entry.key), ()))
+            label = get_config(members[0]).task_label if members else entry.key
+            alias = f"{style.alias} " + style.family_alias.format(label=label, key=entry.key)
+            name = style.prefix + entry.key
+            groups[name] = TaskGroup(name, alias, members, group_metrics([entry], edition))
         for size in SIZES:
-            members_of_size = by_size.get((edition, size), [])
-            if members_of_size:
-                present = {spec.family for spec in members_of_size}
-                metrics = group_metrics([family for family in families if family.key in present], edition)
+            specs = by_size.get((edition, size), [])
+            if specs:
+                present = {spec.family for spec in specs}
+                metrics = group_metrics([entry for entry in grouped if entry.key in present], edition)
                 name = style.prefix + size
-                members = tuple(spec.name for spec in members_of_size)
-                groups[name] = TaskGroup(name, f"{style.alias} {size}", members, metrics)
+                groups[name] = TaskGroup(name, f"{style.alias} {size}", tuple(spec.name for spec in specs), metrics)
     return groups
-
-
-def size_groups() -> dict[str, list[str]]:
-    """``needlebench_<size>`` -> member configs (v1), for every size that has members."""
-    style = EDITION_GROUPS["v1"]
-    return {
-        f"{style.prefix}{size}": list(group.members)
-        for size in SIZES
-        if (group := task_groups().get(f"{style.prefix}{size}")) is not None
-    }
 
 
 # --------------------------------------------------------------------------------------------- data source

@@ -3,7 +3,8 @@
 * :func:`extract_option` pulls the chosen letter out of a multiple-choice answer
   (direct "Answer: X" / "回答: X" few-shot style, chain-of-thought
   "The answer is: X" / "所以答案是：X" style, bare letters, "C. name", ...).
-* :func:`circular_scores` implements CircularEval (fact sheet section 6.2):
+* :func:`circular_scores` implements CircularEval (``open-compass/opencompass:
+  opencompass/openicl/icl_evaluator/icl_circular_evaluator.py``):
   ``acc_1`` (ABCD rows only), ``acc`` (all rows) and ``perf_4`` (items whose
   every rotation is answered correctly), all on a 0..100 scale;
   :func:`complete_items` keeps only items that have all four rotations.
