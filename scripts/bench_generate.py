@@ -18,15 +18,16 @@ virtual machine swing by a quarter between runs):
 * ``hftok128k`` (only with ``--hf-tokenizer DIR``): `needlebench build single_en_128k` counted in cl100k_base and
   with `--tokenizer hf:DIR`, one after the other in this run: both wall times, their ratio and peak RSS.
 
-The reference is OpenCompass' NeedleBench v1 single-needle loader, one call per (length, depth) cell, emulated
-step by step from the reference spec (see `reference_cell_seconds`): the cell reads its haystack JSONL file, and
+The reference is OpenCompass' NeedleBench v1 single-needle loader (``open-compass/opencompass:
+opencompass/datasets/needlebench/origin.py``), one call per (length, depth) cell, emulated step by step (see
+`reference_cell_seconds`): the cell reads its haystack JSONL file, and
 for every repeat shuffles the documents, reads the needles file for its needle, re-encodes documents until the
 target is reached, inserts the needle tokens at the depth's token offset, decodes and frames the prompt; the cell's
 rows end in a `datasets.Dataset`. Its inputs are the same haystack and the built-in needle bank written as the
 reference's JSONL files. `--reference-cells` whole cells (all repeats) are timed per length and their mean time
-stands for every cell of that length. Both figures come from this run, taken in turn. On a busy machine wall times swing with the
-load of the moment, so the CPU ratio is printed too (CPU seconds of the whole CLI process tree, workers included,
-against the reference's CPU seconds): it does not credit the build's use of both cores.
+stands for every cell of that length. Both figures come from this run, taken in turn. On a busy machine wall times
+swing with the load of the moment, so the CPU ratio is printed too (CPU seconds of the whole CLI process tree,
+workers included, against the reference's CPU seconds): it does not credit the build's use of both cores.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def reference_cell_seconds(
     spec, options, inputs: ReferenceInputs, length: int, depth: int, encoding
 ) -> tuple[float, float]:
     """Wall and CPU seconds of one (length, depth) cell of `spec` built the reference's way: one call of
-    OpenCompass' v1 single-needle loader, step by step as the reference spec describes it (§2, §3).
+    OpenCompass' v1 single-needle loader, step by step as ``open-compass/opencompass:
+    opencompass/datasets/needlebench/origin.py`` does it.
 
     The cell reads and parses its haystack file, then for each repeat ``counter``: ``random.seed(counter)`` and
     an in-place shuffle of the documents (cumulative), the needle record of the language drawn from the needles

@@ -288,7 +288,7 @@ def _load_source(source: str) -> HfTokenizer:
 
         try:
             loaded = HfTokenizer(f"hf:{_label(source)}@sha256:{sha}", Tokenizer.from_file(str(path)), source)
-        except Exception:  # noqa: BLE001 - tokenizers raises a bare Exception for a file it cannot read
+        except Exception:  # tokenizers raises a bare Exception for a file it cannot read
             loaded = None
         if loaded is not None:
             remember_path(f"tokenizer:{sha}", path.parent)

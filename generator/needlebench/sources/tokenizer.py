@@ -278,7 +278,7 @@ def prefetch_cl100k() -> None:
     def load() -> None:
         try:
             future.set_result(load_cl100k())
-        except BaseException as error:  # noqa: BLE001 - raised in the thread that asks for the tokenizer
+        except BaseException as error:  # raised in the thread that asks for the tokenizer
             future.set_exception(error)
 
     threading.Thread(target=load, name="needlebench-cl100k", daemon=True).start()
