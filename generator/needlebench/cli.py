@@ -52,10 +52,7 @@ def list_configs(
     patterns: Annotated[list[str] | None, typer.Argument(help="Config names or globs (default: all).")] = None,
 ) -> None:
     """List configs with their rows and approximate context tokens."""
-    from needlebench.tasks.grid import (
-        match_configs,
-        registry,
-    )  # deferred: registers every config (5 ms); --help needs none
+    from needlebench.tasks.grid import match_configs, registry  # deferred: config registry (5 ms); --help needs none
 
     specs = match_configs(patterns) if patterns else list(registry().values())
     rows = [
@@ -156,10 +153,7 @@ def build(
     from needlebench.dataset.build import build_dataset  # deferred: pyarrow; imported while cl100k loads
     from needlebench.dataset.options import BuildOptions  # deferred: pyarrow; imported while cl100k loads
     from needlebench.seeding import RELEASE_SEED  # deferred: numpy; list and --help need none
-    from needlebench.tasks.grid import (
-        match_configs,
-        registry,
-    )  # deferred: registers every config (5 ms); --help needs none
+    from needlebench.tasks.grid import match_configs, registry  # deferred: config registry (5 ms); --help needs none
 
     if experiment is not None:
         from needlebench.dataset.experiment import build_experiment  # deferred: pyarrow, yaml; only --experiment
@@ -445,7 +439,7 @@ def budget(
     """Which prompts would not fit a model's context (lm-eval would silently left-truncate): a table per config
     and length; exit status 1 when some row does not fit."""
     from needlebench.evaluation.budget import budget_report, format_budget  # deferred: numpy; list, --help need none
-    from needlebench.tasks.grid import match_configs  # deferred: registers every config (5 ms); --help needs none
+    from needlebench.tasks.grid import match_configs  # deferred: config registry (5 ms); --help needs none
 
     names_list = [spec.name for spec in match_configs(configs)]
     report = budget_report(
