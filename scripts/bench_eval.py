@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from needlebench.dataset.load import load_split
+
 CONFIG = "single_en_8k"
 ORDERS = ("shipped", "shuffled", "deep-first")
 BLOCK_SIZE = 128  # vLLM's CPU attention block size
@@ -53,7 +55,6 @@ def _ints(text: str) -> list[int]:
 
 def load_rows(lengths: list[int], repeats: int, depths: list[int], data_dir: str | None) -> list[dict[str, Any]]:
     """The chosen rows of ``single_en_8k``, in shipped order."""
-    from needlebench.dataset.load import load_split
 
     split = load_split(CONFIG, data_dir=data_dir)
     rows = [
@@ -104,8 +105,6 @@ def order_check(model: str, data_dir: str | None) -> str:
     lm-eval hands requests to the model: ``vllm`` sorts by (-prompt tokens, prompt), the API models
     (``local-completions``) by -prompt characters (both with the chat template rendered)."""
     from transformers import AutoTokenizer
-
-    from needlebench.dataset.load import load_split
 
     split = load_split(CONFIG, data_dir=data_dir)
     tokenizer = AutoTokenizer.from_pretrained(model)

@@ -24,6 +24,8 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
+from needlebench.evaluation import harness
+
 NEEDLES = [
     ("The secret password of the Pellanlin Order is Brelvane Chalice.", "Brelvane Chalice"),
     ("Hidden on Emerald Island is the legendary Stardust Shard.", "Stardust Shard"),
@@ -215,7 +217,6 @@ def star_rows(count: int, rng: random.Random, language: str) -> list[tuple[str, 
 
 def measure(rows: int, seed: int) -> list[tuple[str, str, int, int]]:
     """(family, style, rows or items of that style, how many changed)."""
-    from needlebench.evaluation import harness
 
     rng = random.Random(seed)
     tally: dict[tuple[str, str], Counter] = defaultdict(Counter)
