@@ -1,4 +1,6 @@
-"""The package is grouped by stage and data flows one way: a lower stage never imports a higher one."""
+"""The package's layout: it is grouped by stage and data flows one way (a lower stage never imports a higher one,
+no module imports itself back through others), a function-level import says why it is deferred, and a benchmark
+family lives in one place (its two family modules, registered together)."""
 
 from __future__ import annotations
 
@@ -174,7 +176,7 @@ def _comments(path: Path) -> dict[int, str]:
 def test_function_level_imports_of_the_package_say_why_they_are_deferred():
     """A function-level import of one of the package's modules keeps a quick command quick (``needlebench list``,
     ``--help`` import no heavy library); its first line says so: ``# deferred: <reason>``."""
-    missing: dict[str, set[str]] = {}
+    undeferred: dict[str, set[str]] = {}
     for path in MODULES.values():
         comments = None
         for module, line, in_function in _internal_imports(path):
@@ -182,8 +184,8 @@ def test_function_level_imports_of_the_package_say_why_they_are_deferred():
                 continue
             comments = _comments(path) if comments is None else comments
             if not DEFERRED.search(comments.get(line, "")):
-                missing.setdefault(f"{path.relative_to(ROOT)}:{line}", set()).add(module)
-    missing = [f"{where} imports {', '.join(sorted(modules))}" for where, modules in missing.items()]
+                undeferred.setdefault(f"{path.relative_to(ROOT)}:{line}", set()).add(module)
+    missing = [f"{where} imports {', '.join(sorted(modules))}" for where, modules in undeferred.items()]
     assert not missing, "function-level imports without a `# deferred: <reason>` comment:\n" + "\n".join(missing)
 
 
