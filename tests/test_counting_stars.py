@@ -32,7 +32,7 @@ CONFIGS = [
     f"counting_stars_{task}_{language}_128k" for task in ("acquisition", "reasoning") for language in ("en", "zh")
 ]
 
-# The reference's fixed M=32 lists (fact sheet section 9).
+# The reference's fixed M=32 lists (nick7nlp/Counting-Stars: gen_test_data.ipynb).
 A32 = [
     15,
     117,
