@@ -23,8 +23,8 @@ tokens, where the cache holds one or a few prompts).
 
 First it prints whether the rows sharing a haystack are together over the whole config: the number of stretches
 of one cell in the shipped order and in the orders lm-eval sends requests (``vllm``: by prompt tokens; API
-models: by prompt characters). Then per run, from vLLM's own counters (``LLM.get_metrics()``): prompt tokens, prefill tokens computed
-(``vllm:prompt_tokens_by_source{source="local_compute"}``), the prefix-cache hit rate
+models: by prompt characters). Then per run, from vLLM's own counters (``LLM.get_metrics()``): prompt tokens,
+prefill tokens computed (``vllm:prompt_tokens_by_source{source="local_compute"}``), the prefix-cache hit rate
 (``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``), wall time, and prefill and wall time as ratios to
 the shipped order without caching. ``--json PATH`` writes the table.
 """
@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from needlebench.dataset.load import load_split
+
 CONFIG = "single_en_8k"
 ORDERS = ("shipped", "shuffled", "deep-first")
 BLOCK_SIZE = 128  # vLLM's CPU attention block size
@@ -53,7 +55,6 @@ def _ints(text: str) -> list[int]:
 
 def load_rows(lengths: list[int], repeats: int, depths: list[int], data_dir: str | None) -> list[dict[str, Any]]:
     """The chosen rows of ``single_en_8k``, in shipped order."""
-    from needlebench.dataset.load import load_split
 
     split = load_split(CONFIG, data_dir=data_dir)
     rows = [
@@ -73,7 +74,8 @@ def load_rows(lengths: list[int], repeats: int, depths: list[int], data_dir: str
         have_lengths = sorted({int(length) for length in split["context_length"]})
         have_depths = sorted({round(float(depth)) for depth in split["depth_percent"]})
         sys.exit(
-            f"bench_eval: no {CONFIG} row has --lengths {lengths} and --depths {depths}; lengths are {have_lengths}, depths {have_depths}"
+            f"bench_eval: no {CONFIG} row has --lengths {lengths} and --depths {depths}; "
+            f"lengths are {have_lengths}, depths {have_depths}"
         )
     return rows
 
@@ -103,8 +105,6 @@ def order_check(model: str, data_dir: str | None) -> str:
     lm-eval hands requests to the model: ``vllm`` sorts by (-prompt tokens, prompt), the API models
     (``local-completions``) by -prompt characters (both with the chat template rendered)."""
     from transformers import AutoTokenizer
-
-    from needlebench.dataset.load import load_split
 
     split = load_split(CONFIG, data_dir=data_dir)
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -267,8 +267,8 @@ def main() -> None:
     }  # it would override the cache size
     for caching in ("off", "on"):
         command = [sys.executable, __file__, "--model", args.model, "--lengths", ",".join(map(str, args.lengths)),
-                   "--repeats", str(args.repeats), "--depths", ",".join(map(str, args.depths)), "--orders", ",".join(args.orders),
-                   "--seed", str(args.seed), "--caching", caching]  # fmt: skip
+                   "--repeats", str(args.repeats), "--depths", ",".join(map(str, args.depths)),
+                   "--orders", ",".join(args.orders), "--seed", str(args.seed), "--caching", caching]  # fmt: skip
         for flag, value in (
             ("--data-dir", args.data_dir),
             ("--max-model-len", args.max_model_len),
@@ -284,19 +284,25 @@ def main() -> None:
         results += [json.loads(line.removeprefix("RESULT ")) for line in lines]
     base = next((r for r in results if r["order"] == "shipped" and r["caching"] == "off"), results[0])
     first = results[0]
-    print(f"{CONFIG}: {first['rows']} rows (lengths {args.lengths}, repeats {args.repeats}, depths {args.depths}), "
-          f"KV cache {first['cache_tokens']:,} tokens, max_model_len {first['max_model_len']}, shuffle seed {args.seed}")  # fmt: skip
+    print(
+        f"{CONFIG}: {first['rows']} rows (lengths {args.lengths}, repeats {args.repeats}, depths {args.depths}), "
+        f"KV cache {first['cache_tokens']:,} tokens, max_model_len {first['max_model_len']}, shuffle seed {args.seed}"
+    )
     for r in results:
         if r["order"] != "shipped":
             print(f"  {r['order']} ({r['caching']}): {' '.join(r['row_ids'])}")
             break
     print(check)
     print(
-        f"{'order':<11} {'cache':>5} {'rows':>5} {'prompt tok':>10} {'prefill tok':>11} {'hit rate':>8} {'wall s':>8} {'prefill x':>9} {'wall x':>7}"
+        f"{'order':<11} {'cache':>5} {'rows':>5} {'prompt tok':>10} {'prefill tok':>11} {'hit rate':>8} {'wall s':>8} "
+        f"{'prefill x':>9} {'wall x':>7}"
     )
     for r in results:
-        print(f"{r['order']:<11} {r['caching']:>5} {r['rows']:>5} {r['prompt_tokens']:>10,} {r['prefill_tokens']:>11,} {r['hit_rate']:>8.1%} {r['wall_s']:>8.1f} "
-              f"{r['prefill_tokens'] / base['prefill_tokens']:>9.2f} {r['wall_s'] / base['wall_s']:>7.2f}")  # fmt: skip
+        print(
+            f"{r['order']:<11} {r['caching']:>5} {r['rows']:>5} {r['prompt_tokens']:>10,} {r['prefill_tokens']:>11,} "
+            f"{r['hit_rate']:>8.1%} {r['wall_s']:>8.1f} "
+            f"{r['prefill_tokens'] / base['prefill_tokens']:>9.2f} {r['wall_s'] / base['wall_s']:>7.2f}"
+        )
     print(f"(ratios to shipped order without caching; whole bench {time.perf_counter() - started:.0f} s)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

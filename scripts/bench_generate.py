@@ -18,15 +18,16 @@ virtual machine swing by a quarter between runs):
 * ``hftok128k`` (only with ``--hf-tokenizer DIR``): `needlebench build single_en_128k` counted in cl100k_base and
   with `--tokenizer hf:DIR`, one after the other in this run: both wall times, their ratio and peak RSS.
 
-The reference is OpenCompass' NeedleBench v1 single-needle loader, one call per (length, depth) cell, emulated
-step by step from the reference spec (see `reference_cell_seconds`): the cell reads its haystack JSONL file, and
+The reference is OpenCompass' NeedleBench v1 single-needle loader (``open-compass/opencompass:
+opencompass/datasets/needlebench/origin.py``), one call per (length, depth) cell, emulated step by step (see
+`reference_cell_seconds`): the cell reads its haystack JSONL file, and
 for every repeat shuffles the documents, reads the needles file for its needle, re-encodes documents until the
 target is reached, inserts the needle tokens at the depth's token offset, decodes and frames the prompt; the cell's
 rows end in a `datasets.Dataset`. Its inputs are the same haystack and the built-in needle bank written as the
 reference's JSONL files. `--reference-cells` whole cells (all repeats) are timed per length and their mean time
-stands for every cell of that length. Both figures come from this run, taken in turn. On a busy machine wall times swing with the
-load of the moment, so the CPU ratio is printed too (CPU seconds of the whole CLI process tree, workers included,
-against the reference's CPU seconds): it does not credit the build's use of both cores.
+stands for every cell of that length. Both figures come from this run, taken in turn. On a busy machine wall times
+swing with the load of the moment, so the CPU ratio is printed too (CPU seconds of the whole CLI process tree,
+workers included, against the reference's CPU seconds): it does not credit the build's use of both cores.
 """
 
 from __future__ import annotations
@@ -46,6 +47,19 @@ import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
+
+import needlebench
+from needlebench.dataset.build import read_manifest
+from needlebench.dataset.options import BuildOptions
+from needlebench.sources.corpus import default_english
+from needlebench.sources.haystacks import corpus_for
+from needlebench.sources.tokenizer import get_tokenizer
+from needlebench.tasks.grid import match_configs
+from needlebench.tasks.haystack import effective_buffer, tokenized_corpus
+from needlebench.tasks.needle_bank import needle_bank
+from needlebench.tasks.needles import LANGUAGE_NAMES
+from needlebench.tasks.prompts import frame_parts
+from needlebench.tasks.sentence_table import sentence_points
 
 console = Console()
 TARGETS = ("custom128k", "1000k", "cli", "hftok128k")
@@ -74,8 +88,6 @@ def compile_bytecode() -> None:
     compiles ~30 modules from source in every process: 0.12-0.15 s of each build.)"""
     import compileall
 
-    import needlebench
-
     compileall.compile_dir(Path(needlebench.__file__).parent, quiet=1)
 
 
@@ -93,7 +105,6 @@ def run_cli(args: list[str]) -> tuple[float, float, float]:
 def write_custom_haystack(path: Path) -> Path:
     """A user's haystack file, reproducibly: the first books of the default English corpus, one JSON document a
     line, until about CUSTOM_HAYSTACK_BYTES of text."""
-    from needlebench.sources.corpus import default_english
 
     size = 0
     with open(path, "w", encoding="utf-8") as handle:
@@ -112,7 +123,6 @@ class ReferenceInputs:
 
     def __init__(self, options, folder: Path) -> None:
         self.options, self.folder, self._haystacks = options, folder, {}
-        from needlebench.tasks.needle_bank import needle_bank
 
         self.needles = folder / "needles.jsonl"
         with open(self.needles, "w", encoding="utf-8") as handle:
@@ -125,8 +135,6 @@ class ReferenceInputs:
         if given and Path(given).suffix == ".jsonl":
             return Path(given)
         if language not in self._haystacks:
-            from needlebench.sources.haystacks import corpus_for
-
             path = self._haystacks[language] = self.folder / f"haystack_{language}.jsonl"
             documents = corpus_for(given, language).documents
             with open(path, "w", encoding="utf-8") as handle:
@@ -138,7 +146,8 @@ def reference_cell_seconds(
     spec, options, inputs: ReferenceInputs, length: int, depth: int, encoding
 ) -> tuple[float, float]:
     """Wall and CPU seconds of one (length, depth) cell of `spec` built the reference's way: one call of
-    OpenCompass' v1 single-needle loader, step by step as the reference spec describes it (§2, §3).
+    OpenCompass' v1 single-needle loader, step by step as ``open-compass/opencompass:
+    opencompass/datasets/needlebench/origin.py`` does it.
 
     The cell reads and parses its haystack file, then for each repeat ``counter``: ``random.seed(counter)`` and
     an in-place shuffle of the documents (cumulative), the needle record of the language drawn from the needles
@@ -149,10 +158,6 @@ def reference_cell_seconds(
     import random
 
     from datasets import Dataset
-
-    from needlebench.tasks.haystack import effective_buffer
-    from needlebench.tasks.needles import LANGUAGE_NAMES
-    from needlebench.tasks.prompts import frame_parts
 
     language = LANGUAGE_NAMES[spec.language]
     buffer = effective_buffer(spec, length, options.settings_for(spec))
@@ -191,8 +196,6 @@ def reference_seconds(specs, options, cells: int) -> tuple[float, float, int, fl
     mean time stands for every cell of that length."""
     import datasets  # imported once before timing: the reference process imports it once too
 
-    from needlebench.sources.tokenizer import get_tokenizer
-
     del datasets
     encoding = get_tokenizer().encoding
     estimate = cpu_estimate = timed_seconds = 0.0
@@ -214,8 +217,6 @@ def reference_seconds(specs, options, cells: int) -> tuple[float, float, int, fl
 def warm_cache(specs, options) -> None:
     """Tokenise the haystacks of `specs` into the token cache, with their sentence tables (the targets are measured
     with a warm cache)."""
-    from needlebench.tasks.haystack import tokenized_corpus
-    from needlebench.tasks.sentence_table import sentence_points
 
     for spec in specs:
         sentence_points(tokenized_corpus(spec, options.settings_for(spec)))
@@ -224,8 +225,6 @@ def warm_cache(specs, options) -> None:
 def bench_build(
     name: str, configs: list[str], extra: list[str], options, samples: int, num_proc: int, cold: bool, builds: int = 3
 ) -> dict:
-    from needlebench.dataset.build import read_manifest
-    from needlebench.tasks.grid import match_configs
 
     specs = match_configs(configs)
     if cold:  # the build starts from an empty token cache (its first tokenisation is timed too)
@@ -277,9 +276,6 @@ def bench_build(
 
 def bench_tokenizers(tokenizer_dir: str, num_proc: int, cold: bool, compression: str) -> list[dict]:
     """`single_en_128k` counted in cl100k_base, then in the Hugging Face tokenizer at `tokenizer_dir`."""
-    from needlebench.dataset.build import read_manifest
-    from needlebench.dataset.options import BuildOptions
-    from needlebench.tasks.grid import match_configs
 
     specs = match_configs(["single_en_128k"])
     results = []
@@ -362,7 +358,6 @@ def main(
         str | None, typer.Option(help="Tokenizer folder for the hftok128k target (e.g. SmolLM2's).")
     ] = None,
 ) -> None:
-    from needlebench.dataset.options import BuildOptions
 
     chosen = target or [name for name in TARGETS if name != "hftok128k" or hf_tokenizer]
     if "hftok128k" in chosen and not hf_tokenizer:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from support.scoring_fuzz import outputs, scorers  # noqa: E402
+from support.scoring_fuzz import outputs, scorers
 
 
 def main(total: int = 100_000) -> None:

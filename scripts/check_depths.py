@@ -21,6 +21,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from needlebench.sources.tokenizer import get_tokenizer
+from needlebench.tasks.counting_stars import question_separator
+from needlebench.tasks.prompts import frame_parts
+
 
 def strip_needles(context: str, needles: list[str]) -> tuple[str, list[int]]:
     """The haystack (needles and their joining whitespace removed) and, per needle occurrence in order, the
@@ -43,9 +47,6 @@ def strip_needles(context: str, needles: list[str]) -> tuple[str, list[int]]:
 
 
 def context_of(row: dict) -> str:
-    from needlebench.tasks.counting_stars import question_separator
-    from needlebench.tasks.prompts import frame_parts
-
     if row["task"] == "Counting-Stars":
         tail = question_separator() + row["question"]
         return row["prompt"][: -len(tail)]
@@ -56,8 +57,6 @@ def context_of(row: dict) -> str:
 
 
 def check(folder: Path, patterns: list[str], verbose: bool = False) -> int:
-    from needlebench.sources.tokenizer import get_tokenizer
-
     encoding = get_tokenizer().encoding  # tiktoken's cl100k_base, from the package's offline copy of the BPE file
     manifest = json.loads((folder / "needlebench.json").read_text())
     bad_total = 0

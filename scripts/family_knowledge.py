@@ -43,17 +43,18 @@ def _string_literals(path: Path) -> set[str]:
     }
 
 
-def modules_naming(key: str) -> list[str]:
-    """Modules with ``key`` as a string literal (docstrings aside)."""
+def modules_naming(key: str, package: Path = PACKAGE) -> list[str]:
+    """Modules of `package` with ``key`` as a string literal (docstrings aside), as paths relative to it."""
     return sorted(
-        str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py")) if key in _string_literals(path)
+        path.relative_to(package).as_posix() for path in sorted(package.rglob("*.py")) if key in _string_literals(path)
     )
 
 
-def branches() -> Counter[str]:
-    """Family / edition branches per module (code lines only: comments and docstrings are not counted)."""
+def branches(package: Path = PACKAGE) -> Counter[str]:
+    """Family / edition branches per module of `package` (code lines only: comments and docstrings are not
+    counted), keyed by the module's path relative to it."""
     counts: Counter[str] = Counter()
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(package.rglob("*.py")):
         source = path.read_text(encoding="utf-8")
         tree = ast.parse(source)
         lines = source.splitlines()
@@ -66,7 +67,7 @@ def branches() -> Counter[str]:
                     text = lines[number - 1].split("#", 1)[0]
                     if BRANCH.search(text):
                         seen.add(number)
-                        counts[str(path.relative_to(PACKAGE))] += len(BRANCH.findall(text))
+                        counts[path.relative_to(package).as_posix()] += len(BRANCH.findall(text))
     return counts
 
 

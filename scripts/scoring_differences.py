@@ -2,8 +2,8 @@
 """Measure how often the default metrics and their ``*_reference`` twins disagree, per class of difference.
 
 A deterministic mixed-style set of model outputs is generated for every family (S-RT, M-RS v2 for the reasoning
-blocks; v1 multiple-choice and open-ended ATC; Counting-Stars), each output tagged with the one style it was written in, and
-scored by the lm-eval hooks (``needlebench.evaluation.harness``, the layer ``lm_eval`` runs) for the default
+blocks; v1 multiple-choice and open-ended ATC; Counting-Stars), each output tagged with the one style it was written
+in, and scored by the lm-eval hooks (``needlebench.evaluation.harness``, the layer ``lm_eval`` runs) for the default
 metric and for its ``*_reference`` twin. A row "changed" when the two scores differ; for ATC an item (its four
 rotations) changed when CircularEval's verdict (all four right) differs. The table gives, per style, how many rows
 (items) of that style there are, how many changed, and that as a share of the style's rows and of the family's
@@ -23,6 +23,8 @@ import os
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable
+
+from needlebench.evaluation import harness
 
 NEEDLES = [
     ("The secret password of the Pellanlin Order is Brelvane Chalice.", "Brelvane Chalice"),
@@ -215,7 +217,6 @@ def star_rows(count: int, rng: random.Random, language: str) -> list[tuple[str, 
 
 def measure(rows: int, seed: int) -> list[tuple[str, str, int, int]]:
     """(family, style, rows or items of that style, how many changed)."""
-    from needlebench.evaluation import harness
 
     rng = random.Random(seed)
     tally: dict[tuple[str, str], Counter] = defaultdict(Counter)

@@ -174,7 +174,9 @@ def test_every_item_is_answerable(all_rows, name):
                 assert row["options"].count(eldest) == 1 and len(set(row["options"])) == 4
                 assert row["answer"] == row["answer_letter"]
                 assert row["id"] == f"{row['item_id']}-{row['rotation']}"
-                assert row["question"].endswith("".join(f"{l}. {o}\n" for l, o in zip(LETTERS, row["options"])))
+                assert row["question"].endswith(
+                    "".join(f"{letter}. {o}\n" for letter, o in zip(LETTERS, row["options"]))
+                )
                 assert row["prompt"].endswith(human.format(question=row["question"]))
                 # Options are the eldest plus other chain names (padded only when the chain is shorter than 4).
                 chain_options = [o for o in row["options"] if o in names]
@@ -204,7 +206,7 @@ def test_few_shots_are_correct_generated_chains_not_test_items(all_rows, lang, s
     for question, answer in turns:
         eldest, sentences, _ = solve(question, lang)
         options = re.findall(r"^([ABCD])\. (.+)$", question, flags=re.MULTILINE)
-        letter = next(l for l, option in options if option == eldest)
+        letter = next(choice for choice, option in options if option == eldest)
         letters.add(letter)
         if style == "direct":
             assert answer == frame["direct_answer"].format(letter=letter)

@@ -19,14 +19,18 @@ NEEDLES = [
         "arg1": "Red Island",
         "arg2": "Blue Gem",
         "language": "English",
-        "retrieval_question": "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'",
+        "retrieval_question": (
+            "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'"
+        ),
     },
     {
         "needle": "Hidden on Green Island is the Gold Cup.",
         "arg1": "Green Island",
         "arg2": "Gold Cup",
         "language": "English",
-        "retrieval_question": "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'",
+        "retrieval_question": (
+            "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'"
+        ),
     },
 ]
 FRAME = (

@@ -32,7 +32,7 @@ CONFIGS = [
     f"counting_stars_{task}_{language}_128k" for task in ("acquisition", "reasoning") for language in ("en", "zh")
 ]
 
-# The reference's fixed M=32 lists (fact sheet section 9).
+# The reference's fixed M=32 lists (nick7nlp/Counting-Stars: gen_test_data.ipynb).
 A32 = [
     15,
     117,
@@ -204,7 +204,7 @@ def test_stars_in_order_on_their_own_boundaries(default_rows, name, tokenizer):
         assert max(abs(d - t) for d, t in zip(depths, targets)) <= slack
         assert len(row["needle_boundaries"]) == 32 and set(row["needle_boundaries"]) <= set(KINDS)
         # no two stars share a boundary: there is haystack text between consecutive stars
-        for needle, following, position, after in zip(row["needles"], row["needles"][1:], positions, positions[1:]):
+        for needle, _, position, after in zip(row["needles"], row["needles"][1:], positions, positions[1:]):
             assert context[position + len(needle) : after].strip()
 
 

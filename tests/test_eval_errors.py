@@ -66,7 +66,8 @@ def test_unknown_metadata_key_is_refused_with_the_allowed_keys():
 def test_model_args_keys_are_not_metadata_keys(data_dir: Path, tmp_path: Path):
     """lm-eval merges --model_args into the tasks' metadata; only keys the user wrote in --metadata are checked."""
     done = run(*ORACLE, "--model_args", "delay=0", "--tasks", "needlebench_atc_en", "--subset", "4",
-               "--metadata", json.dumps({"data_dir": str(data_dir)}), "--output_path", str(tmp_path / "out"))  # fmt: skip
+               "--metadata", json.dumps({"data_dir": str(data_dir)}),
+               "--output_path", str(tmp_path / "out"))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -163,7 +164,8 @@ def test_run_help_lists_needlebench_options_first():
 def test_subset_merges_into_metadata(data_dir: Path, tmp_path: Path):
     out = tmp_path / "out"
     done = run(*ORACLE, "--tasks", "needlebench_single_en_4k,needlebench_atc_en", "--subset", "4",
-               "--metadata", json.dumps({"data_dir": str(data_dir)}), "--output_path", str(out), "--log_samples")  # fmt: skip
+               "--metadata", json.dumps({"data_dir": str(data_dir)}),
+               "--output_path", str(out), "--log_samples")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(next(out.rglob("results_*.json")).read_text(encoding="utf-8"))
     assert results["n-samples"]["needlebench_single_en_4k"]["effective"] == 4
@@ -239,7 +241,8 @@ def test_budget_reads_gguf_forms(data_dir: Path, tmp_path: Path):
 def test_report_name_matching_nothing_is_refused(data_dir: Path, tmp_path: Path):
     out = tmp_path / "results"
     done = run(*ORACLE, "--tasks", "needlebench_atc_en", "--subset", "4",
-               "--metadata", json.dumps({"data_dir": str(data_dir)}), "--output_path", str(out), "--log_samples")  # fmt: skip
+               "--metadata", json.dumps({"data_dir": str(data_dir)}),
+               "--output_path", str(out), "--log_samples")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     line = one_error(run("report", str(out), "--out", str(tmp_path / "report"), "--name", "llm_smollm=Smol"))
     assert "--name llm_smollm=Smol matches no model or results path" in line

@@ -174,7 +174,10 @@ def test_skip_too_long_leaves_out_a_task_none_of_whose_rows_fit(
     report; when no task is left the run refuses with one line and writes nothing."""
     tasks = "needlebench_single_en_4k,needlebench_counting_stars_acquisition_en_128k"
     samples = {"needlebench_single_en_4k": [0, 1], "needlebench_counting_stars_acquisition_en_128k": [2, 3]}
-    model_args = f"model=fake,base_url={{url}},tokenizer={smollm_dir()},tokenizer_backend=huggingface,max_length=8192,max_retries=1"
+    model_args = (
+        f"model=fake,base_url={{url}},tokenizer={smollm_dir()},tokenizer_backend=huggingface,max_length=8192,"
+        "max_retries=1"
+    )
     common = ["--metadata", _metadata(data_dir), "--samples", json.dumps(samples), "--skip-too-long", "--log_samples"]
     with FakeOpenAI("Hidden on Emerald Island is the legendary Stardust Shard.") as server:
         argv = [
@@ -220,7 +223,8 @@ def test_skip_too_long_leaves_out_a_task_none_of_whose_rows_fit(
         )  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
     assert [line for line in done.stderr.splitlines() if line.strip()] == [
-        "needlebench: error: no selected row fits the window of 8191 tokens (max_length 8192 (lm-eval keeps max_length - 1)) "
+        "needlebench: error: no selected row fits the window of 8191 tokens "
+        "(max_length 8192 (lm-eval keeps max_length - 1)) "
         "with max_gen_toks: needlebench_counting_stars_acquisition_en_128k 2/2; nothing "
         "is left to run: raise max_model_len / max_length or choose shorter configs"
     ]

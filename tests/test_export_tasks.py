@@ -454,7 +454,9 @@ def test_bundler_refuses_what_it_cannot_copy_faithfully(tmp_path: Path, monkeypa
         {
             **FAKE,
             "nbfake.lazy": (
-                "def hook(doc, results):\n    from nbfake.scoring import score_alpha\n    return score_alpha(results[0])\n"
+                "def hook(doc, results):\n"
+                "    from nbfake.scoring import score_alpha\n"
+                "    return score_alpha(results[0])\n"
             ),
             "nbfake.heavy": "import scipy\n\n\ndef hook(doc, results):\n    return scipy.stats\n",
         },

@@ -4,11 +4,11 @@ The matrix is derived from the config registry (:func:`needlebench.tasks.grid.re
 config declares (:attr:`ConfigSpec.compat_modes`, :attr:`ConfigSpec.accepts_hf_tokenizer`), plus every experiment
 file of ``scripts/experiments``: one cell per family variant (edition, family, ATC / Counting-Stars variant, star
 count), language and mode, at the family's smallest size (and three depths, ``--depths 0,50,100``, where a family has
-a depth grid: the modes' code paths are the same at every depth, and CI's time is short). Each cell is built with the ``needlebench`` command (one
-``build`` call per mode for all its configs), checked with ``needlebench verify``, loaded with
-``datasets.load_dataset``, exported with ``needlebench tasks`` and run through lm-eval with ``needlebench eval``:
-``needlebench-oracle`` scores full marks and lm-eval's ``dummy`` model (it answers "lol") about zero on a
-stratified ``--subset`` of every task, each model in one lm-eval process over the whole matrix.
+a depth grid: the modes' code paths are the same at every depth, and CI's time is short). Each cell is built with
+the ``needlebench`` command (one ``build`` call per mode for all its configs), checked with ``needlebench verify``,
+loaded with ``datasets.load_dataset``, exported with ``needlebench tasks`` and run through lm-eval with
+``needlebench eval``: ``needlebench-oracle`` scores full marks and lm-eval's ``dummy`` model (it answers "lol")
+about zero on a stratified ``--subset`` of every task, each model in one lm-eval process over the whole matrix.
 
 A mode a config does not declare is refused by the command line (one line, exit status 2, nothing written): so
 the matrix covers every family x mode the command line accepts, and a new family or mode joins it by being

@@ -1,8 +1,14 @@
-"""The package is grouped by stage and data flows one way: a lower stage never imports a higher one."""
+"""The package's layout: it is grouped by stage and data flows one way (a lower stage never imports a higher one,
+no module imports itself back through others), a function-level import says why it is deferred, and a benchmark
+family lives in one place (its two family modules, registered together)."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import needlebench
@@ -13,6 +19,10 @@ STAGES = ("sources", "tasks", "compat", "dataset", "evaluation", "cli")
 #: YAML loading, the bundled card template and task folder.
 SHARED = ("__init__", "errors", "seeding", "interrupts", "terminal", "yamlload", "resources")
 ROOT = Path(needlebench.__file__).parent
+#: The checkout's ``scripts/`` folder (``scripts/family_knowledge.py`` measures where family knowledge lives).
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+#: The comment a function-level import of the package's own modules carries on its (first) line.
+DEFERRED = re.compile(r"#\s*deferred:\s*\S")
 
 
 def _stage_of(module: str) -> int | None:
@@ -66,3 +76,161 @@ def test_shared_modules_import_no_stage():
     for name in SHARED:
         for module, line in _imports(ROOT / f"{name}.py"):
             assert _stage_of(module) in (None, -1), f"{name}.py:{line} imports {module}"
+
+
+def _module_name(path: Path) -> str:
+    """``needlebench.x.y`` for ``x/y.py``, ``needlebench.x`` for ``x/__init__.py``."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(("needlebench", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+MODULES = {_module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _internal_imports(path: Path) -> list[tuple[str, int, bool]]:
+    """``(module, line, in_function)`` for every import of one of the package's modules in `path`:
+    ``from needlebench.x import y`` names the module ``needlebench.x.y`` when `y` is a submodule, else
+    ``needlebench.x`` (the packages a module sits in, which Python imports first, are not counted). Imports under
+    ``if TYPE_CHECKING:`` never run and are left out."""
+    found: list[tuple[str, int, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child, in_function)
+            return
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in MODULES:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.append((submodule if submodule in MODULES else node.module, node.lineno, in_function))
+        elif isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno, in_function) for alias in node.names if alias.name in MODULES)
+        inside = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return found
+
+
+def _import_graph() -> dict[str, dict[str, list[int]]]:
+    """Module -> the package's modules it imports (at module level or in a function) -> the lines doing it."""
+    graph: dict[str, dict[str, list[int]]] = {name: {} for name in MODULES}
+    for name, path in MODULES.items():
+        for target, line, _ in _internal_imports(path):
+            if target != name:
+                lines = graph[name].setdefault(target, [])
+                lines += [] if line in lines else [line]
+    return graph
+
+
+def _reachable(graph: dict[str, dict[str, list[int]]], start: str) -> set[str]:
+    seen, stack = set(), [start]
+    while stack:
+        for target in graph[stack.pop()]:
+            if target not in seen:
+                seen.add(target)
+                stack.append(target)
+    return seen
+
+
+def test_no_import_circle_among_the_package_modules():
+    """Imports flow one way, function-level imports included: a circle is a strongly connected component of the
+    import graph with more than one module (each reported with the lines of its imports)."""
+    graph = _import_graph()
+    reach = {name: _reachable(graph, name) for name in graph}
+    circles, placed = [], set()
+    for name in sorted(graph):
+        if name in placed:
+            continue
+        component = {name} | {other for other in reach[name] if name in reach[other]}
+        placed |= component
+        if len(component) > 1:
+            edges = [
+                f"{source} -> {target} ({MODULES[source].relative_to(ROOT)}:{','.join(map(str, lines))})"
+                for source in sorted(component)
+                for target, lines in sorted(graph[source].items())
+                if target in component
+            ]
+            circles.append(f"{sorted(component)}: " + "; ".join(edges))
+    assert circles == [], "import circles:\n" + "\n".join(circles)
+
+
+def _comments(path: Path) -> dict[int, str]:
+    """Line number -> the comment on that line."""
+    source = path.read_text(encoding="utf-8")
+    return {
+        token.start[0]: token.string
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    }
+
+
+def test_function_level_imports_of_the_package_say_why_they_are_deferred():
+    """A function-level import of one of the package's modules keeps a quick command quick (``needlebench list``,
+    ``--help`` import no heavy library); its first line says so: ``# deferred: <reason>``."""
+    undeferred: dict[str, set[str]] = {}
+    for path in MODULES.values():
+        comments = None
+        for module, line, in_function in _internal_imports(path):
+            if not in_function:
+                continue
+            comments = _comments(path) if comments is None else comments
+            if not DEFERRED.search(comments.get(line, "")):
+                undeferred.setdefault(f"{path.relative_to(ROOT)}:{line}", set()).add(module)
+    missing = [f"{where} imports {', '.join(sorted(modules))}" for where, modules in undeferred.items()]
+    assert not missing, "function-level imports without a `# deferred: <reason>` comment:\n" + "\n".join(missing)
+
+
+def _family_knowledge():
+    """``scripts/family_knowledge.py``, the measure of where a family's knowledge lives."""
+    spec = importlib.util.spec_from_file_location("family_knowledge", SCRIPTS / "family_knowledge.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_family_key_is_named_only_by_its_two_family_modules():
+    """Other modules reach a family through its registered object, not by spelling its key."""
+    from needlebench.evaluation.families import EVAL_FAMILIES
+
+    knowledge = _family_knowledge()
+    assert sorted(knowledge.FAMILY_KEYS) == sorted(EVAL_FAMILIES), "the script measures every family"
+    outside = {
+        key: [
+            module
+            for module in knowledge.modules_naming(key, ROOT)
+            if module not in (f"tasks/families/{key}.py", f"evaluation/families/{key}.py")
+        ]
+        for key in knowledge.FAMILY_KEYS
+    }
+    assert not any(outside.values()), "family keys named outside their family modules:\n" + "\n".join(
+        f"{key}: {', '.join(modules)}" for key, modules in outside.items() if modules
+    )
+
+
+def test_few_branches_on_a_family_or_an_edition():
+    """Branches on a family or an edition (``family ==``, ``family in``, ``is_v2``) in the whole package: at most
+    15; a module asks the family object or looks up a table keyed by family or edition instead."""
+    counts = _family_knowledge().branches(ROOT)
+    assert sum(counts.values()) <= 15, f"{sum(counts.values())} branches:\n" + "\n".join(
+        f"{count:4d}  {module}" for module, count in counts.most_common()
+    )
+
+
+def test_both_family_registries_hold_the_same_keys_in_the_same_order():
+    """The build half (:mod:`needlebench.tasks.families`) and the evaluation half
+    (:mod:`needlebench.evaluation.families`) of every family are registered together."""
+    from needlebench.evaluation.families import EVAL_FAMILIES
+    from needlebench.tasks.families import FAMILIES
+
+    assert list(FAMILIES) == list(EVAL_FAMILIES)
+    assert [family.key for family in FAMILIES.values()] == list(FAMILIES)
+    assert [family.key for family in EVAL_FAMILIES.values()] == list(EVAL_FAMILIES)

@@ -172,7 +172,7 @@ def test_splice_guide_english() -> None:
         "is most relevant to this question. Please answer in the format "
         "'The legendary item hidden on the Emerald Island is ______.'"
     )
-    # M-RT's "format of" lead-in keeps its "of" (spec §4)
+    # M-RT's "format of" lead-in keeps its "of" (open-compass/opencompass: opencompass/datasets/needlebench/parallel.py)
     assert splice_guide("Who is A?、Who is B?Please answer in the format of 'A is ______、B is ______'", "en") == (
         "Who is A?、Who is B?Before answering, please consider what in the document is most relevant to this "
         "question. Please answer in the format of 'A is ______、B is ______'"

@@ -18,9 +18,12 @@ from needlebench.sources.corpus import default_english
 
 NEEDLES = [
     {"needle": "Hidden on Red Island is the Blue Gem.", "arg1": "Red Island", "arg2": "Blue Gem", "language": "English",
-     "retrieval_question": "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'"},
-    {"needle": "Hidden on Green Island is the Gold Cup.", "arg1": "Green Island", "arg2": "Gold Cup", "language": "English",
-     "retrieval_question": "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'"},
+     "retrieval_question": "What is hidden on Red Island? "
+                           "Please answer in the format 'The item hidden on Red Island is ______.'"},
+    {"needle": "Hidden on Green Island is the Gold Cup.", "arg1": "Green Island", "arg2": "Gold Cup",
+     "language": "English",
+     "retrieval_question": "What is hidden on Green Island? "
+                           "Please answer in the format 'The item hidden on Green Island is ______.'"},
 ]  # fmt: skip
 
 

@@ -80,15 +80,15 @@ def _cell_index(doc: dict) -> tuple[int, int]:
 
 def _chosen_score(doc: dict) -> float:
     """A known, uneven score per row: differs by run, depth and length."""
-    d, l = _cell_index(doc)
-    return [0.0, 25.0, 50.0, 100.0][(doc["repeat"] * 3 + d * 2 + l) % 4]
+    d, j = _cell_index(doc)
+    return [0.0, 25.0, 50.0, 100.0][(doc["repeat"] * 3 + d * 2 + j) % 4]
 
 
 def _chosen_rating(doc: dict) -> int | None:
-    d, l = _cell_index(doc)
-    if (d, l, doc["repeat"]) in ((0, 0, 0), (3, 1, 2)):
+    d, j = _cell_index(doc)
+    if (d, j, doc["repeat"]) in ((0, 0, 0), (3, 1, 2)):
         return None  # the judge answered nonsense
-    return 1 + (doc["repeat"] * 5 + d + l * 2) % 10
+    return 1 + (doc["repeat"] * 5 + d + j * 2) % 10
 
 
 def _write(folder: Path, name: str, records: list[dict]) -> Path:
@@ -174,9 +174,9 @@ def test_mean_and_std_heatmaps_match_known_scores_with_or_without_the_manifest(o
         heatmap = report_figures.build_heatmap(run)
         deviation = report_figures.build_std_heatmap(run)
         assert heatmap.rows == DEPTHS and heatmap.columns == LENGTHS
-        for (d, l), mean in means.items():
-            assert heatmap.values[d][l] == pytest.approx(mean) and heatmap.counts[d][l] == 3
-            assert deviation.values[d][l] == pytest.approx(stds[(d, l)]) and deviation.counts[d][l] == 3
+        for (d, j), mean in means.items():
+            assert heatmap.values[d][j] == pytest.approx(mean) and heatmap.counts[d][j] == 3
+            assert deviation.values[d][j] == pytest.approx(stds[(d, j)]) and deviation.counts[d][j] == 3
         cell, std, runs = report.runs_summary(run.samples, "score")
         assert cell.value == pytest.approx(overall) and std == pytest.approx(run_std) and runs == 3
     out = tmp_path / "report"
@@ -217,8 +217,8 @@ def test_judged_samples_replace_the_scores_and_unrated_ones_are_counted(oracle_r
     (run,) = report.load_results([folder]).runs
     heatmap = report_figures.build_heatmap(run)
     assert heatmap.counts[0][0] == 2 and heatmap.counts[3][1] == 2  # the unrated rows are left out
-    for (d, l), mean in means.items():
-        assert heatmap.values[d][l] == pytest.approx(mean)
+    for (d, j), mean in means.items():
+        assert heatmap.values[d][j] == pytest.approx(mean)
     assert heatmap.metric_label == report_figures.JUDGE_LABEL
     deviation = report_figures.build_std_heatmap(run)
     assert deviation.values[1][1] == pytest.approx(stds[(1, 1)]) and deviation.counts[0][0] == 2

@@ -10,7 +10,7 @@ from needlebench.evaluation.scoring import (
     star_scores,
 )
 
-# The fixed M=32 star counts and the +/-1 wrong counts (fact sheet section 9).
+# The fixed M=32 star counts and the +/-1 wrong counts (nick7nlp/Counting-Stars: gen_test_data.ipynb).
 A32 = [
     15,
     117,

@@ -26,8 +26,9 @@ def test_english_stop_word_quirk_gives_free_credit():
     assert reasoning_strict_score(pred, answer, "en") == 0.0
 
 
-def fact_sheet_score(prediction: str, answer: str) -> float:
-    """The reference formula of the fact sheet (section 5), written out for the comparison."""
+def reference_formula_score(prediction: str, answer: str) -> float:
+    """The reference formula (``NeedleBenchMultiEvaluator`` in ``open-compass/opencompass:
+    opencompass/datasets/needlebench/multi.py``), written out for the comparison."""
     keywords = answer.lower().split()
     if not keywords:
         return 0
@@ -56,7 +57,7 @@ CHINESE_CLASSES = {
 def test_chinese_classes_equal_the_reference(name):
     prediction, answer, expected = CHINESE_CLASSES[name]
     score = reasoning_reference_score(prediction, answer, "zh")
-    assert score == fact_sheet_score(prediction, answer) == pytest.approx(expected)
+    assert score == reference_formula_score(prediction, answer) == pytest.approx(expected)
     assert reasoning_reference_score(prediction, answer, "Chinese") == score  # language aliases
 
 

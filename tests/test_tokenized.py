@@ -31,7 +31,7 @@ def test_random_splices_count_exactly(corpus_name, request, cl100k):
         if generator.random() < 0.5:
             segments.append(LITERALS[generator.integers(len(LITERALS))])
         position = int(generator.integers(0, len(corpus.text) - 20_000))
-        for k in range(int(generator.integers(1, 5))):
+        for _ in range(int(generator.integers(1, 5))):
             length = int(generator.integers(0, 4000))
             segments.append((position, position + length))
             position += length + int(generator.integers(0, 50))

@@ -85,11 +85,9 @@ def solve(prompt: str, language: str) -> tuple[str, str]:
         parent[younger] = (elder, generations[term])
     child = {elder: younger for younger, (elder, _) in parent.items()}
     question = prompt.rstrip("\n").splitlines()[-1]
-    for question_type, pattern in QUESTIONS[language]:
-        match = pattern.search(question)
-        if match:
-            break
-    else:
+    found = ((kind, pattern.search(question)) for kind, pattern in QUESTIONS[language])
+    question_type, match = next(((kind, match) for kind, match in found if match), (None, None))
+    if match is None:
         raise AssertionError(f"unknown question: {question}")
     person = match.group("a")
     if question_type == "ELDEST_ANCESTOR":

@@ -15,8 +15,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from needlebench import __version__
+from needlebench import __version__, interrupts, resources
 from needlebench.errors import NeedlebenchError
+from needlebench.terminal import make_streams_safe, plain_rows, working
 
 app = typer.Typer(
     add_completion=False,
@@ -51,8 +52,7 @@ def list_configs(
     patterns: Annotated[list[str] | None, typer.Argument(help="Config names or globs (default: all).")] = None,
 ) -> None:
     """List configs with their rows and approximate context tokens."""
-    from needlebench.tasks.grid import match_configs, registry
-    from needlebench.terminal import plain_rows
+    from needlebench.tasks.grid import match_configs, registry  # deferred: config registry (5 ms); --help needs none
 
     specs = match_configs(patterns) if patterns else list(registry().values())
     rows = [
@@ -93,22 +93,19 @@ def build(
     haystack_en: Annotated[
         str | None,
         typer.Option(
-            help="English haystack: .txt, .jsonl, folder, hub:ORG/NAME[@REV][:CONFIG][:SPLIT][:COLUMN] or opencompass[@REV]."
+            help=(
+                "English haystack: .txt, .jsonl, folder, hub:ORG/NAME[@REV][:CONFIG][:SPLIT][:COLUMN] or "
+                "opencompass[@REV]."
+            )
         ),
     ] = None,
     haystack_zh: Annotated[str | None, typer.Option(help="Chinese haystack (same forms).")] = None,
     corpus: Annotated[
         str | None, typer.Option("--corpus", help="opencompass[@REV]: the paper's original inputs from the Hub.")
     ] = None,
-    needles: Annotated[
-        str | None, typer.Option(help="Reference needles.jsonl instead of the built-in bank.")
-    ] = None,
-    reasoning_needles_en: Annotated[
-        str | None, typer.Option(help="Reference multi_needle_reasoning_en.json.")
-    ] = None,
-    reasoning_needles_zh: Annotated[
-        str | None, typer.Option(help="Reference multi_needle_reasoning_zh.json.")
-    ] = None,
+    needles: Annotated[str | None, typer.Option(help="Reference needles.jsonl instead of the built-in bank.")] = None,
+    reasoning_needles_en: Annotated[str | None, typer.Option(help="Reference multi_needle_reasoning_en.json.")] = None,
+    reasoning_needles_zh: Annotated[str | None, typer.Option(help="Reference multi_needle_reasoning_zh.json.")] = None,
     names: Annotated[str | None, typer.Option(help="Reference names.json for ATC.")] = None,
     compat: Annotated[
         str | None, typer.Option(help="opencompass or counting-stars: reproduce the reference construction.")
@@ -121,7 +118,10 @@ def build(
     tokenizer: Annotated[
         str,
         typer.Option(
-            help="What lengths are counted in: cl100k_base, or hf:PATH_OR_NAME (a local tokenizer folder or a model in the local Hugging Face cache)."
+            help=(
+                "What lengths are counted in: cl100k_base, or hf:PATH_OR_NAME (a local tokenizer folder or a model in "
+                "the local Hugging Face cache)."
+            )
         ),
     ] = "cl100k_base",
     compression: Annotated[str, typer.Option(help="Parquet codec: zstd, snappy or none (fastest, largest).")] = "zstd",
@@ -130,7 +130,10 @@ def build(
         int | None,
         typer.Option(
             "--max-tokens",
-            help="Refuse a build of more context tokens (default 20,000,000,000; a build also stops before it would overfill the disk).",
+            help=(
+                "Refuse a build of more context tokens (default 20,000,000,000; a build also stops before it would "
+                "overfill the disk)."
+            ),
         ),
     ] = None,
     overwrite: Annotated[
@@ -143,16 +146,17 @@ def build(
 ) -> None:
     """Build configs into a dataset folder (Parquet + card), byte-identical for the same version and seed."""
     if experiment is None and tokenizer == "cl100k_base":
-        from needlebench.sources.tokenizer import prefetch_cl100k
+        from needlebench.sources.tokenizer import prefetch_cl100k  # deferred: numpy, tiktoken; list, --help need none
 
         prefetch_cl100k()  # loads while the build's modules are imported and its inputs checked
-    from needlebench.dataset.build import build_dataset
-    from needlebench.dataset.options import BuildOptions
-    from needlebench.seeding import RELEASE_SEED
-    from needlebench.tasks.grid import match_configs, registry
+    # the build's modules are imported after the prefetch started, so that cl100k loads meanwhile
+    from needlebench.dataset.build import build_dataset  # deferred: pyarrow; imported while cl100k loads
+    from needlebench.dataset.options import BuildOptions  # deferred: pyarrow; imported while cl100k loads
+    from needlebench.seeding import RELEASE_SEED  # deferred: numpy; list and --help need none
+    from needlebench.tasks.grid import match_configs, registry  # deferred: config registry (5 ms); --help needs none
 
     if experiment is not None:
-        from needlebench.dataset.experiment import build_experiment
+        from needlebench.dataset.experiment import build_experiment  # deferred: pyarrow, yaml; only --experiment
 
         if configs or all_configs:
             raise NeedlebenchError("--experiment builds the experiment's own config; name no other configs with it")
@@ -216,7 +220,10 @@ def build(
         compression=compression,
     )
     manifest = build_dataset(names_list, out, options, num_proc=num_proc, overwrite=overwrite, max_tokens=max_tokens)
-    from needlebench.dataset.boundary_stats import boundary_counts, format_shares
+    from needlebench.dataset.boundary_stats import (  # deferred: pyarrow; list and --help need none
+        boundary_counts,
+        format_shares,
+    )
 
     table = Table("config", "rows", "haystack tokens", "fingerprint")
     for name in names_list:
@@ -231,7 +238,7 @@ def build(
 
 
 def _print_counting_note(manifest: dict) -> None:
-    from needlebench.sources.tokenizer import counting_note
+    from needlebench.sources.tokenizer import counting_note  # deferred: numpy, tiktoken; list, --help need none
 
     if note := counting_note(manifest["recipe"]["tokenizer"]):
         console.print(note, soft_wrap=True)
@@ -249,7 +256,7 @@ def _parse_depths(text: str | None) -> tuple[float, ...] | None:
 def _opencompass_inputs(corpus, haystack_en, haystack_zh, needles, reasoning_en, reasoning_zh, names):
     """Fill unset inputs with the paper's files from the Hub dataset opencompass/NeedleBench, as the pinned spec
     ``opencompass@REV`` (downloaded and cached when read; the recipe records the spec, not a local path)."""
-    from needlebench.sources.hub import parse_corpus_option
+    from needlebench.sources.hub import parse_corpus_option  # deferred: 3 ms of imports; only --corpus needs it
 
     _, revision = parse_corpus_option(corpus)
     spec = f"opencompass@{revision}"
@@ -261,12 +268,11 @@ def _opencompass_inputs(corpus, haystack_en, haystack_zh, needles, reasoning_en,
     add_help_option=False,
     short_help="Run lm-eval with needlebench's models; arguments pass through.",
 )
-def eval(ctx: typer.Context) -> None:  # noqa: A001 - the command is called eval
+def eval(ctx: typer.Context) -> None:  # the command is called eval (shadows the builtin in this module only)
     """Run lm-eval with needlebench's models (incl. the oracle) registered; arguments pass through."""
     import contextlib
 
-    from needlebench.evaluation.evaluate import run_eval
-    from needlebench.terminal import working
+    from needlebench.evaluation.evaluate import run_eval  # deferred: lm-eval, numpy; list and --help need none
 
     listing = list(ctx.args)[:1] == ["ls"]  # `eval ls tasks` indexes every lm-eval task for a minute or more
     with working("lm-eval is indexing its tasks (a minute or more)") if listing else contextlib.nullcontext():
@@ -284,7 +290,7 @@ def tasks(
     ),
 ) -> None:
     """Write lm-eval tasks (needlebench_<config>) for every config of a dataset folder, and a group per experiment."""
-    from needlebench.evaluation.task_export import write_task_folder
+    from needlebench.evaluation.task_export import write_task_folder  # deferred: pyarrow; list, --help need none
 
     files = write_task_folder(folder, out)
     console.print(
@@ -307,7 +313,10 @@ def export_tasks(
 ) -> None:
     """Write the task folder in lm-eval's in-tree form: every config's task and the groups reading REPO at REVISION,
     with a self-contained utils.py (the package's scorers, copied by source) and a README."""
-    from needlebench.evaluation.upstream import TASK_REQUIREMENTS, write_export
+    from needlebench.evaluation.upstream import (  # deferred: pyarrow, yaml; list and --help need none
+        TASK_REQUIREMENTS,
+        write_export,
+    )
 
     files = write_export(out, repo, revision)
     console.print(
@@ -341,7 +350,7 @@ def judge(
     only for them."""
     import os
 
-    from needlebench.evaluation.judge import JudgeConfig, judge_results
+    from needlebench.evaluation.judge import JudgeConfig, judge_results  # deferred: asyncio, http client (0.1 s)
 
     config = JudgeConfig(base_url, model, os.environ.get(api_key_env) or None, concurrency, retries, timeout)
     counts = judge_results(results, config)
@@ -362,9 +371,7 @@ def judge(
 @app.command("tasks-path", short_help="Print the lm-eval task folder, for lm_eval --include_path.")
 def tasks_path() -> None:
     """Print the lm-eval task folder (for `lm_eval --include_path "$(needlebench tasks-path)"`)."""
-    from needlebench.resources import tasks_path as find_tasks
-
-    print(find_tasks())
+    print(resources.tasks_path())
 
 
 @app.command(short_help="Print a row of a dataset folder by id: its fields and its prompt.")
@@ -379,7 +386,12 @@ def show(
     sample log leaves out, recovered from the pinned dataset."""
     import json
 
-    from needlebench.evaluation.lean_samples import PROMPT_CHARS_KEY, PROMPT_HASH_KEY, find_row, prompt_sha256
+    from needlebench.evaluation.lean_samples import (  # deferred: hashlib (4 ms); list and --help need none
+        PROMPT_CHARS_KEY,
+        PROMPT_HASH_KEY,
+        find_row,
+        prompt_sha256,
+    )
 
     row = find_row(data_dir, row_id)
     prompt = str(row.pop("prompt", ""))
@@ -399,7 +411,10 @@ def budget(
     tokenizer: Annotated[
         str,
         typer.Option(
-            help="The model's tokenizer: a model or tokenizer folder, a .gguf file, a folder holding one .gguf, or a model name in the local Hugging Face cache."
+            help=(
+                "The model's tokenizer: a model or tokenizer folder, a .gguf file, a folder holding one .gguf, or a "
+                "model name in the local Hugging Face cache."
+            )
         ),
     ],
     max_length: Annotated[int, typer.Option("--max-length", help="The model's context length.")],
@@ -423,8 +438,8 @@ def budget(
 ) -> None:
     """Which prompts would not fit a model's context (lm-eval would silently left-truncate): a table per config
     and length; exit status 1 when some row does not fit."""
-    from needlebench.evaluation.budget import budget_report, format_budget
-    from needlebench.tasks.grid import match_configs
+    from needlebench.evaluation.budget import budget_report, format_budget  # deferred: numpy; list, --help need none
+    from needlebench.tasks.grid import match_configs  # deferred: config registry (5 ms); --help needs none
 
     names_list = [spec.name for spec in match_configs(configs)]
     report = budget_report(
@@ -450,7 +465,10 @@ def report(
         Path,
         typer.Option(
             "--out",
-            help="Where to write tables, figures and report.html: a new or empty folder, or an earlier report's (only its files are replaced).",
+            help=(
+                "Where to write tables, figures and report.html: a new or empty folder, or an earlier report's (only "
+                "its files are replaced)."
+            ),
         ),
     ] = Path("needlebench-report"),
     name: Annotated[
@@ -464,19 +482,25 @@ def report(
         list[Path] | None,
         typer.Option(
             "--data-dir",
-            help="Dataset folder whose experiments (custom configs) the results are of; default: the data_dir the run recorded.",
+            help=(
+                "Dataset folder whose experiments (custom configs) the results are of; default: the data_dir the run "
+                "recorded."
+            ),
         ),
     ] = None,
     scoring: Annotated[
         str,
         typer.Option(
             "--scoring",
-            help="default (needlebench's metrics) or reference (the *_reference metrics, scored as OpenCompass and the Counting-Stars notebook score: quote these beside published numbers).",
+            help=(
+                "default (needlebench's metrics) or reference (the *_reference metrics, scored as OpenCompass and the "
+                "Counting-Stars notebook score: quote these beside published numbers)."
+            ),
         ),
     ] = "default",
 ) -> None:
     """The papers' tables (models as rows; Markdown, CSV, HTML) and figures from lm-eval results."""
-    from needlebench.evaluation.report import parse_names, write_report
+    from needlebench.evaluation.report import parse_names, write_report  # deferred: numpy, matplotlib when drawing
 
     for path in write_report(
         results,
@@ -503,7 +527,7 @@ def publish(
     token: Annotated[str | None, typer.Option(help="Hub token (default: the logged-in one).")] = None,
 ) -> None:
     """Publish a dataset folder as a tagged, versioned Hub dataset (or into a local git repo)."""
-    from needlebench.dataset.publish import publish_folder, publish_to_git
+    from needlebench.dataset.publish import publish_folder, publish_to_git  # deferred: pyarrow, huggingface_hub
 
     if (repo is None) == (to_git is None):
         raise NeedlebenchError("give exactly one of --repo ORG/NAME or --to-git PATH")
@@ -523,9 +547,7 @@ def verify(
     haystack_en: Annotated[
         str | None, typer.Option(help="Where the recipe's local English haystack is now (checked by sha256).")
     ] = None,
-    haystack_zh: Annotated[
-        str | None, typer.Option(help="Where the recipe's local Chinese haystack is now.")
-    ] = None,
+    haystack_zh: Annotated[str | None, typer.Option(help="Where the recipe's local Chinese haystack is now.")] = None,
     needles: Annotated[str | None, typer.Option(help="Where the recipe's local needles.jsonl is now.")] = None,
     reasoning_needles_en: Annotated[
         str | None, typer.Option(help="Where the recipe's local reasoning needles (en) are now.")
@@ -537,17 +559,20 @@ def verify(
     tokenizer: Annotated[
         str | None,
         typer.Option(
-            help="hf:PATH: where the recipe's Hugging Face tokenizer is now (checked by the sha256 of its tokenizer.json)."
+            help=(
+                "hf:PATH: where the recipe's Hugging Face tokenizer is now (checked by the sha256 of its "
+                "tokenizer.json)."
+            )
         ),
     ] = None,
 ) -> None:
     """Rebuild configs from the recorded recipe and compare fingerprints; exit 1 naming each that differs.
 
     Local inputs are recorded by file name, size and sha256; pass --haystack-en PATH (etc.) when one has moved."""
-    from needlebench.dataset.verify import verify_folder, verify_repo
+    from needlebench.dataset.verify import verify_folder, verify_repo  # deferred: pyarrow; list, --help need none
 
     if tokenizer is not None:  # loaded once, the recipe's hf:LABEL@sha256:HEX finds it by its hash
-        from needlebench.sources.tokenizer import canonical_tokenizer
+        from needlebench.sources.tokenizer import canonical_tokenizer  # deferred: numpy, tiktoken; only --tokenizer
 
         canonical_tokenizer(tokenizer)
 
@@ -577,9 +602,6 @@ def verify(
 
 def main() -> None:
     """Console-script entry point: one-line errors and exit status 2 for bad input."""
-    from needlebench import interrupts
-    from needlebench.terminal import make_streams_safe
-
     make_streams_safe()  # any locale: characters it cannot encode are escaped, never a UnicodeEncodeError
     interrupts.install()
     try:
@@ -607,7 +629,7 @@ def main() -> None:
         where = f" ({error.filename})" if getattr(error, "filename", None) else ""
         print(f"needlebench: error: {error.strerror or error}{where}", file=sys.stderr)
         sys.exit(1)
-    except Exception as error:  # noqa: BLE001 - a bug: one line and a saved traceback, never a traceback
+    except Exception as error:  # a bug: one line and a saved traceback, never a traceback
         _report_crash(error)
         sys.exit(1)
     if interrupts.interrupted():  # typer turns KeyboardInterrupt into exit status 130
@@ -641,7 +663,7 @@ def _report_crash(error: BaseException) -> None:
     import traceback
     from datetime import datetime, timezone
 
-    from needlebench.sources.cache import cache_root
+    from needlebench.sources.cache import cache_root  # deferred: hashlib, hmac (4 ms); only a crash needs it
 
     command = _command_name(sys.argv[1:])
     summary = " ".join(f"{type(error).__name__}: {error}".split())

@@ -149,10 +149,10 @@ def interrupted() -> bool:
 
 
 def exit_now(status: int | None = None) -> None:
-    """Exit with `status` (None: the interruption's, 130 for Ctrl-C and 143 for SIGTERM) once the work and its cleanup are done, skipping the interpreter's
-    shutdown: collecting a large build's objects can take seconds, and the teardown of native thread pools after
-    a large build aborted the process now and then ("terminate called without an active exception", exit 134)
-    after every file was in place."""
+    """Exit with `status` (None: the interruption's, 130 for Ctrl-C and 143 for SIGTERM) once the work and its
+    cleanup are done, skipping the interpreter's shutdown: collecting a large build's objects can take seconds, and
+    the teardown of native thread pools after a large build aborted the process now and then ("terminate called
+    without an active exception", exit 134) after every file was in place."""
     import logging
 
     if status is None:
@@ -182,7 +182,7 @@ def run_cleanups() -> None:
     for cleanup in reversed(list(_cleanups.values())):
         try:
             cleanup()
-        except Exception:  # noqa: BLE001 - best effort on the way out; the exit status says enough
+        except Exception:  # best effort on the way out; the exit status says enough
             pass
 
 

@@ -1,5 +1,12 @@
 """lm-eval hooks of the NeedleBench / Counting-Stars tasks.
 
-A thin wrapper: the implementation lives in ``needlebench.evaluation.harness`` (install the ``needlebench`` package).
+A thin wrapper: every ``!function utils.<name>`` of the task YAMLs is the function of that name in
+``needlebench.evaluation.harness`` (its :func:`~needlebench.evaluation.harness.hooks`: the loader, each family's
+``process_results`` hooks and aggregations). Install the ``needlebench`` package.
 """
 
+from needlebench.evaluation import harness
+
+
+def __getattr__(name: str):
+    return getattr(harness, name)

@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from needlebench.dataset.build import read_manifest
+from needlebench.dataset.load import ensure_built, load_split
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation import model_tokenizer
 from needlebench.evaluation.harness import max_gen_toks_for
 from needlebench.tasks.grid import ConfigSpec, get_config
 
@@ -27,9 +30,7 @@ def load_tokenizer(path: str, gguf_file: str | None = None) -> Any:
     """A transformers tokenizer as lm-eval loads it: a local folder, a ``.gguf`` file (or ``path`` plus
     ``gguf_file``), or a model name already in the local Hugging Face cache (see
     :mod:`needlebench.evaluation.model_tokenizer`). Nothing is downloaded; cached per source."""
-    from needlebench.evaluation.model_tokenizer import load_tokenizer as load
-
-    return load(path, gguf_file)
+    return model_tokenizer.load_tokenizer(path, gguf_file)
 
 
 def render_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> str:
@@ -236,9 +237,6 @@ _COLUMNS = ["id", "config", "context_length", "depth_percent", "prompt"]
 def split_rows(config: str, data_dir: str | None) -> Iterable[Mapping[str, Any]]:
     """The rows of ``config`` (its budget columns), streamed from the Parquet files a needlebench manifest lists
     (``data_dir``, or the on-the-fly build); any other folder is read with `datasets` (`load_split`)."""
-    from needlebench.dataset.build import read_manifest
-    from needlebench.dataset.load import ensure_built, load_split
-
     folder = Path(data_dir).expanduser().resolve() if data_dir else ensure_built(config)
     manifest = read_manifest(folder) if folder.is_dir() else None
     files = ((manifest or {}).get("configs", {}).get(config) or {}).get("files")

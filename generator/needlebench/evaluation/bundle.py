@@ -344,7 +344,9 @@ class _Bundler:
             body = "\n".join("    " + line for line in guarded)
             head += (
                 f"\ntry:\n{body}\nexcept ImportError as error:  # pragma: no cover - depends on the environment\n"
-                f"    raise ImportError(\n        {json.dumps(optional_message, ensure_ascii=False)}\n    ) from error\n"
+                "    raise ImportError(\n"
+                f"        {json.dumps(optional_message, ensure_ascii=False)}\n"
+                "    ) from error\n"
             )
         parts = [head]
         for module in self._module_order():

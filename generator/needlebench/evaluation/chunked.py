@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from needlebench.evaluation.eval_guard import cache_path
 from needlebench.evaluation.lean_samples import lean_sample
 from needlebench.evaluation.thinking import think_end_marker, unclosed_policy
 
@@ -390,8 +391,6 @@ def chunked_evaluation(options: ChunkOptions) -> Iterator[None]:
 def chunk_store(prepared: Any) -> Path | None:
     """Where ``--resume`` keeps finished chunks: beside the response cache under the output folder (None
     without ``--resume``)."""
-    from needlebench.evaluation.eval_guard import cache_path
-
     if not prepared.args.resume or prepared.output is None:
         return None
     cache = cache_path(prepared.output, prepared.args)

@@ -2,11 +2,11 @@
 
 needlebench's options (``--subset``, ``--no-length-check``, ``--skip-too-long``, ``--resume``, ``--reasoning``,
 ``--think-end``, ``--think-unclosed``, ``--chunk-rows``, ``--no-chunk``, ``--full-samples``) are added as the first
-group of lm-eval's own ``run`` parser (:func:`add_own_options`) and taken out of the parsed namespace before
-lm-eval sees it; everything else is parsed by lm-eval's own sub-command parsers (``lm_eval/_cli/run.py``, ``ls.py``, ``validate.py``, as
-``lm_eval/_cli/harness.py`` assembles them), so ``--model_args``/``--metadata``/``--gen_kwargs`` are merged and
-typed exactly as lm-eval merges them. Every parse error is one line (:class:`NeedlebenchError`, exit status 2),
-and ``--help`` lists needlebench's options first, then lm-eval's.
+group of lm-eval's own ``run`` parser (:func:`add_own_options`) and taken out of the parsed namespace before lm-eval
+sees it; everything else is parsed by lm-eval's own sub-command parsers (``lm_eval/_cli/run.py``, ``ls.py``,
+``validate.py``, as ``lm_eval/_cli/harness.py`` assembles them), so ``--model_args``/``--metadata``/
+``--gen_kwargs`` are merged and typed exactly as lm-eval merges them. Every parse error is one line
+(:class:`NeedlebenchError`, exit status 2), and ``--help`` lists needlebench's options first, then lm-eval's.
 
 Then :func:`check_run` validates a run before anything starts: lm-eval's own cross-option checks
 (``EvaluatorConfig`` of ``lm_eval/config/evaluate_config.py``), the ``--model`` name and the needlebench task
@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.eval_guard import EvalArgs
+from needlebench.evaluation.eval_guard import EvalArgs, needlebench_configs
+from needlebench.evaluation.harness import TASK_PREFIX, all_group_names, all_task_names
+from needlebench.evaluation.subset import SUBSET_KEY, parse_subset
+from needlebench.evaluation.thinking import UNCLOSED_CHOICES
 
 #: lm-eval's sub-commands (``lm-eval run|ls|validate``); a command line starting with an option is a ``run``.
 SUBCOMMANDS = ("run", "ls", "validate")
@@ -55,8 +58,6 @@ def _positive_tokens(value: str) -> str:
 
 
 def _unclosed(value: str) -> str:
-    from needlebench.evaluation.thinking import UNCLOSED_CHOICES
-
     if value not in UNCLOSED_CHOICES:
         raise argparse.ArgumentTypeError(f"{value!r} is not allowed; allowed: {', '.join(UNCLOSED_CHOICES)}")
     return value
@@ -69,8 +70,6 @@ def _chunk_rows(value: str) -> int:
 
 
 def _rows(value: str) -> int:
-    from needlebench.evaluation.subset import parse_subset
-
     try:
         number = parse_subset(value)
     except NeedlebenchError as error:
@@ -322,8 +321,6 @@ def fill_from_config(namespace: argparse.Namespace) -> None:
 def merge_subset(namespace: argparse.Namespace, given: int | None) -> int | None:
     """The rows per task of a run, from ``--subset`` or a ``subset`` in ``--metadata`` (normalised to an int
     there, as the tasks read it); refused beside ``--limit``/``--samples`` either way."""
-    from needlebench.evaluation.subset import SUBSET_KEY, parse_subset
-
     metadata = dict(namespace.metadata) if isinstance(namespace.metadata, dict) else {}
     written = metadata.get(SUBSET_KEY)
     try:
@@ -357,8 +354,6 @@ def _closest(name: str, choices: Sequence[str]) -> str | None:
 def known_tasks(user_include_path: str | None) -> list[str]:
     """The needlebench task and group names, and those of the user's ``--include_path`` (indexed without
     lm-eval's own task folder, which takes seconds)."""
-    from needlebench.evaluation.harness import all_group_names, all_task_names
-
     names = [*all_task_names(), *all_group_names()]
     if user_include_path:
         from lm_eval.tasks import TaskManager
@@ -370,8 +365,6 @@ def known_tasks(user_include_path: str | None) -> list[str]:
 def check_tasks(args: EvalArgs) -> None:
     """An unknown ``needlebench_*`` task name is a one-line error with a did-you-mean (other names are lm-eval's
     to check: see :func:`unknown_task_error`)."""
-    from needlebench.evaluation.harness import TASK_PREFIX
-
     candidates = [task for task in args.tasks if task.startswith(TASK_PREFIX.rstrip("_"))]
     if not candidates:
         return
@@ -394,8 +387,6 @@ def unknown_task_message(task: str, known: Sequence[str]) -> str:
 def check_metadata(args: EvalArgs) -> None:
     """``--metadata`` keys the needlebench tasks do not read are refused (only when every task is a needlebench
     one: other tasks read keys of their own). The keys lm-eval merges in from ``--model_args`` are not checked."""
-    from needlebench.evaluation.eval_guard import needlebench_configs
-
     written = dict(args.metadata)
     if args.subset is not None:
         written.pop("subset", None)
@@ -423,7 +414,8 @@ def check_output(args: EvalArgs) -> None:
     if existing.exists() and not existing.is_dir():
         where = "is an existing file" if existing == path else f"lies below the file {existing}"
         raise NeedlebenchError(
-            f"--output_path {value} {where}; give a folder (lm-eval writes results_<date>.json and the samples under it)"
+            f"--output_path {value} {where}; give a folder (lm-eval writes results_<date>.json and the samples "
+            "under it)"
         )
 
 

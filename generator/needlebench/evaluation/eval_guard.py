@@ -38,25 +38,28 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.budget import count_tokens, render_prompt
 from needlebench.evaluation.harness import (
-    FAMILY_GROUPS,
     TASK_PREFIX,
+    all_task_names,
+    generation_kwargs,
+    load_dataset,
     max_gen_toks_for,
-    size_groups,
+    task_groups,
     task_name,
 )
+from needlebench.evaluation.model_tokenizer import TokenizerSource, gguf_context_length, load_source, resolve_source
+from needlebench.evaluation.report import SAMPLES_FILE_RE, health_path
+from needlebench.evaluation.task_yaml import dump_yaml
 from needlebench.evaluation.thinking import (
     THINK_END_ENV,
     THINK_UNCLOSED_ENV,
     has_final_answer,
 )
 from needlebench.tasks.grid import get_config, registry
-
-if TYPE_CHECKING:
-    from needlebench.evaluation.model_tokenizer import TokenizerSource
 
 #: Models with no context window (answers do not depend on the prompt length).
 WINDOWLESS_MODELS = ("needlebench-oracle", "dummy")
@@ -161,9 +164,7 @@ def needlebench_configs(tasks: Sequence[str] | str | None) -> list[str]:
     if not tasks:
         return []
     names = tasks.split(",") if isinstance(tasks, str) else list(tasks)
-    groups = {group: None for group, _m in FAMILY_GROUPS.values()}
-    family_of_group = {group: family for family, (group, _m) in FAMILY_GROUPS.items()}
-    sizes = size_groups()
+    groups = task_groups()
     configs: list[str] = []
     known = registry()
     for name in (part.strip() for part in names):
@@ -173,9 +174,7 @@ def needlebench_configs(tasks: Sequence[str] | str | None) -> list[str]:
         if stem in known:
             members = [stem]
         elif name in groups:
-            members = [spec.name for spec in known.values() if spec.family == family_of_group[name]]
-        elif name in sizes:
-            members = sizes[name]
+            members = list(groups[name].members)
         else:
             continue
         configs += [member for member in members if member not in configs]
@@ -271,11 +270,6 @@ def model_window(args: EvalArgs, model_args: Mapping[str, Any]) -> tuple[int | N
     window = _config_window(str(source) if source else None)
     if window:
         return window, f"the model config's {window}"
-    from needlebench.evaluation.model_tokenizer import (
-        gguf_context_length,
-        resolve_source,
-    )
-
     if source and (model_args.get("gguf_file") or str(source).lower().endswith(".gguf")):
         window = gguf_context_length(resolve_source(str(source), _text(model_args.get("gguf_file"))))
         if window:
@@ -290,8 +284,6 @@ def _text(value: Any) -> str | None:
 def tokenizer_source(args: EvalArgs, model_args: Mapping[str, Any]) -> TokenizerSource | None:
     """Where lm-eval will read the model's tokenizer: the ``tokenizer`` model arg, else ``pretrained`` (with
     ``gguf_file``; ``model`` for the API models), as ``lm_eval/models/huggingface.py`` ``_create_tokenizer``."""
-    from needlebench.evaluation.model_tokenizer import resolve_source
-
     if _text(model_args.get("tokenizer")):
         return resolve_source(str(model_args["tokenizer"]))
     path = _text(model_args.get("model" if model_kind(args) in API_MODELS else "pretrained"))
@@ -325,8 +317,6 @@ def _load_rows(config: str, metadata: Mapping[str, Any]) -> Any:
     """The rows lm-eval will get (the tasks' own loader), without progress bars: the check prints one line."""
     from datasets.utils import logging as ds_logging
 
-    from needlebench.evaluation.harness import load_dataset
-
     enabled = ds_logging.is_progress_bar_enabled()
     ds_logging.disable_progress_bar()
     try:
@@ -352,9 +342,6 @@ def preflight(args: EvalArgs) -> Preflight | None:
     tok_source = tokenizer_source(args, model_args)
     if tok_source is None:
         raise NeedlebenchError(f"--model {kind} names no tokenizer; pass tokenizer=PATH in --model_args")
-    from needlebench.evaluation.budget import count_tokens, render_prompt
-    from needlebench.evaluation.model_tokenizer import load_source
-
     tokenizer = load_source(tok_source)
     chat = args.given("apply_chat_template")
     metadata = {**model_args, **args.metadata}  # what lm-eval hands the tasks: --model_args merged into --metadata
@@ -376,8 +363,9 @@ def preflight(args: EvalArgs) -> Preflight | None:
     if result.too_long and not args.skip_too_long:
         total = sum(len(ids) for ids in result.too_long.values())
         raise NeedlebenchError(
-            f"{total} row(s) do not fit the window of {window} tokens ({source}) with max_gen_toks: {result.summary()}; "
-            "raise max_model_len / max_length, choose shorter configs, or pass --skip-too-long to run the rest"
+            f"{total} row(s) do not fit the window of {window} tokens ({source}) with max_gen_toks: "
+            f"{result.summary()}; raise max_model_len / max_length, choose shorter configs, or pass --skip-too-long "
+            "to run the rest"
         )
     return result
 
@@ -399,8 +387,6 @@ def cache_path(output: Path, args: EvalArgs) -> Path:
 
 def reasoning_task_dir(source: Path, reasoning: str, target: Path) -> Path:
     """A task folder whose YAMLs include those of ``source`` with ``max_gen_toks`` changed by ``--reasoning``."""
-    from needlebench.evaluation.harness import all_task_names
-
     folder = target / "needlebench"
     folder.mkdir(parents=True, exist_ok=True)
     names = set(all_task_names())
@@ -412,15 +398,8 @@ def reasoning_task_dir(source: Path, reasoning: str, target: Path) -> Path:
         if TASK_PREFIX + stem not in names:
             continue
         budget = reasoning_budget(max_gen_toks_for(get_config(stem)), reasoning)
-        lines = [
-            f"include: {json.dumps(str(path.resolve()))}",
-            "generation_kwargs:",
-            "  until: []",
-            "  do_sample: false",
-            "  temperature: 0.0",
-            f"  max_gen_toks: {budget}",
-        ]
-        (folder / path.name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        override = {"include": str(path.resolve()), "generation_kwargs": generation_kwargs(budget)}
+        (folder / path.name).write_text(dump_yaml(override), encoding="utf-8")
     return target
 
 
@@ -456,7 +435,8 @@ def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
             if not samples and not others:
                 raise NeedlebenchError(
                     f"no selected row fits the window of {check.window} tokens ({check.source}) with max_gen_toks: "
-                    f"{check.summary()}; nothing is left to run: raise max_model_len / max_length or choose shorter configs"
+                    f"{check.summary()}; nothing is left to run: raise max_model_len / max_length or choose shorter "
+                    "configs"
                 )
             namespace.tasks = [*samples, *others]
             prepared.notes.append(
@@ -498,8 +478,6 @@ def _newest(folder: Path, pattern: str) -> Path | None:
 
 def _samples_file(folder: Path, task: str) -> Path | None:
     """The newest ``samples_<task>_<date>.jsonl`` of exactly ``task`` (``..._128k`` must not match ``..._128k_m64``)."""
-    from needlebench.evaluation.report import SAMPLES_FILE_RE
-
     paths = [
         path
         for path in folder.glob(f"samples_{task}_*.jsonl")
@@ -526,8 +504,6 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
     args = prepared.args
     tokenizer = None
     if model_kind(args) not in WINDOWLESS_MODELS:
-        from needlebench.evaluation.model_tokenizer import load_source
-
         try:
             tok_source = tokenizer_source(args, args.model_args)
             tokenizer = load_source(tok_source) if tok_source is not None else None
@@ -560,8 +536,6 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
                     lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in responses]
                     entry["output_truncated"] = sum(length >= budget for length in lengths)
         health[task] = entry
-    from needlebench.evaluation.report import health_path
-
     record = {"results_file": results_path.name, "tasks": health, "not_run": not_run}
     target = health_path(results_path)
     temp = target.with_name(target.name + ".tmp")

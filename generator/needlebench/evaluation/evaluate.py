@@ -23,7 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.chunked import ChunkOptions, chunk_store, chunked_evaluation
+from needlebench.evaluation.eval_args import check_run, known_tasks, parse_eval, unknown_task_message
+from needlebench.evaluation.eval_guard import prepare, write_health
 from needlebench.evaluation.harness import loaded_rows, oracle_answer
+from needlebench.evaluation.servers import model_classes
 from needlebench.resources import tasks_path
 
 #: Registered name of the oracle model (``--model needlebench-oracle``).
@@ -31,7 +35,8 @@ ORACLE_MODEL = "needlebench-oracle"
 
 
 def default_include_path() -> Path:
-    """The needlebench task folder (``needlebench tasks-path``): the repository's, or the one installed with the package."""
+    """The needlebench task folder (``needlebench tasks-path``): the repository's, or the one installed with the
+    package."""
     return tasks_path()
 
 
@@ -63,9 +68,6 @@ def run_eval(argv: list[str]) -> int:
 
     if _lm_eval_missing():
         raise NeedlebenchError("eval needs lm-evaluation-harness; install it with `pip install 'needlebench[eval]'`")
-    from needlebench.evaluation.chunked import chunked_evaluation
-    from needlebench.evaluation.eval_args import check_run, parse_eval
-    from needlebench.evaluation.eval_guard import prepare, write_health
 
     _command, namespace, args = parse_eval(argv)
     if namespace is None:  # help was printed
@@ -84,8 +86,6 @@ def run_eval(argv: list[str]) -> int:
         namespace.include_path = str(default_include_path())
     chunking = None
     if prepared is not None:  # the chunked runner (issue 24): lm-eval's evaluate runs in chunks below
-        from needlebench.evaluation.chunked import ChunkOptions, chunk_store
-
         chunking = ChunkOptions(chunk_rows=args.chunk_rows, chunked=args.chunked, full_samples=args.full_samples)
         chunking.store = chunk_store(prepared)
     env = prepared.env if prepared is not None else {}
@@ -126,8 +126,6 @@ def run_eval(argv: list[str]) -> int:
 def _only_known_tasks(args: Any) -> bool:
     """Whether every task of a run is a needlebench task or group, or one of the user's ``--include_path``: then
     lm-eval need not index its own thousands of task YAMLs (seconds on an idle machine)."""
-    from needlebench.evaluation.eval_args import known_tasks
-
     if not args.tasks or any(task.endswith(".yaml") or Path(task).is_dir() for task in args.tasks):
         return False
     known = set(known_tasks(args.user_include_path))
@@ -135,8 +133,6 @@ def _only_known_tasks(args: Any) -> bool:
 
 
 def _unknown_tasks(message: str, managers: Sequence[Any]) -> str:
-    from needlebench.evaluation.eval_args import unknown_task_message
-
     missing = message.removeprefix(_TASKS_NOT_FOUND).split(", ")[0].strip()
     known = list(managers[-1].all_tasks) if managers else []
     return unknown_task_message(missing, known)
@@ -320,14 +316,13 @@ def _oracle_class() -> type:
 
 
 def register_models() -> None:
-    """Register ``needlebench-oracle`` and the multi-server API models (:mod:`needlebench.evaluation.servers`) with lm-eval
-    (idempotent); the built-in models stay available."""
+    """Register ``needlebench-oracle`` and the multi-server API models (:mod:`needlebench.evaluation.servers`) with
+    lm-eval (idempotent); the built-in models stay available."""
     import lm_eval.models  # noqa: F401  (the built-in lazy entries; get_model skips them once ours exists)
     from lm_eval.api.registry import model_registry, register_model
 
     if ORACLE_MODEL not in model_registry:
         register_model(ORACLE_MODEL)(_oracle_class())
-    from needlebench.evaluation.servers import model_classes
 
     try:
         server_models = model_classes()

@@ -1,6 +1,6 @@
-"""The library side of the lm-evaluation-harness tasks in ``harness_tasks/needlebench``.
-
-The task folder's ``utils.py`` is a thin wrapper that re-exports the hooks defined here:
+"""The library side of the lm-evaluation-harness tasks in ``harness_tasks/needlebench``: the machinery every family
+shares. What differs by family (task templates, metrics, generation budgets, groups, ``process_results`` hooks,
+oracle answers) is asked of the family objects (:mod:`needlebench.evaluation.families`).
 
 * :func:`load_dataset` is the tasks' ``custom_dataset``. lm-eval calls it with the task's ``metadata`` merged
   with ``--metadata`` and ``--model_args``; it reads ``needlebench_config`` (set by each task YAML) and the data
@@ -9,33 +9,41 @@ The task folder's ``utils.py`` is a thin wrapper that re-exports the hooks defin
   rows of the given grid lengths; ``subset`` keeps that many rows stratified over the grid (see
   :mod:`needlebench.evaluation.subset`). The Hub keys carry a ``data_`` prefix because model args share the namespace
   (``hf`` and ``vllm`` take ``pretrained`` and ``revision``).
-* ``process_*`` are the per-family ``process_results`` hooks, returning the metrics of one row: the default
-  metrics and, beside each, its reference-exact twin ``<metric>_reference`` (the row scored as the reference code
-  scores it, see :mod:`needlebench.evaluation.scoring.reference`; M-RS ``strict`` has none).
-* :func:`agg_perf_4`, :func:`agg_flat_mean` and :func:`agg_relation_weighted` are the custom aggregations
-  (CircularEval over ``(item_id, rotation, correct)`` tuples, the mean over per-needle / per-star lists, and the
-  v2 ATC score weighted by relation count over ``(relations, score)`` pairs).
+* :func:`hooks` maps every name the task YAMLs call (``!function utils.<name>``) to its function: the loader, each
+  family's ``process_*`` hooks, returning the metrics of one row (the default metrics and, beside each, its
+  reference-exact twin ``<metric>_reference``, the row scored as the reference code scores it, see
+  :mod:`needlebench.evaluation.scoring.reference`; M-RS ``strict`` has none), and the custom aggregations. They are
+  attributes of this module too (``harness.process_single``), which the task folder's ``utils.py`` re-exports.
 * :func:`oracle_answer` is the perfect answer to a row (used by the ``needlebench-oracle`` model).
-* :func:`task_files` renders every YAML file of the task folder (``scripts/gen_harness_tasks.py`` writes them).
+* :func:`task_files` renders every YAML file of the task folder (``scripts/gen_harness_tasks.py`` writes them);
+  :func:`task_groups` lists its groups (per family, per size and per edition).
 
 Scales: NeedleBench metrics are 0..100 like the reference; Counting-Stars metrics are 0..1 like the paper.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from needlebench.dataset.build import read_manifest
+from needlebench.dataset.load import load_split
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation import scoring
+from needlebench.evaluation.families import EVAL_FAMILIES, eval_family
+from needlebench.evaluation.families.base import EvalFamily
+from needlebench.evaluation.families.hooks import MEAN, REFERENCE_SUFFIX, TaskTemplate, reference_metric
 from needlebench.evaluation.subset import SUBSET_KEY, parse_subset, select_subset
-from needlebench.evaluation.thinking import reference_text, strip_reasoning
+from needlebench.evaluation.task_yaml import dump_yaml, function
 from needlebench.tasks.grid import SIZES, ConfigSpec, get_config, registry
+
+__all__ = [
+    "REFERENCE_SUFFIX",
+    "TaskTemplate",
+    "reference_metric",
+]
 
 #: Version written to every task's ``metadata.version`` (bump when prompts, metrics or generation change).
 TASK_VERSION = 1.1
@@ -56,168 +64,27 @@ RENAMED_KEYS = {"repo_id": DATA_REPO_KEY}
 # --------------------------------------------------------------------------------------------- families
 
 
-@dataclass(frozen=True)
-class FamilyTemplate:
-    """What the YAMLs of one family (or ATC variant) share: hooks, metrics and the generation budget."""
-
-    key: str  # base file stem, e.g. "single", "atc_open"
-    label: str
-    process_results: str  # hook name in utils.py
-    metrics: tuple[tuple[str, str], ...]  # (metric, aggregation: "mean" or a hook name)
-    max_gen_toks: int
-
-
-#: S-RT answers are one sentence (a Chinese needle is 2-3 tokens per character in many tokenizers, and the
-#: guide sentence invites a line of reasoning first); M-RT answers 11-20 short answers; ATC reasoning prompts
-#: ask for chain-of-thought; Counting-Stars budgets are set per config from the number of stars.
-FAMILY_TEMPLATES: dict[str, FamilyTemplate] = {
-    "single": FamilyTemplate(
-        "single",
-        "S-RT (single-needle retrieval)",
-        "process_single",
-        (("score", "mean"), ("score_reference", "mean")),
-        256,
-    ),
-    "multi_retrieval": FamilyTemplate(
-        "multi_retrieval",
-        "M-RT (multi-needle retrieval)",
-        "process_multi_retrieval",
-        (
-            ("recall", "mean"),
-            ("needle_hits", "agg_flat_mean"),
-            ("recall_reference", "mean"),
-            ("needle_hits_reference", "agg_flat_mean"),
-        ),
-        512,
-    ),
-    "multi_reasoning": FamilyTemplate(
-        "multi_reasoning",
-        "M-RS (multi-needle reasoning)",
-        "process_multi_reasoning",
-        (("reference", "mean"), ("strict", "mean"), ("reference_reference", "mean")),
-        256,
-    ),
-    "atc": FamilyTemplate(
-        "atc",
-        "ATC (ancestral trace challenge, multiple choice, CircularEval)",
-        "process_atc",
-        (("acc", "mean"), ("perf_4", "agg_perf_4"), ("acc_reference", "mean"), ("perf_4_reference", "agg_perf_4")),
-        128,
-    ),
-    "atc_open": FamilyTemplate(
-        "atc_open", "ATC (open-ended)", "process_atc_open", (("score", "mean"), ("score_reference", "mean")), 512
-    ),
-    "counting_stars": FamilyTemplate(
-        "counting_stars",
-        "Counting-Stars",
-        "process_counting_stars",
-        (
-            ("star_score", "mean"),
-            ("per_star", "agg_flat_mean"),
-            ("star_score_reference", "mean"),
-            ("per_star_reference", "agg_flat_mean"),
-        ),
-        8 * 32 + 64,
-    ),
-    # NeedleBench v2 (M-RT v2 uses the v1 M-RT template: same hook, metrics and budget). M-RS and ATC ask for
-    # reasoning ending in \boxed{}; ATC chains run up to 512 relations.
-    "v2_single": FamilyTemplate(
-        "v2_single",
-        "S-RT v2 (single-needle retrieval)",
-        "process_single_v2",
-        (("score", "mean"), ("score_reference", "mean")),
-        256,
-    ),
-    "v2_multi_reasoning": FamilyTemplate(
-        "v2_multi_reasoning",
-        "M-RS v2 (multi-needle reasoning)",
-        "process_multi_reasoning_v2",
-        (("exact", "mean"), ("exact_reference", "mean")),
-        1024,
-    ),
-    "v2_atc": FamilyTemplate(
-        "v2_atc",
-        "ATC v2 (ancestral trace challenge, four question types)",
-        "process_atc_v2",
-        (
-            ("accuracy", "mean"),
-            ("weighted", "agg_relation_weighted"),
-            ("accuracy_reference", "mean"),
-            ("weighted_reference", "agg_relation_weighted"),
-        ),
-        2048,
-    ),
+#: Every task template by its key (the base file ``_default_<key>_template_yaml``), over the families.
+TEMPLATES: dict[str, TaskTemplate] = {
+    template.key: template for entry in EVAL_FAMILIES.values() for template in entry.templates()
 }
-
-#: Generation budget of the chain-of-thought ATC prompts.
-ATC_REASONING_MAX_GEN_TOKS = 1024
-#: Counting-Stars: tokens per star in the JSON answer (a number, a comma, a space) plus slack for the frame.
-TOKENS_PER_STAR = 8
-STAR_SLACK_TOKENS = 64
-
-#: Suffix of the reference-exact twin of a metric (see :mod:`needlebench.evaluation.scoring.reference`).
-REFERENCE_SUFFIX = "_reference"
-#: Metrics without a reference twin (M-RS ``strict`` is this project's own rule).
-NO_REFERENCE = ("strict",)
+#: Former name of :data:`TEMPLATES`.
+FAMILY_TEMPLATES = TEMPLATES
 
 
-def reference_metric(metric: str) -> str:
-    """The name of a metric's reference-exact twin (``score`` -> ``score_reference``)."""
-    return metric + REFERENCE_SUFFIX
-
-
-def with_reference(metrics: Iterable[str]) -> tuple[str, ...]:
-    """The metrics followed by the reference twins of those that have one."""
-    metrics = tuple(metrics)
-    return metrics + tuple(reference_metric(metric) for metric in metrics if metric not in NO_REFERENCE)
-
-
-#: Groups by family: (group name, metrics it aggregates over the family's tasks).
-FAMILY_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "single": ("needlebench_single", with_reference(("score",))),
-    "multi_retrieval": ("needlebench_multi_retrieval", with_reference(("recall",))),
-    "multi_reasoning": ("needlebench_multi_reasoning", with_reference(("reference", "strict"))),
-    "atc": ("needlebench_atc", with_reference(("acc", "perf_4", "score"))),
-    "counting_stars": ("needlebench_counting_stars", with_reference(("star_score",))),
-}
-
-#: NeedleBench v2 groups by family, the metrics of the v2 size groups, and the group of every v2 task.
-V2_PREFIX = f"{TASK_PREFIX}v2"
-V2_FAMILY_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "single": (f"{V2_PREFIX}_single", with_reference(("score",))),
-    "multi_retrieval": (f"{V2_PREFIX}_multi_retrieval", with_reference(("recall",))),
-    "multi_reasoning": (f"{V2_PREFIX}_multi_reasoning", with_reference(("exact",))),
-    "atc": (f"{V2_PREFIX}_atc", with_reference(("accuracy", "weighted"))),
-}
-V2_SIZE_GROUP_METRICS = with_reference(("score", "recall", "exact"))
-V2_ALL_METRICS = with_reference(("score", "recall", "exact", "accuracy", "weighted"))
-
-#: Metrics aggregated by the per-size groups (each over the member tasks that report it).
-SIZE_GROUP_METRICS = {
-    "single": with_reference(("score",)),
-    "multi_retrieval": with_reference(("recall",)),
-    "multi_reasoning": with_reference(("reference", "strict")),
-    "counting_stars": with_reference(("star_score",)),
-}
+def template_of(spec: ConfigSpec) -> TaskTemplate:
+    """The base template a config's YAML includes (its family chooses by edition and variant)."""
+    return eval_family(spec.family).template(spec)
 
 
 def template_key(spec: ConfigSpec) -> str:
-    """The base template a config's YAML includes (the family, ``atc_open`` for open-ended ATC, ``v2_<family>``
-    for v2 configs except M-RT, which shares the v1 template)."""
-    if spec.is_v2:
-        return "multi_retrieval" if spec.family == "multi_retrieval" else f"v2_{spec.family}"
-    if spec.family == "atc" and spec.variant == "open":
-        return "atc_open"
-    return spec.family
+    """The key of the base template a config's YAML includes."""
+    return template_of(spec).key
 
 
 def max_gen_toks_for(spec: ConfigSpec) -> int:
-    """Generation budget of a config: the family's, ATC reasoning 1024, Counting-Stars scaled by stars."""
-    if spec.family == "counting_stars":
-        return TOKENS_PER_STAR * int(spec.stars or 0) + STAR_SLACK_TOKENS
-    if spec.family == "atc" and spec.variant == "reasoning":
-        return ATC_REASONING_MAX_GEN_TOKS
-    return FAMILY_TEMPLATES[template_key(spec)].max_gen_toks
+    """Generation budget of a config (its family's rule)."""
+    return eval_family(spec.family).max_gen_toks(spec)
 
 
 def task_name(config: str) -> str:
@@ -225,44 +92,101 @@ def task_name(config: str) -> str:
     return f"{TASK_PREFIX}{config}"
 
 
-def size_group_members(size: str) -> list[str]:
-    """Configs of a size group: NeedleBench v1 S-RT/M-RT/M-RS of that size, plus Counting-Stars of that size."""
-    return [
-        spec.name
-        for spec in registry().values()
-        if spec.size == size
-        and not spec.is_v2
-        and spec.family in ("single", "multi_retrieval", "multi_reasoning", "counting_stars")
-    ]
+def hooks() -> dict[str, Callable[..., Any]]:
+    """Every function the task YAMLs name (``!function utils.<name>``), by name: the loader, then each family's
+    ``process_results`` hooks and custom aggregations."""
+    found: dict[str, Callable[..., Any]] = {"load_dataset": load_dataset}
+    for entry in EVAL_FAMILIES.values():
+        found.update(entry.hooks())
+    return found
 
 
-def size_group_metrics(members: Iterable[str]) -> list[str]:
-    """Metrics a size group aggregates: those of its members' families, in family order."""
-    families = {get_config(member).family for member in members}
-    return [metric for family, metrics in SIZE_GROUP_METRICS.items() if family in families for metric in metrics]
+def __getattr__(name: str) -> Callable[..., Any]:
+    """The hooks are attributes of this module (``harness.process_single``), the names ``utils.py`` re-exports."""
+    hook = hooks().get(name)
+    if hook is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return hook
 
 
-def v2_groups() -> dict[str, tuple[list[str], tuple[str, ...]]]:
-    """The NeedleBench v2 groups: ``needlebench_v2`` (every v2 task), one per family and one per size, each with
-    its member configs and the metrics it aggregates."""
-    specs = [spec for spec in registry().values() if spec.is_v2]
-    groups: dict[str, tuple[list[str], tuple[str, ...]]] = {V2_PREFIX: ([spec.name for spec in specs], V2_ALL_METRICS)}
-    for family, (group, metrics) in V2_FAMILY_GROUPS.items():
-        groups[group] = ([spec.name for spec in specs if spec.family == family], metrics)
-    for size in SIZES:
-        members = [spec.name for spec in specs if spec.size == size]
-        if members:
-            groups[f"{V2_PREFIX}_{size}"] = (members, V2_SIZE_GROUP_METRICS)
-    return groups
+# --------------------------------------------------------------------------------------------- groups
 
 
-def size_groups() -> dict[str, list[str]]:
-    """``needlebench_<size>`` -> member configs, for every size that has members."""
-    groups: dict[str, list[str]] = {}
-    for size in SIZES:
-        members = size_group_members(size)
-        if members:
-            groups[f"{TASK_PREFIX}{size}"] = members
+@dataclass(frozen=True)
+class EditionGroups:
+    """How the groups of a NeedleBench edition are named and what metrics they list."""
+
+    prefix: str  # of its family and size groups
+    alias: str  # of its groups, before the family or size
+    family_alias: str  # the family part of a family group's alias: "{label}" (S-RT) or "{key}" (single)
+    whole: bool  # a group of every task of the edition, named like the prefix without its last "_"
+    twins_last: bool  # a group of several families lists their metrics, then the twins (else each family's twins)
+
+
+#: The groups of each edition (``spec.edition``): v1 ``needlebench_<family>`` and ``needlebench_<size>``; v2
+#: ``needlebench_v2`` (every v2 task), ``needlebench_v2_<family>`` and ``needlebench_v2_<size>``.
+EDITION_GROUPS = {
+    "v1": EditionGroups(TASK_PREFIX, "NeedleBench", "{label}", whole=False, twins_last=False),
+    "v2": EditionGroups(f"{TASK_PREFIX}v2_", "NeedleBench v2", "{key}", whole=True, twins_last=True),
+}
+
+
+@dataclass(frozen=True)
+class TaskGroup:
+    """A group of tasks and the metrics it averages over them (weighted by number of rows)."""
+
+    name: str
+    alias: str
+    members: tuple[str, ...]  # config names
+    metrics: tuple[str, ...]
+
+
+def group_metrics(members: Iterable[EvalFamily], edition: str) -> tuple[str, ...]:
+    """The metrics a group over the families ``members`` (in registry order) of ``edition`` aggregates, with
+    their reference twins."""
+    parts = [(entry.group_metrics[edition], entry.reference_twins(entry.group_metrics[edition])) for entry in members]
+    if EDITION_GROUPS[edition].twins_last:
+        return tuple(metric for metrics, _twins in parts for metric in metrics) + tuple(
+            twin for _metrics, twins in parts for twin in twins
+        )
+    return tuple(metric for metrics, twins in parts for metric in (*metrics, *twins))
+
+
+def family_group_metrics(spec: ConfigSpec) -> tuple[str, ...]:
+    """The metrics of the group of ``spec``'s family and edition (also those of an experiment's group)."""
+    return group_metrics([eval_family(spec.family)], spec.edition)
+
+
+def task_groups() -> dict[str, TaskGroup]:
+    """Every group by name, edition by edition: the edition's whole group, its family groups, its size groups."""
+    by_edition: dict[str, list[ConfigSpec]] = {}
+    by_family: dict[tuple[str, str], list[str]] = {}
+    by_size: dict[tuple[str, str], list[ConfigSpec]] = {}
+    for spec in registry().values():
+        by_edition.setdefault(spec.edition, []).append(spec)
+        by_family.setdefault((spec.edition, spec.family), []).append(spec.name)
+        if spec.size is not None:
+            by_size.setdefault((spec.edition, spec.size), []).append(spec)
+    groups: dict[str, TaskGroup] = {}
+    for edition, style in EDITION_GROUPS.items():
+        grouped = [entry for entry in EVAL_FAMILIES.values() if edition in entry.group_metrics]
+        if style.whole:
+            name = style.prefix.rstrip("_")
+            members = tuple(spec.name for spec in by_edition.get(edition, []))
+            groups[name] = TaskGroup(name, style.alias, members, group_metrics(grouped, edition))
+        for entry in grouped:
+            members = tuple(by_family.get((edition, entry.key), ()))
+            label = get_config(members[0]).task_label if members else entry.key
+            alias = f"{style.alias} " + style.family_alias.format(label=label, key=entry.key)
+            name = style.prefix + entry.key
+            groups[name] = TaskGroup(name, alias, members, group_metrics([entry], edition))
+        for size in SIZES:
+            specs = by_size.get((edition, size), [])
+            if specs:
+                present = {spec.family for spec in specs}
+                metrics = group_metrics([entry for entry in grouped if entry.key in present], edition)
+                name = style.prefix + size
+                groups[name] = TaskGroup(name, f"{style.alias} {size}", tuple(spec.name for spec in specs), metrics)
     return groups
 
 
@@ -362,15 +286,9 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
         )
     source = resolve_source(metadata)
     if source["data_dir"] is not None:
-        from needlebench.dataset.build import read_manifest
-
         read_manifest(Path(source["data_dir"]))  # registers the folder's experiment configs by name
     spec = get_config(str(config))
     lengths = _context_length_filter(metadata.get("context_lengths"), spec)
-    from needlebench.dataset.load import (
-        load_split,  # imported lazily: it pulls in the builders
-    )
-
     split = load_split(spec.name, **source)
     if lengths is not None:
         split = split.filter(lambda row: int(row["context_length"]) in lengths)
@@ -395,233 +313,32 @@ def loaded_rows() -> Iterable[Mapping[str, Any]]:
         yield from rows
 
 
-# --------------------------------------------------------------------------------------------- process_results
-
-
-def _output(results: Sequence[Any]) -> str:
-    """The generated text of a ``generate_until`` request (lm-eval passes a one-element list)."""
-    if not results:
-        return ""
-    value = results[0]
-    return value if isinstance(value, str) else str(value)
-
-
-def _prediction(results: Sequence[Any]) -> str:
-    """The text the default metrics score: the output with its reasoning (``<think>...</think>``) stripped, see
-    :func:`needlebench.evaluation.thinking.strip_reasoning`."""
-    return strip_reasoning(_output(results))
-
-
-def _reference_prediction(results: Sequence[Any]) -> str:
-    """The text the ``*_reference`` metrics score: what OpenCompass's reasoning-model configs hand the evaluators
-    (:func:`needlebench.evaluation.thinking.reference_text`; the raw output when it has no reasoning marker)."""
-    return reference_text(_output(results))
-
-
-def process_single_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
-    """v2 S-RT: 100 when the answer keyword is in the prediction, else 0 (and its reference twin)."""
-    keyword = doc["keywords"][0] if doc["keywords"] else ""
-    return {
-        "score": scoring.single_retrieval_v2_score(_prediction(results), keyword),
-        "score_reference": scoring.single_retrieval_v2_score(_reference_prediction(results), keyword),
-    }
-
-
-def process_multi_reasoning_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
-    """v2 M-RS: 100 when the last ``\\boxed{}`` of the prediction, cleaned, is the eldest name."""
-    return {
-        "exact": scoring.boxed_exact_score(_prediction(results), doc["answer"]),
-        "exact_reference": scoring.boxed_exact_score(_reference_prediction(results), doc["answer"]),
-    }
-
-
-def process_atc_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
-    """v2 ATC: boxed exact match (0/100) and the ``(relations, score)`` pair of the relation-weighted score."""
-    relations = int(doc["num_needles"])
-    score = scoring.boxed_exact_score(_prediction(results), doc["answer"])
-    reference = scoring.boxed_exact_score(_reference_prediction(results), doc["answer"])
-    return {
-        "accuracy": score,
-        "weighted": (relations, score),
-        "accuracy_reference": reference,
-        "weighted_reference": (relations, reference),
-    }
-
-
-def process_single(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
-    """S-RT: the paper score (Levenshtein similarity to the needle, 100 when the keyword is present)."""
-    needle = doc["needles"][0] if doc["needles"] else ""
-    keyword = doc["keywords"][0] if doc["keywords"] else ""
-    return {
-        "score": scoring.single_retrieval_score(_prediction(results), needle, keyword),
-        "score_reference": scoring.single_retrieval_score(_reference_prediction(results), needle, keyword),
-    }
-
-
-def _retrieval_metrics(prediction: str, keywords: list[str], suffix: str = "") -> dict[str, Any]:
-    hits = [100.0 if hit else 0.0 for hit in scoring.keyword_hits(prediction, keywords)]
-    return {f"recall{suffix}": scoring.multi_retrieval_recall(prediction, keywords), f"needle_hits{suffix}": hits}
-
-
-def process_multi_retrieval(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
-    """M-RT: needle recall (0..100) and the per-needle hits (100/0, in the order of ``keywords``), and their
-    reference twins."""
-    keywords = list(doc["keywords"])
-    return {
-        **_retrieval_metrics(_prediction(results), keywords),
-        **_retrieval_metrics(_reference_prediction(results), keywords, REFERENCE_SUFFIX),
-    }
-
-
-def process_multi_reasoning(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
-    """M-RS: the reference keyword score and the strict (whole answer contained) score, both 0..100, and the
-    keyword score on the reference's text (``reference_reference``)."""
-    prediction = _prediction(results)
-    answer, language = doc["answer"], doc["language"]
-    return {
-        "reference": scoring.reasoning_reference_score(prediction, answer, language),
-        "strict": scoring.reasoning_strict_score(prediction, answer, language),
-        "reference_reference": scoring.reasoning_reference_score(_reference_prediction(results), answer, language),
-    }
-
-
-def atc_choice_correct(doc: Mapping[str, Any], prediction: str) -> bool:
-    """Is the option letter extracted from the prediction the row's ``answer_letter``?"""
-    letters = "".join(chr(ord("A") + index) for index in range(len(doc["options"]) or 4))
-    return scoring.extract_option(prediction, letters, names=list(doc["options"])) == doc["answer_letter"]
-
-
-def process_atc(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
-    """Multiple-choice ATC: per-row accuracy (0/100) and the CircularEval tuple ``(item_id, rotation, correct)``;
-    the ``_reference`` twins read the option with OpenCompass's ``first_option_postprocess``."""
-    item, rotation = str(doc["item_id"]), str(doc["rotation"])
-    correct = atc_choice_correct(doc, _prediction(results))
-    reference = scoring.atc_reference_correct(_reference_prediction(results), str(doc["answer_letter"]))
-    return {
-        "acc": 100.0 if correct else 0.0,
-        "perf_4": (item, rotation, correct),
-        "acc_reference": 100.0 if reference else 0.0,
-        "perf_4_reference": (item, rotation, reference),
-    }
-
-
-def process_atc_open(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
-    """Open-ended ATC: 100 when the extracted final name is the eldest ancestor, else 0; the reference twin is the
-    S-RT evaluator with the name as needle and keyword."""
-    return {
-        "score": scoring.open_answer_score(_prediction(results), doc["answer"]),
-        "score_reference": scoring.open_atc_reference_score(_reference_prediction(results), str(doc["answer"])),
-    }
-
-
-def _star_lists(doc: Mapping[str, Any]) -> tuple[list[int], list[int] | None]:
-    wrong = doc.get("wrong_counts")
-    reasoning = scoring.normalize_task(doc["task_variant"]) == "reasoning"
-    return list(doc["star_counts"]), (list(wrong) if wrong and reasoning else None)
-
-
-def counting_stars_star_scores(doc: Mapping[str, Any], prediction: str) -> list[float]:
-    """Per-star scores (0..1, in star order) of a Counting-Stars row."""
-    stars, wrong = _star_lists(doc)
-    return scoring.star_scores(prediction, stars, wrong, doc["task_variant"], doc["language"])
-
-
-def counting_stars_reference_scores(doc: Mapping[str, Any], prediction: str) -> list[float]:
-    """Per-star scores of a Counting-Stars row as ``viz.ipynb`` computes them (0 where it would raise)."""
-    stars, wrong = _star_lists(doc)
-    return scoring.notebook_star_scores(prediction, stars, wrong, doc["task_variant"], doc["language"])
-
-
-def process_counting_stars(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
-    """Counting-Stars: the row score (mean over stars, 0..1) and the per-star scores kept for heatmaps, and
-    their reference twins (the notebook's parse-and-score rule)."""
-    stars = counting_stars_star_scores(doc, _prediction(results))
-    reference = counting_stars_reference_scores(doc, _reference_prediction(results))
-    return {
-        "star_score": math.fsum(stars) / len(stars) if stars else 0.0,
-        "per_star": stars,
-        "star_score_reference": math.fsum(reference) / len(reference) if reference else 0.0,
-        "per_star_reference": reference,
-    }
-
-
-# --------------------------------------------------------------------------------------------- aggregations
-
-
-def agg_perf_4(items: Iterable[Sequence[Any]]) -> float:
-    """CircularEval ``perf_4`` (0..100): share of items whose 4 rotations are all answered correctly.
-
-    Only items with all 4 rotations count (``--limit`` can cut the last item short); 0.0 when there is none.
-    """
-    rows = scoring.complete_items((str(item[0]), str(item[1]), bool(item[2])) for item in items)
-    if not rows:
-        return 0.0
-    return scoring.circular_scores(rows)["perf_4"]
-
-
-def agg_relation_weighted(items: Iterable[Sequence[Any]]) -> float:
-    """v2 ATC (0..100): the mean score per relation count, weighted by the count; 0.0 without items."""
-    pairs = [(int(item[0]), float(item[1])) for item in items]
-    return scoring.relation_weighted(pairs) if pairs else 0.0
-
-
-def agg_flat_mean(items: Iterable[Sequence[float]]) -> float:
-    """Mean over every element of per-row lists (per-needle hits, per-star scores)."""
-    values = [float(value) for item in items for value in item]
-    return math.fsum(values) / len(values) if values else 0.0
-
-
 # --------------------------------------------------------------------------------------------- oracle
 
 
 def oracle_answer(doc: Mapping[str, Any]) -> str:
-    """The answer that scores full marks on a row (proves the pipeline end to end)."""
-    task = doc["task"]
-    if task in ("M-RS", "ATC") and get_config(str(doc["config"])).is_v2:
-        return f"\\boxed{{{doc['answer']}}}"
-    if task == "S-RT":
-        return str(doc["needles"][0]).strip()
-    if task == "M-RT":
-        return "\n".join(str(needle).strip() for needle in doc["needles"])
-    if task == "M-RS":
-        return str(doc["answer"])
-    if task == "ATC":
-        style = doc.get("prompt_style") or "direct"
-        if style == "open":
-            return str(doc["answer"])
-        letter = doc["answer_letter"]
-        if style == "reasoning":
-            return f"所以答案是：{letter}" if doc["language"] == "zh" else f"The answer is: {letter}"
-        return f"回答: {letter}" if doc["language"] == "zh" else f"Answer: {letter}"
-    if task == "Counting-Stars":
-        key = "小企鹅" if doc["language"] == "zh" else "little_penguin"
-        return json.dumps({key: [int(count) for count in doc["star_counts"]]}, ensure_ascii=False)
-    raise NeedlebenchError(
-        f"row task {task!r} of config {doc.get('config')!r} has no oracle answer; "
-        "allowed tasks: S-RT, M-RT, M-RS, ATC, Counting-Stars"
-    )
+    """The answer that scores full marks on a row (proves the pipeline end to end): its family's, in a form the
+    family's scorer reads."""
+    config = doc.get("config")
+    if not config:
+        raise NeedlebenchError(f"row {doc.get('id')!r} names no config; an oracle answer needs the row's config")
+    spec = get_config(str(config))
+    return eval_family(spec.family).oracle_answer(doc, spec)
 
 
 # --------------------------------------------------------------------------------------------- YAML rendering
 
+#: The first line of every generated file of the task folder.
 GENERATED_NOTE = "# Generated by scripts/gen_harness_tasks.py from needlebench.tasks.grid; do not edit by hand.\n"
+_NOTE = GENERATED_NOTE.removeprefix("# ").rstrip("\n")
+
+#: Greedy decoding with no stop sequence; ``max_gen_toks`` is added per template and task.
+GENERATION = {"until": [], "do_sample": False, "temperature": 0.0}
 
 
-def _yaml_scalar(value: Any) -> str:
-    """A YAML scalar (JSON strings are valid YAML and keep non-ASCII text readable)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _metric_lines(metrics: Iterable[tuple[str, str]]) -> list[str]:
-    lines = ["metric_list:"]
-    for metric, aggregation in metrics:
-        agg = aggregation if aggregation == "mean" else f"!function utils.{aggregation}"
-        lines += [f"  - metric: {metric}", f"    aggregation: {agg}", "    higher_is_better: true"]
-    return lines
+def generation_kwargs(max_gen_toks: int) -> dict[str, Any]:
+    """The ``generation_kwargs`` of a task with a generation budget."""
+    return {**GENERATION, "max_gen_toks": max_gen_toks}
 
 
 def base_template_filename(key: str) -> str:
@@ -629,87 +346,83 @@ def base_template_filename(key: str) -> str:
     return f"_default_{key}_template_yaml"
 
 
-def render_base_template(template: FamilyTemplate) -> str:
-    """The base YAML a family's task files include."""
-    lines = [
-        f"# Base of the {template.label} tasks.",
-        "output_type: generate_until",
-        "custom_dataset: !function utils.load_dataset",
-        "test_split: test",
+def base_template_config(template: TaskTemplate) -> dict[str, Any]:
+    """The base YAML a family's task files include, as data."""
+    return {
+        "output_type": "generate_until",
+        "custom_dataset": function("load_dataset"),
+        "test_split": "test",
         # zero-shot: no few-shot pool (without one lm-eval decodes every test row into a list at task load)
-        "fewshot_config:",
-        "  samples: []",
-        "doc_to_text: prompt",
-        "doc_to_target: answer",
-        f"process_results: !function utils.{template.process_results}",
-        "generation_kwargs:",
-        "  until: []",
-        "  do_sample: false",
-        "  temperature: 0.0",
-        f"  max_gen_toks: {template.max_gen_toks}",
-        *_metric_lines(template.metrics),
-        "metadata:",
-        f"  version: {TASK_VERSION}",
-    ]
-    return GENERATED_NOTE + "\n".join(lines) + "\n"
+        "fewshot_config": {"samples": []},
+        "doc_to_text": "prompt",
+        "doc_to_target": "answer",
+        "process_results": function(template.process_results),
+        "generation_kwargs": generation_kwargs(template.max_gen_toks),
+        "metric_list": [
+            {
+                "metric": metric,
+                "aggregation": aggregation if aggregation == MEAN else function(aggregation),
+                "higher_is_better": True,
+            }
+            for metric, aggregation in template.metrics
+        ],
+        "metadata": {"version": TASK_VERSION},
+    }
 
 
-def render_task(spec: ConfigSpec) -> str:
-    """The YAML of one config's task."""
-    template = FAMILY_TEMPLATES[template_key(spec)]
-    lines = [
-        f"include: {base_template_filename(template.key)}",
-        f"task: {task_name(spec.name)}",
-        f"task_alias: {spec.name}",
-        f"dataset_name: {spec.name}",
-    ]
+def render_base_template(template: TaskTemplate, note: str = _NOTE) -> str:
+    """The base YAML a family's task files include."""
+    return dump_yaml(base_template_config(template), note, f"Base of the {template.label} tasks.")
+
+
+def task_config(spec: ConfigSpec) -> dict[str, Any]:
+    """The YAML of one config's task, as data (``generation_kwargs`` only where the budget is the config's own)."""
+    template = template_of(spec)
+    config: dict[str, Any] = {
+        "include": base_template_filename(template.key),
+        "task": task_name(spec.name),
+        "task_alias": spec.name,
+        "dataset_name": spec.name,
+    }
     budget = max_gen_toks_for(spec)
     if budget != template.max_gen_toks:
-        lines += [
-            "generation_kwargs:",
-            "  until: []",
-            "  do_sample: false",
-            "  temperature: 0.0",
-            f"  max_gen_toks: {budget}",
-        ]
-    lines += ["metadata:", f"  version: {TASK_VERSION}", f"  needlebench_config: {spec.name}"]
-    return GENERATED_NOTE + "\n".join(lines) + "\n"
+        config["generation_kwargs"] = generation_kwargs(budget)
+    config["metadata"] = {"version": TASK_VERSION, "needlebench_config": spec.name}
+    return config
 
 
-def render_group(name: str, alias: str, members: Iterable[str], metrics: Iterable[str]) -> str:
+def render_task(spec: ConfigSpec, note: str = _NOTE) -> str:
+    """The YAML of one config's task."""
+    return dump_yaml(task_config(spec), note)
+
+
+def group_config(name: str, alias: str, members: Iterable[str], metrics: Iterable[str]) -> dict[str, Any]:
+    """A group YAML as data: its tasks and the metrics averaged over them (weighted by number of rows)."""
+    return {
+        "group": name,
+        "group_alias": alias,
+        "task": [task_name(member) for member in members],
+        "aggregate_metric_list": [
+            {"metric": metric, "aggregation": MEAN, "weight_by_size": True, "filter_list": "none"} for metric in metrics
+        ],
+        "metadata": {"version": TASK_VERSION},
+    }
+
+
+def render_group(name: str, alias: str, members: Iterable[str], metrics: Iterable[str], note: str = _NOTE) -> str:
     """A group YAML: its tasks and the metrics averaged over them (weighted by number of rows)."""
-    lines = [f"group: {name}", f"group_alias: {_yaml_scalar(alias)}", "task:"]
-    lines += [f"  - {task_name(member)}" for member in members]
-    lines.append("aggregate_metric_list:")
-    for metric in metrics:
-        lines += [
-            f"  - metric: {metric}",
-            "    aggregation: mean",
-            "    weight_by_size: true",
-            "    filter_list: none",
-        ]
-    lines += ["metadata:", f"  version: {TASK_VERSION}"]
-    return GENERATED_NOTE + "\n".join(lines) + "\n"
+    return dump_yaml(group_config(name, alias, members, metrics), note)
 
 
 def task_files() -> dict[str, str]:
     """Every generated file of ``harness_tasks/needlebench``: base templates, one task per config, groups."""
     files: dict[str, str] = {}
-    for template in FAMILY_TEMPLATES.values():
+    for template in TEMPLATES.values():
         files[base_template_filename(template.key)] = render_base_template(template)
-    specs = list(registry().values())
-    for spec in specs:
+    for spec in registry().values():
         files[f"{spec.name}.yaml"] = render_task(spec)
-    for family, (group, metrics) in FAMILY_GROUPS.items():
-        members = [spec.name for spec in specs if spec.family == family and not spec.is_v2]
-        label = FAMILY_TEMPLATES[family].label.split(" (")[0]
-        files[f"_{group}.yaml"] = render_group(group, f"NeedleBench {label}", members, metrics)
-    for group, members in size_groups().items():
-        size = group.removeprefix(TASK_PREFIX)
-        files[f"_{group}.yaml"] = render_group(group, f"NeedleBench {size}", members, size_group_metrics(members))
-    for group, (members, metrics) in v2_groups().items():
-        alias = "NeedleBench v2" + (" " + group.removeprefix(V2_PREFIX + "_") if group != V2_PREFIX else "")
-        files[f"_{group}.yaml"] = render_group(group, alias, members, metrics)
+    for group in task_groups().values():
+        files[f"_{group.name}.yaml"] = render_group(group.name, group.alias, group.members, group.metrics)
     return files
 
 
@@ -719,5 +432,5 @@ def all_task_names() -> list[str]:
 
 
 def all_group_names() -> list[str]:
-    """Every group name: the family groups, the size groups, then the v2 groups."""
-    return [group for group, _metrics in FAMILY_GROUPS.values()] + list(size_groups()) + list(v2_groups())
+    """Every group name: edition by edition, the whole group, the family groups, the size groups."""
+    return list(task_groups())

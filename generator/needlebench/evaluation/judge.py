@@ -9,9 +9,9 @@ retried with bounded exponential backoff. Every reply of the judge model is a ve
 interrupted run resumes where it stopped; a request that never got a reply is not cached, its row stays unjudged
 and a rerun asks again. For each ``samples_<task>_<date>.jsonl`` whose rows all have a verdict the judged samples
 are written beside it as ``judged_samples_<task>_<date>.jsonl``: the original record plus ``judge`` (``score``
-1-10 or null when the judge never gave a usable rating, ``model``, ``reply``, ``endpoint``). Credentials in ``--base-url``
-(``user:pass@``, a query string) and the API key are never written or printed: the endpoint is recorded as
-``scheme://host:port/path`` and secrets echoed in a reply are blanked. Ratings are read by
+1-10 or null when the judge never gave a usable rating, ``model``, ``reply``, ``endpoint``). Credentials in
+``--base-url`` (``user:pass@``, a query string) and the API key are never written or printed: the endpoint is
+recorded as ``scheme://host:port/path`` and secrets echoed in a reply are blanked. Ratings are read by
 :func:`parse_rating`: ``[[N]]``, ``Rating: N``, ``N/10``, a JSON object (repaired with json-repair) or a restated
 rubric anchor (matched with rapidfuzz); a reply without one (small judges often just talk) keeps ``score`` null
 and its raw text."""

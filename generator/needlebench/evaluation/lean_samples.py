@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from needlebench.dataset.build import read_manifest
+from needlebench.dataset.load import load_split
 from needlebench.errors import NeedlebenchError
 
 #: Fields a lean ``doc`` gets in place of ``prompt``.
@@ -62,8 +64,6 @@ def is_lean(sample: Mapping[str, Any]) -> bool:
 
 
 def _configs_of(folder: Path) -> list[str]:
-    from needlebench.dataset.build import read_manifest
-
     manifest = read_manifest(folder)
     if manifest is None:
         raise NeedlebenchError(f"{str(folder)!r} is not a dataset folder built by `needlebench build` (no manifest)")
@@ -73,8 +73,6 @@ def _configs_of(folder: Path) -> list[str]:
 def find_row(folder: Path, row_id: str) -> dict[str, Any]:
     """The row of a built dataset folder whose ``id`` is ``row_id`` (its config is the id's prefix)."""
     from datasets.utils import logging as ds_logging
-
-    from needlebench.dataset.load import load_split
 
     folder = Path(folder).expanduser()
     if not folder.is_dir():

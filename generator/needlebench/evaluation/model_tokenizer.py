@@ -27,6 +27,7 @@ from typing import Any
 
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.cache import cache_root
+from needlebench.sources.hf_tokenizer import load_transformers_tokenizer
 
 #: Files whose presence makes a folder a tokenizer folder (then any ``.gguf`` beside them is not guessed at).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -52,7 +53,8 @@ def resolve_source(path: str, gguf_file: str | None = None) -> TokenizerSource:
     if gguf_file:
         if given.is_file():
             raise NeedlebenchError(
-                f"gguf_file {gguf_file!r} is given with the file {path!r}; give the folder holding it, or the .gguf path alone"
+                f"gguf_file {gguf_file!r} is given with the file {path!r}; give the folder holding it, or the .gguf "
+                "path alone"
             )
         if given.is_dir() and not (given / gguf_file).is_file():
             found = sorted(item.name for item in given.glob("*.gguf"))
@@ -160,7 +162,6 @@ def load_source(source: TokenizerSource) -> Any:
     """The transformers tokenizer of ``source``; nothing is downloaded."""
     if source.gguf_file:
         return _load_gguf(source)
-    from needlebench.sources.hf_tokenizer import load_transformers_tokenizer
 
     return load_transformers_tokenizer(source.path)
 

@@ -8,7 +8,6 @@ Only files this command writes are replaced; a TASKDIR holding other files is re
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -18,39 +17,30 @@ from pathlib import Path
 from needlebench.dataset.verify import read_manifest
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness import (
-    FAMILY_TEMPLATES,
-    SIZE_GROUP_METRICS,
+    base_template_config,
     base_template_filename,
-    render_base_template,
-    render_group,
-    render_task,
+    family_group_metrics,
+    group_config,
+    task_config,
     task_name,
-    template_key,
+    template_of,
 )
+from needlebench.evaluation.task_yaml import dump_yaml
 from needlebench.tasks.grid import get_config
 
 
-def hook_names() -> list[str]:
-    """Every hook a task YAML names (``!function utils.<hook>``): the dataset loader, each family's
-    ``process_results`` and the aggregations that are not lm-eval's own; derived from the templates, so a new
-    family's hooks are in the bundled ``utils.py`` without a second list to update."""
-    names = {"load_dataset"}
-    for template in FAMILY_TEMPLATES.values():
-        names.add(template.process_results)
-        names.update(aggregation for _, aggregation in template.metrics if aggregation != "mean")
-    return sorted(names)
-
-
 def utils_py() -> str:
-    """The hooks module every task YAML refers to: a thin import of the library."""
-    imports = "".join(f"    {name},\n" for name in hook_names())
+    """The hooks module every task YAML refers to: a thin wrapper of the library (each ``!function utils.<name>``
+    is :func:`needlebench.evaluation.harness.hooks`' function of that name)."""
     return (
         '"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by `needlebench tasks`)."""\n\n'
-        f"from needlebench.evaluation.harness import (  # noqa: F401\n{imports})\n"
+        "from needlebench.evaluation import harness\n\n\n"
+        "def __getattr__(name: str):\n"
+        "    return getattr(harness, name)\n"
     )
 
 
-NOTE = "# Written by `needlebench tasks` for the dataset folder {folder}; rerun it instead of editing.\n"
+NOTE = "Written by `needlebench tasks` for the dataset folder {folder}; rerun it instead of editing."
 GROUP_PREFIX = "needlebench_experiment_"
 
 
@@ -65,15 +55,19 @@ def task_files_for_folder(folder: Path) -> dict[str, str]:
     note = NOTE.format(folder=folder)
     files = {"utils.py": utils_py()}
     specs = [get_config(name) for name in manifest["configs"]]
-    for key in sorted({template_key(spec) for spec in specs}):
-        files[base_template_filename(key)] = note + render_base_template(FAMILY_TEMPLATES[key]).split("\n", 1)[1]
+    templates = {template.key: template for template in sorted(map(template_of, specs), key=lambda t: t.key)}
+    for key, template in templates.items():
+        files[base_template_filename(key)] = dump_yaml(
+            base_template_config(template), note, f"Base of the {template.label} tasks."
+        )
     for spec in specs:
-        text = render_task(spec).rstrip("\n") + f"\n  data_dir: {json.dumps(str(folder))}\n"
-        files[f"{spec.name}.yaml"] = note + text.split("\n", 1)[1]
+        config = task_config(spec)
+        config["metadata"]["data_dir"] = str(folder)
+        files[f"{spec.name}.yaml"] = dump_yaml(config, note)
     for name in manifest.get("experiments") or {}:
-        family = get_config(name).family
-        text = render_group(experiment_group(name), f"experiment {name}", [name], SIZE_GROUP_METRICS[family])
-        files[f"_{experiment_group(name)}.yaml"] = note + text.split("\n", 1)[1]
+        metrics = family_group_metrics(get_config(name))
+        group = group_config(experiment_group(name), f"experiment {name}", [name], metrics)
+        files[f"_{experiment_group(name)}.yaml"] = dump_yaml(group, note)
     return files
 
 

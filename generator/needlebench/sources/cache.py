@@ -24,6 +24,11 @@ def cache_root() -> Path:
     return Path(os.environ.get("NEEDLEBENCH_CACHE") or Path.home() / ".cache" / "needlebench")
 
 
+def tokens_dir() -> Path:
+    """The folder of tokenizer data: tokenised corpora, parsed BPE ranks, the index of local inputs."""
+    return cache_root() / "tokens"
+
+
 def secret_path() -> Path:
     """The per-user secret keying the cache's checks: ``$XDG_CONFIG_HOME/needlebench/secret.key`` (default
     ``~/.config/needlebench``), outside the cache so that deleting or sharing the cache never shares it."""

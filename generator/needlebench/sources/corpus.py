@@ -23,6 +23,8 @@ from functools import cached_property
 from pathlib import Path
 
 from needlebench.errors import NeedlebenchError
+from needlebench.sources.cache import cache_root, read_checked, write_checked
+from needlebench.sources.hub import OPENCOMPASS_LICENSE, load_hub_documents, opencompass_file, parse_corpus_option
 
 #: Separator between documents in the haystack stream.
 DOCUMENT_SEPARATOR = "\n\n"
@@ -137,8 +139,6 @@ def read_bible(path: Path) -> list[str]:
 def _cached_documents(name: str, files: list[Path], read) -> list[str]:
     """`read()`, kept in the cache under a key of the files' bytes and this module's source (which holds the
     cleaning), and checked by its sha256 when loaded; a damaged entry is read again and replaced."""
-    from needlebench.sources.cache import cache_root, read_checked, write_checked
-
     key = hashlib.sha256(Path(__file__).read_bytes())
     for file in files:
         key.update(file.name.encode() + b"\0" + hashlib.sha256(file.read_bytes()).digest())
@@ -311,17 +311,9 @@ def load_corpus(spec: str | None, language: str) -> Corpus:
     if spec is None or spec == "default":
         return default_english() if language == "en" else default_chinese()
     if spec.startswith("hub:"):
-        from needlebench.sources.hub import load_hub_documents
-
         documents, meta = load_hub_documents(spec)
         return _from_documents(spec, language, documents, meta)
     if spec == "opencompass" or spec.startswith("opencompass@"):
-        from needlebench.sources.hub import (
-            OPENCOMPASS_LICENSE,
-            opencompass_file,
-            parse_corpus_option,
-        )
-
         _, revision = parse_corpus_option(spec)
         filename = "PaulGrahamEssays.jsonl" if language == "en" else "zh_finance.jsonl"
         path = opencompass_file(filename, revision)

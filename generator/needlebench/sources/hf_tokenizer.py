@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 
 from needlebench.errors import NeedlebenchError
+from needlebench.sources.inputs import remember_path, remembered_paths
+from needlebench.sources.utf8 import utf8_offsets
 
 #: ``hf:LABEL@sha256:HEX``: the recorded form of a Hugging Face tokenizer.
 _RECORDED = re.compile(r"^hf:(?P<label>.+)@sha256:(?P<sha>[0-9a-f]{64})$")
@@ -185,8 +187,6 @@ class HfTokenizer:
         return np.concatenate(token_parts), np.concatenate(end_parts)
 
     def _tokens_and_piece_ends(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        from needlebench.sources.tokenized import _utf8_offsets
-
         encoding = self._encode(text)
         tokens = np.asarray(encoding.ids, dtype=np.uint32)
         if not len(tokens):
@@ -198,7 +198,7 @@ class HfTokenizer:
         )
         last = np.flatnonzero(np.append(words[1:] != words[:-1], True))
         byte_ends = np.cumsum(self.token_byte_lengths[tokens])[last]
-        offsets = _utf8_offsets(text)
+        offsets = utf8_offsets(text)
         chars = np.searchsorted(offsets, byte_ends)
         chars = chars[(chars < len(offsets)) & (offsets[np.minimum(chars, len(offsets) - 1)] == byte_ends)]
         return tokens, chars.astype(np.int64)
@@ -281,8 +281,6 @@ def _load_source(source: str) -> HfTokenizer:
     once it has been seen to encode exactly as the bare ``tokenizer.json`` (same normaliser, pre-tokeniser, model
     and added tokens, remembered per file hash and library versions in the needlebench cache), later loads read
     the file with ``tokenizers`` alone, without importing transformers (seconds per process)."""
-    from needlebench.sources.inputs import remember_path, remembered_paths
-
     path = _tokenizer_file(source)
     sha = _file_sha256(path) if path is not None else None
     if sha is not None and remembered_paths(_raw_ok_key(sha)):
@@ -290,7 +288,7 @@ def _load_source(source: str) -> HfTokenizer:
 
         try:
             loaded = HfTokenizer(f"hf:{_label(source)}@sha256:{sha}", Tokenizer.from_file(str(path)), source)
-        except Exception:  # noqa: BLE001 - tokenizers raises a bare Exception for a file it cannot read
+        except Exception:  # tokenizers raises a bare Exception for a file it cannot read
             loaded = None
         if loaded is not None:
             remember_path(f"tokenizer:{sha}", path.parent)
@@ -327,8 +325,6 @@ def load_hf_tokenizer(spec: str) -> HfTokenizer:
         return _loaded[loaded.name]
     if spec in _loaded:
         return _loaded[spec]
-    from needlebench.sources.inputs import remembered_paths
-
     label, sha = recorded["label"], recorded["sha"]
     candidates = remembered_paths(f"tokenizer:{sha}")
     if "/" in label or not Path(label).expanduser().is_dir():

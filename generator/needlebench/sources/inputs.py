@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 from needlebench.errors import NeedlebenchError
+from needlebench.sources.cache import tokens_dir
 
 #: Build options that may name a local file (or folder), and the option that re-points them in `verify`.
 LOCAL_INPUT_OPTIONS = {
@@ -105,9 +106,7 @@ def input_record(spec: str) -> dict:
 
 
 def _index_path() -> Path:
-    from needlebench.sources.tokenized import cache_dir
-
-    return Path(cache_dir()) / _INDEX
+    return tokens_dir() / _INDEX
 
 
 def _read_index() -> dict:

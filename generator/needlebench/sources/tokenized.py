@@ -38,9 +38,12 @@ from pathlib import Path
 
 import numpy as np
 
-from needlebench.sources.cache import cache_root
+from needlebench.errors import NeedlebenchError
+from needlebench.interrupts import pid_alive
+from needlebench.sources.cache import same_tag, signer, tokens_dir
 from needlebench.sources.corpus import Corpus
 from needlebench.sources.tokenizer import TextTokenizer
+from needlebench.sources.utf8 import utf8_offsets
 
 CACHE_FORMAT = 7
 
@@ -65,16 +68,8 @@ _FALLBACK_MEMO_CHARS = 8192
 
 
 def cache_dir() -> Path:
-    return cache_root() / "tokens"
-
-
-def _utf8_offsets(text: str) -> np.ndarray:
-    """Byte offset of every character position 0..len(text) in the UTF-8 encoding."""
-    codepoints = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    lengths = np.where(codepoints < 0x80, 1, np.where(codepoints < 0x800, 2, np.where(codepoints < 0x10000, 3, 4)))
-    offsets = np.zeros(len(codepoints) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return offsets
+    """The token cache folder (:func:`needlebench.sources.cache.tokens_dir`)."""
+    return tokens_dir()
 
 
 @dataclass
@@ -242,7 +237,7 @@ class TokenizedCorpus:
     @cached_property
     def _byte_offsets(self) -> np.ndarray | None:
         """UTF-8 byte offset of every char position; None for ASCII text (offsets equal positions)."""
-        return None if len(self.text_utf8) == len(self.text) else _utf8_offsets(self.text)
+        return None if len(self.text_utf8) == len(self.text) else utf8_offsets(self.text)
 
     def render_utf8(self, segments: list) -> bytes:
         """``render(segments).encode("utf-8")``, joined from byte spans of the corpus (no text is transcoded; the
@@ -298,7 +293,7 @@ def _hard_boundaries(text: str, ends: np.ndarray, tokens: np.ndarray, byte_lengt
     hard = ends[~prev_space]
     if hard[-1] != len(text):
         hard = np.append(hard, len(text))
-    char_bytes = _utf8_offsets(text)
+    char_bytes = utf8_offsets(text)
     token_ends = np.zeros(len(tokens) + 1, dtype=np.int64)
     np.cumsum(byte_lengths[tokens], out=token_ends[1:])
     hard_bytes = char_bytes[hard]
@@ -362,8 +357,6 @@ def _warn(message: str) -> None:
 
 def _tables_tag(tables: dict[str, np.ndarray], meta: dict) -> str:
     """HMAC-SHA256 (keyed by the user's secret) of the entry's record and arrays."""
-    from needlebench.sources.cache import signer
-
     digest = signer()
     digest.update(json.dumps(meta, sort_keys=True).encode("utf-8") + b"\x1f")
     for key in _TABLES:
@@ -439,8 +432,6 @@ def _read_entry(path: Path, text: str, tokenizer: TextTokenizer) -> tuple[dict |
         text, tokenizer
     ):
         return None, "was made from another text or tokenizer"
-    from needlebench.sources.cache import same_tag
-
     if not same_tag(meta.get("tag"), _tables_tag(tables, _entry_meta(text, tokenizer))):
         return None, "does not match its recorded tag"
     problem = check_tables(text, tokenizer, tables)
@@ -466,8 +457,6 @@ def _write_entry(path: Path, text: str, tokenizer: TextTokenizer, tables: dict[s
 @functools.cache
 def remove_cache_leftovers(folder: Path) -> list[str]:
     """Remove the temporary files killed processes left in the cache folder (once per process)."""
-    from needlebench.interrupts import pid_alive
-
     removed = []
     try:
         entries = list(folder.iterdir()) if folder.is_dir() else []
@@ -547,8 +536,6 @@ def tokenize_corpus(corpus: Corpus, tokenizer: TextTokenizer, copies: int = 1) -
     text = corpus.text
     tables = _load_or_compute(text, tokenizer)
     if len(tables["tokens"]) == 0:
-        from needlebench.errors import NeedlebenchError
-
         raise NeedlebenchError(f"haystack {corpus.name!r} has no tokens; it needs some text")
     if copies > 1:
         if _junction_is_clean(text, tables, tokenizer):

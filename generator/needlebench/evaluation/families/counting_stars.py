@@ -2,13 +2,94 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from needlebench.evaluation import scoring
 from needlebench.evaluation.families.base import EvalFamily
+from needlebench.evaluation.families.hooks import (
+    MEAN,
+    TaskTemplate,
+    agg_flat_mean,
+    prediction,
+    reference_prediction,
+)
+
+if TYPE_CHECKING:
+    from needlebench.tasks.grid import ConfigSpec
+
+
+# --------------------------------------------------------------------------------------------- lm-eval hooks
+
+
+def _star_lists(doc: Mapping[str, Any]) -> tuple[list[int], list[int] | None]:
+    wrong = doc.get("wrong_counts")
+    reasoning = scoring.normalize_task(doc["task_variant"]) == "reasoning"
+    return list(doc["star_counts"]), (list(wrong) if wrong and reasoning else None)
+
+
+def counting_stars_star_scores(doc: Mapping[str, Any], text: str) -> list[float]:
+    """Per-star scores (0..1, in star order) of a Counting-Stars row."""
+    stars, wrong = _star_lists(doc)
+    return scoring.star_scores(text, stars, wrong, doc["task_variant"], doc["language"])
+
+
+def counting_stars_reference_scores(doc: Mapping[str, Any], text: str) -> list[float]:
+    """Per-star scores of a Counting-Stars row as ``viz.ipynb`` computes them (0 where it would raise)."""
+    stars, wrong = _star_lists(doc)
+    return scoring.notebook_star_scores(text, stars, wrong, doc["task_variant"], doc["language"])
+
+
+def process_counting_stars(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
+    """Counting-Stars: the row score (mean over stars, 0..1) and the per-star scores kept for heatmaps, and
+    their reference twins (the notebook's parse-and-score rule)."""
+    stars = counting_stars_star_scores(doc, prediction(results))
+    reference = counting_stars_reference_scores(doc, reference_prediction(results))
+    return {
+        "star_score": math.fsum(stars) / len(stars) if stars else 0.0,
+        "per_star": stars,
+        "star_score_reference": math.fsum(reference) / len(reference) if reference else 0.0,
+        "per_star_reference": reference,
+    }
+
+
+def oracle_counts(doc: Mapping[str, Any]) -> str:
+    """The JSON object the question asks for, with every true count."""
+    return scoring.answer_json(doc["star_counts"], doc["language"])
+
+
+#: Tokens per star in the JSON answer (a number, a comma, a space) plus slack for the frame.
+TOKENS_PER_STAR = 8
+STAR_SLACK_TOKENS = 64
+
+#: The base budget is that of 32 stars; each config's budget is scaled by its stars (:meth:`max_gen_toks`).
+TEMPLATE = TaskTemplate(
+    "counting_stars",
+    "Counting-Stars",
+    process_counting_stars,
+    (
+        ("star_score", MEAN),
+        ("per_star", agg_flat_mean),
+        ("star_score_reference", MEAN),
+        ("per_star_reference", agg_flat_mean),
+    ),
+    TOKENS_PER_STAR * 32 + STAR_SLACK_TOKENS,
+    oracle_counts,
+)
 
 
 class CountingStars(EvalFamily):
     key = "counting_stars"
 
     # ------------------------------------------------------------------------------------ lm-eval task
+
+    edition_templates = {"v1": TEMPLATE}
+    group_metrics = {"v1": ("star_score",)}
+
+    def max_gen_toks(self, spec: ConfigSpec) -> int:
+        """Budgets scale with the number of stars."""
+        return TOKENS_PER_STAR * int(spec.stars or 0) + STAR_SLACK_TOKENS
 
     # ------------------------------------------------------------------------------------ end lm-eval task
 

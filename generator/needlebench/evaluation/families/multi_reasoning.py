@@ -2,13 +2,72 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from needlebench.evaluation import scoring
 from needlebench.evaluation.families.base import EvalFamily
+from needlebench.evaluation.families.hooks import MEAN, TaskTemplate, prediction, reference_prediction
+
+# --------------------------------------------------------------------------------------------- lm-eval hooks
+
+
+def process_multi_reasoning(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
+    """M-RS: the reference keyword score and the strict (whole answer contained) score, both 0..100, and the
+    keyword score on the reference's text (``reference_reference``)."""
+    text = prediction(results)
+    answer, language = doc["answer"], doc["language"]
+    return {
+        "reference": scoring.reasoning_reference_score(text, answer, language),
+        "strict": scoring.reasoning_strict_score(text, answer, language),
+        "reference_reference": scoring.reasoning_reference_score(reference_prediction(results), answer, language),
+    }
+
+
+def process_multi_reasoning_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
+    """v2 M-RS: 100 when the last ``\\boxed{}`` of the prediction, cleaned, is the eldest name."""
+    return {
+        "exact": scoring.boxed_exact_score(prediction(results), doc["answer"]),
+        "exact_reference": scoring.boxed_exact_score(reference_prediction(results), doc["answer"]),
+    }
+
+
+def oracle_answer(doc: Mapping[str, Any]) -> str:
+    """The answer itself: every keyword of it present."""
+    return str(doc["answer"])
+
+
+def oracle_boxed(doc: Mapping[str, Any]) -> str:
+    """The answer in the box the v2 scorer reads."""
+    return scoring.box(doc["answer"])
+
+
+TEMPLATE = TaskTemplate(
+    "multi_reasoning",
+    "M-RS (multi-needle reasoning)",
+    process_multi_reasoning,
+    (("reference", MEAN), ("strict", MEAN), ("reference_reference", MEAN)),
+    256,
+    oracle_answer,
+)
+#: v2 M-RS asks for reasoning ending in ``\\boxed{}``.
+TEMPLATE_V2 = TaskTemplate(
+    "v2_multi_reasoning",
+    "M-RS v2 (multi-needle reasoning)",
+    process_multi_reasoning_v2,
+    (("exact", MEAN), ("exact_reference", MEAN)),
+    1024,
+    oracle_boxed,
+)
 
 
 class MultiReasoning(EvalFamily):
     key = "multi_reasoning"
 
     # ------------------------------------------------------------------------------------ lm-eval task
+
+    edition_templates = {"v1": TEMPLATE, "v2": TEMPLATE_V2}
+    group_metrics = {"v1": ("reference", "strict"), "v2": ("exact",)}
 
     # ------------------------------------------------------------------------------------ end lm-eval task
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from needlebench.dataset.verify import read_manifest
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation import harness
 from needlebench.evaluation.families import eval_family
+from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
 from needlebench.tasks.experiment import SIZE_LABEL, ExperimentSpec, experiment_from_record
 from needlebench.tasks.grid import ConfigSpec, registry
 
@@ -631,11 +631,10 @@ def check_scoring(scoring: str) -> str:
 def _reference_twins(sample: Sample) -> dict[str, Any]:
     """A sample's ``*_reference`` metrics: as lm-eval logged them, or, for samples logged before they existed,
     computed from the logged output with the task's hook."""
-    logged = {name: value for name, value in sample.metrics.items() if name.endswith(harness.REFERENCE_SUFFIX)}
+    logged = {name: value for name, value in sample.metrics.items() if name.endswith(REFERENCE_SUFFIX)}
     if logged:
         return logged
-    template = harness.FAMILY_TEMPLATES[harness.template_key(sample.spec)]
-    hook = getattr(harness, template.process_results)
+    hook = eval_family(sample.spec.family).template(sample.spec).hook
     try:
         computed = hook(sample.doc, [sample.response])
     except (KeyError, TypeError, ValueError) as error:
@@ -643,7 +642,7 @@ def _reference_twins(sample: Sample) -> dict[str, Any]:
             f"cannot score row {sample.doc.get('id')!r} of {sample.spec.name} by the reference rules ({error!r}); "
             "its samples lack the *_reference metrics and its doc the columns to compute them: rerun the task"
         ) from None
-    return {name: value for name, value in computed.items() if name.endswith(harness.REFERENCE_SUFFIX)}
+    return {name: value for name, value in computed.items() if name.endswith(REFERENCE_SUFFIX)}
 
 
 def apply_scoring(results: Results, scoring: str) -> Results:
@@ -664,11 +663,11 @@ def apply_scoring(results: Results, scoring: str) -> Results:
             if sample.judged:
                 continue
             twins = _reference_twins(sample)
-            sample.metrics = {name.removesuffix(harness.REFERENCE_SUFFIX): value for name, value in twins.items()}
+            sample.metrics = {name.removesuffix(REFERENCE_SUFFIX): value for name, value in twins.items()}
         run.reported = {
-            name.removesuffix(harness.REFERENCE_SUFFIX): value
+            name.removesuffix(REFERENCE_SUFFIX): value
             for name, value in run.reported.items()
-            if name.endswith(harness.REFERENCE_SUFFIX)
+            if name.endswith(REFERENCE_SUFFIX)
         }
     return results
 

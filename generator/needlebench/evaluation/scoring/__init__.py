@@ -10,9 +10,11 @@ from needlebench.evaluation.scoring.atc import (
     extract_option,
     normalize_name,
     open_answer_score,
+    option_answer,
     option_letter_for,
 )
 from needlebench.evaluation.scoring.counting_stars import (
+    answer_json,
     counting_stars_score,
     normalize_task,
     parse_answer_list,
@@ -45,6 +47,7 @@ from needlebench.evaluation.scoring.retrieval import (
     single_retrieval_score,
 )
 from needlebench.evaluation.scoring.v2 import (
+    box,
     boxed_answer,
     boxed_exact_score,
     clean_boxed_answer,
@@ -68,6 +71,7 @@ __all__ = [
     # ATC
     "extract_option",
     "option_letter_for",
+    "option_answer",
     "circular_scores",
     "circular_item_correct",
     "complete_items",
@@ -83,8 +87,10 @@ __all__ = [
     "star_scores",
     "counting_stars_score",
     "normalize_task",
+    "answer_json",
     # NeedleBench v2
     "single_retrieval_v2_score",
+    "box",
     "boxed_answer",
     "boxed_exact_score",
     "clean_boxed_answer",

@@ -3,7 +3,8 @@
 * :func:`extract_option` pulls the chosen letter out of a multiple-choice answer
   (direct "Answer: X" / "回答: X" few-shot style, chain-of-thought
   "The answer is: X" / "所以答案是：X" style, bare letters, "C. name", ...).
-* :func:`circular_scores` implements CircularEval (fact sheet section 6.2):
+* :func:`circular_scores` implements CircularEval (``open-compass/opencompass:
+  opencompass/openicl/icl_evaluator/icl_circular_evaluator.py``):
   ``acc_1`` (ABCD rows only), ``acc`` (all rows) and ``perf_4`` (items whose
   every rotation is answered correctly), all on a 0..100 scale;
   :func:`complete_items` keeps only items that have all four rotations.
@@ -43,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import regex
 
 __all__ = [
+    "ANSWER_STATEMENTS",
     "BASE_ROTATION",
     "ROTATIONS",
     "atc_category_score",
@@ -54,6 +56,7 @@ __all__ = [
     "extract_option",
     "normalize_name",
     "open_answer_score",
+    "option_answer",
     "option_letter_for",
 ]
 
@@ -61,6 +64,22 @@ __all__ = [
 BASE_ROTATION = "ABCD"
 #: The four CircularEval rotations of an item.
 ROTATIONS = ("ABCD", "BCDA", "CDAB", "DABC")
+
+#: The answer statement of each prompt style and language, as the few-shot answers of the reference prompts write
+#: it (``direct``: "Answer: X"; ``reasoning``: the chain-of-thought ending "The answer is: X"), the first tier of
+#: :func:`extract_option`.
+ANSWER_STATEMENTS = {
+    ("direct", "en"): "Answer: {letter}",
+    ("direct", "zh"): "回答: {letter}",
+    ("reasoning", "en"): "The answer is: {letter}",
+    ("reasoning", "zh"): "所以答案是：{letter}",
+}
+
+
+def option_answer(letter: str, style: str, language: str) -> str:
+    """The statement choosing ``letter`` in a prompt style (``direct`` / ``reasoning``) and language."""
+    return ANSWER_STATEMENTS[(style, language)].format(letter=letter)
+
 
 # --------------------------------------------------------------------------- option extraction
 

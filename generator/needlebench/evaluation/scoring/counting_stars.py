@@ -35,7 +35,9 @@ import numpy as np
 from needlebench.evaluation.scoring.reasoning import normalize_language
 
 __all__ = [
+    "COUNT_KEY",
     "COUNT_KEYS",
+    "answer_json",
     "counting_stars_score",
     "normalize_task",
     "parse_answer_list",
@@ -44,8 +46,10 @@ __all__ = [
     "star_scores",
 ]
 
+#: The key the question of each language asks the counts under (either is accepted in both languages).
+COUNT_KEY = {"en": "little_penguin", "zh": "小企鹅"}
 #: Keys under which the counts are expected (English and Chinese prompts).
-COUNT_KEYS = ("little_penguin", "小企鹅")
+COUNT_KEYS = tuple(COUNT_KEY.values())
 
 _TASK_ALIASES = {
     "acquisition": "acquisition",
@@ -71,6 +75,11 @@ def normalize_task(task: str) -> str:
         return _TASK_ALIASES[key]
     except KeyError:
         raise ValueError(f"unknown Counting-Stars task {task!r}; expected 'acquisition' or 'reasoning'") from None
+
+
+def answer_json(counts: Sequence[int], language: str) -> str:
+    """The answer the question asks for: the counts under the language's key, e.g. ``{"little_penguin": [15, 117]}``."""
+    return json.dumps({COUNT_KEY[normalize_language(language)]: [int(count) for count in counts]}, ensure_ascii=False)
 
 
 # --------------------------------------------------------------------------- parsing

@@ -2,14 +2,13 @@
 
 Two scores are offered:
 
-* :func:`reasoning_reference_score` is the reference evaluator (fact sheet section 5,
-  ``NeedleBenchMultiEvaluator``) in both languages: the lowercased gold answer is split on
-  whitespace into keywords and the score is the share of keywords that are substrings of the
-  lowercased raw prediction. Nothing is normalised, so it equals the reference on every
-  prediction, including its quirks: English stop-words ("of", "the") give free credit; a Chinese
-  answer has no spaces, so it is one keyword and scores all or nothing (a partial substring,
-  reordered words or an answer interrupted by zero-width or fullwidth characters score 0; a long
-  ramble containing the answer scores 100).
+* :func:`reasoning_reference_score` is the reference evaluator (``NeedleBenchMultiEvaluator`` in
+  ``open-compass/opencompass: opencompass/datasets/needlebench/multi.py``) in both languages: the lowercased
+  gold answer is split on whitespace into keywords and the score is the share of keywords that are substrings of
+  the lowercased raw prediction. Nothing is normalised, so it equals the reference on every prediction,
+  including its quirks: English stop-words ("of", "the") give free credit; a Chinese answer has no spaces, so it
+  is one keyword and scores all or nothing (a partial substring, reordered words or an answer interrupted by
+  zero-width or fullwidth characters score 0; a long ramble containing the answer scores 100).
 * :func:`reasoning_strict_score` is an all-or-nothing containment check on normalised text (NFKC,
   lowercase, punctuation, whitespace and format characters such as zero-width spaces removed), the
   deliberate, robust alternative: fullwidth letters and zero-width characters no longer hide an

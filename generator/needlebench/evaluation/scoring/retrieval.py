@@ -1,7 +1,8 @@
 """NeedleBench v1 retrieval scoring (S-RT and M-RT), scale 0..100.
 
-Behaviour follows the reference evaluators described in the fact sheet
-(``needlebench_reference_spec.md`` sections 3 and 4):
+Behaviour follows the reference evaluators of OpenCompass (``open-compass/opencompass``):
+``NeedleBenchOriginEvaluator`` in ``opencompass/datasets/needlebench/origin.py`` (S-RT) and
+``NeedleBenchParallelEvaluator`` in ``opencompass/datasets/needlebench/parallel.py`` (M-RT):
 
 * S-RT: whitespace is removed from the prediction and from the reference (the
   needle text); the Levenshtein distance ``d`` (unit costs) gives

@@ -93,6 +93,11 @@ def clean_boxed_answer(text: str) -> str:
     return text.replace("~", " ")
 
 
+def box(answer: str) -> str:
+    """``answer`` in the form :func:`extract_boxed` reads: ``\\boxed{answer}``."""
+    return f"{_BOX}{{{answer}}}"
+
+
 def boxed_answer(prediction: str) -> str:
     """The cleaned content of the prediction's last box, or ``"None"``."""
     content = extract_boxed(prediction)

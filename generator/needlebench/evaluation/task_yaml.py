@@ -1,0 +1,64 @@
+"""lm-eval task YAML read and written as data: ``!function module.name`` tags kept as :class:`FunctionRef`.
+
+Every task file the project writes (``harness_tasks/needlebench``, ``needlebench tasks``, ``needlebench
+export-tasks``, the ``--reasoning`` overrides) is a dict dumped here, with the comment lines it starts with.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+
+class FunctionRef(str):
+    """A ``!function module.name`` scalar of an lm-eval YAML."""
+
+
+def function(name: str, module: str = "utils") -> FunctionRef:
+    """``!function utils.<name>``: a hook of the task folder's ``utils.py``."""
+    return FunctionRef(f"{module}.{name}")
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+class _Dumper(yaml.SafeDumper):
+    def choose_scalar_style(self) -> str:
+        # ``!function utils.name`` unquoted, as lm-eval's own YAMLs write it (PyYAML quotes tagged scalars)
+        if self.event.tag == "!function" and re.fullmatch(r"[A-Za-z_][\w.]*", self.event.value):
+            return ""
+        return super().choose_scalar_style()
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        # block sequences indented under their key, as lm-eval's YAMLs write them
+        super().increase_indent(flow, False)
+
+
+_Loader.add_constructor("!function", lambda loader, node: FunctionRef(loader.construct_scalar(node)))
+_Dumper.add_representer(FunctionRef, lambda dumper, data: dumper.represent_scalar("!function", str(data)))
+
+
+def load_yaml(text: str) -> dict[str, Any]:
+    """An lm-eval YAML (``!function`` tags kept as :class:`FunctionRef`)."""
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
+
+
+def dump_yaml(data: Mapping[str, Any], *comments: str) -> str:
+    """``data`` as YAML in insertion order, after ``comments`` (one ``# `` line each)."""
+    body = yaml.dump(dict(data), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1 << 16)
+    return "".join(f"# {comment}\n" for comment in comments) + body
+
+
+def function_refs(data: Any) -> list[str]:
+    """Every ``!function`` target in a loaded YAML, in order."""
+    if isinstance(data, FunctionRef):
+        return [str(data)]
+    if isinstance(data, Mapping):
+        return [ref for value in data.values() for ref in function_refs(value)]
+    if isinstance(data, list):
+        return [ref for value in data for ref in function_refs(value)]
+    return []
