@@ -20,7 +20,8 @@ from tqdm import tqdm
 
 from needlebench import __version__
 from needlebench.dataset.options import BuildOptions
-from needlebench.dataset.safe_folder import FORMAT, MANIFEST
+from needlebench.dataset.rows import iter_rows
+from needlebench.dataset.safe_folder import FORMAT, MANIFEST, read_manifest_file
 from needlebench.dataset.writer import (
     ShardStats,
     fingerprint_files,
@@ -28,14 +29,13 @@ from needlebench.dataset.writer import (
     write_shard,
 )
 from needlebench.errors import NeedlebenchError
-from needlebench.tasks.grid import ConfigSpec, get_config
+from needlebench.tasks.experiment import manifest_experiment_specs
+from needlebench.tasks.grid import ConfigSpec, get_config, register_config, registry
 
 FORMAT_VERSION = 1
-#: Sizes whose haystack configs get one Parquet shard per context length.
-_SHARD_PER_LENGTH_SIZES = ("128k", "200k", "256k", "1000k")
 _CHARS_PER_TOKEN = {"en": 4, "zh": 2}
 
-__all__ = ["BuildOptions", "build_dataset", "fingerprint_files", "read_manifest", "shard_plan"]
+__all__ = ["BuildOptions", "build_dataset", "fingerprint_files", "read_manifest", "register_experiments", "shard_plan"]
 
 
 @dataclass(frozen=True)
@@ -51,13 +51,8 @@ class Shard:
 
 
 def shard_plan(spec: ConfigSpec) -> list[Shard]:
-    """The shards of a config: one per context length for long haystack configs, else one."""
-    if spec.family in ("single", "multi_retrieval", "multi_reasoning") and spec.size in _SHARD_PER_LENGTH_SIZES:
-        groups = [(length,) for length in spec.lengths]
-    elif spec.family == "counting_stars" and spec.size == "1000k":
-        groups = [tuple(spec.lengths[i : i + 8]) for i in range(0, len(spec.lengths), 8)]
-    else:
-        groups = [None]
+    """The shards of a config, as its family groups its lengths (one per length for long haystack configs)."""
+    groups = spec.family_object.shard_groups(spec)
     return [Shard(spec.name, i, len(groups), lengths) for i, lengths in enumerate(groups)]
 
 
@@ -103,8 +98,6 @@ def _counted(rows):
 
 def _build_shard(shard: Shard, options: BuildOptions, folder: str, overlap: bool = True) -> ShardStats:
     """Write one shard; `overlap`: compress in a thread while generating (off in workers that share the cores)."""
-    from needlebench.dataset.rows import iter_rows
-
     spec = get_config(shard.config)
     rows = _counted(iter_rows(spec, options, shard.lengths, utf8_prompts=True))
     path = Path(folder) / shard.filename
@@ -115,17 +108,14 @@ def _build_shard(shard: Shard, options: BuildOptions, folder: str, overlap: bool
 def read_manifest(folder: Path) -> dict | None:
     """The folder's manifest, or None when it has none; a manifest that is not needlebench's, a malformed one
     (checked field by field) or one naming a file outside the folder or through a link is a one-line error
-    (:mod:`.safe_folder`)."""
-    from needlebench.dataset.safe_folder import read_manifest_file
+    (:mod:`.safe_folder`). Its experiment configs are not registered: :func:`register_experiments` does that."""
+    return read_manifest_file(Path(folder))
 
-    manifest = read_manifest_file(Path(folder))
-    if manifest is None:
-        return None
-    if manifest.get("experiments"):
-        from needlebench.tasks.experiment import register_manifest_experiments
 
-        register_manifest_experiments(manifest)
-    return manifest
+def register_experiments(manifest: dict | None) -> None:
+    """Make the experiment configs a manifest records resolvable by name (:func:`get_config`)."""
+    for spec in manifest_experiment_specs(manifest or {}):
+        register_config(spec)
 
 
 def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dict | None:
@@ -170,7 +160,7 @@ def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dic
 def _corpora(options: BuildOptions, specs: list[ConfigSpec]) -> dict:
     from needlebench.sources.haystacks import corpus_for
 
-    languages = sorted({spec.language for spec in specs if spec.family != "atc"})
+    languages = sorted({spec.language for spec in specs if spec.family_object.reads_haystack})
     return {language: corpus_for(options.haystack(language), language).describe() for language in languages}
 
 
@@ -208,6 +198,7 @@ def build_dataset(
         ) from None
     try:
         previous = _check_out_dir(out_dir, options, overwrite)
+        register_experiments(previous)  # the card lists the folder's experiment configs by name
         from needlebench.dataset.safe_folder import check_no_links
 
         for spec in specs:  # never written through a link: refused before any work
@@ -305,7 +296,7 @@ def _validate(specs: list[ConfigSpec], options: BuildOptions) -> None:
 
     for spec in specs:
         options.check_modes(spec)
-        if spec.family in ("single", "multi_retrieval", "multi_reasoning"):
+        if spec.family_object.haystack_grid:
             for length in spec.lengths:
                 effective_buffer(spec, length, options.settings_for(spec))
 
@@ -317,12 +308,13 @@ def _preload(specs: list[ConfigSpec], options: BuildOptions) -> None:
     from needlebench.tasks.haystack import tokenized_corpus
     from needlebench.tasks.sentence_table import sentence_points
 
-    for family in {spec.schema_family for spec in specs}:
-        schema_with_features(family)
+    for schema in {spec.schema_family for spec in specs}:
+        schema_with_features(schema)
     for spec in specs:
-        if spec.family in ("single", "multi_retrieval", "multi_reasoning", "counting_stars") and options.compat is None:
+        family = spec.family_object
+        if family.reads_haystack and options.compat is None:
             corpus = tokenized_corpus(spec, options.settings_for(spec))
-            if spec.family != "counting_stars":
+            if family.haystack_grid:
                 sentence_points(corpus)  # the placement's table, once for all workers
 
 
@@ -451,6 +443,4 @@ def _merge_manifest(
 
 
 def _registry_names() -> list[str]:
-    from needlebench.tasks.grid import registry
-
     return list(registry())

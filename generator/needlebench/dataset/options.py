@@ -112,33 +112,40 @@ class BuildOptions:
         spec = self.reasoning_needles_en if language == "en" else self.reasoning_needles_zh
         return resolve_input(spec, f"multi_needle_reasoning_{language}.json")
 
-    def settings_for(self, spec: ConfigSpec) -> HaystackSettings:
-        """What the family of a haystack config reads from these options, its inputs resolved: compat mode
-        opencompass reads the paper's files as local files, the default mode reads haystack specs itself."""
-        from needlebench.tasks.experiment import ExperimentSpec
+    def _haystack_read(self, language: str) -> str | None:
+        """The haystack a family reads: compat mode opencompass reads the paper's file as a local file, the default
+        mode reads the haystack spec itself."""
+        return self.haystack_file(language) if self.compat == "opencompass" else self.haystack(language)
 
-        if isinstance(spec, ExperimentSpec):  # its haystack is the recipe's (a recorded local one is located)
-            return replace(spec.settings(), tokenizer=self.tokenizer, haystack=self.haystack(spec.language))
+    def family_input(self, name: str | None, language: str) -> str | None:
+        """A family's needles input (:attr:`Family.needles_input`) of a language, resolved to what it reads."""
+        return self._FAMILY_INPUTS[name](self, language)
+
+    #: The family inputs by name: retrieval needles, reasoning needle sets, names list, none.
+    _FAMILY_INPUTS = {
+        "needles": lambda self, language: self.needles_file(),
+        "reasoning_needles": lambda self, language: self.reasoning_needles(language),
+        "names": lambda self, language: self.names_file(),
+        None: lambda self, language: None,
+    }
+
+    def settings_for(self, spec: ConfigSpec) -> HaystackSettings:
+        """What the family of a config reads from these options, its inputs resolved (its family says which:
+        :attr:`Family.needles_input`, :attr:`Family.reads_haystack`); a config with its own settings (an experiment)
+        keeps them."""
+        family = spec.family_object
         language = spec.language
-        compat = self.compat == "opencompass"
-        if spec.family == "multi_reasoning" and spec.is_v2:
-            needles = self.names_file()  # v2 M-RS builds its chains from the names list
-        elif spec.family == "multi_reasoning":
-            needles = self.reasoning_needles(language)
-        elif spec.family in ("single", "multi_retrieval"):
-            needles = self.needles_file()
-        else:
-            needles = None
-        return HaystackSettings(
+        settings = HaystackSettings(
             release_seed=self.release_seed,
-            haystack=self.haystack_file(language) if compat else self.haystack(language),
-            needles=needles,
+            haystack=self._haystack_read(language) if family.reads_haystack else None,
+            needles=self.family_input(family.needles_input.get(spec.edition), language),
             tokenizer=self.tokenizer,
             question_position=self.question_position,
             buffer=self.buffer,
             depths=self.depths,
             halve_full_buffer=self.compat is None,
         )
+        return family.settings(spec, settings)
 
     def pinned(self, corpora: dict) -> BuildOptions:
         """The same options with every Hub input pinned to a revision, so the recipe rebuilds the same bytes:

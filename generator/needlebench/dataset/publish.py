@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from needlebench.dataset.build import register_experiments
 from needlebench.dataset.card import ordered_configs, render_card, write_text_atomic
 from needlebench.dataset.verify import (
     MANIFEST_NAME,
@@ -126,6 +127,7 @@ def prepare_folder(folder: Path) -> dict[str, Any]:
     folder = Path(folder)
     recover_before_reading(folder)  # a replace a killed build committed is finished first, as a build would
     manifest = read_manifest(folder)
+    register_experiments(manifest)  # the card lists its experiment configs by name
     differences = check_files(folder, manifest, list(manifest["configs"]))
     if differences:
         name, reason = next(iter(differences.items()))

@@ -362,9 +362,9 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
         )
     source = resolve_source(metadata)
     if source["data_dir"] is not None:
-        from needlebench.dataset.build import read_manifest
+        from needlebench.dataset.build import read_manifest, register_experiments
 
-        read_manifest(Path(source["data_dir"]))  # registers the folder's experiment configs by name
+        register_experiments(read_manifest(Path(source["data_dir"])))  # its experiment configs, looked up by name
     spec = get_config(str(config))
     lengths = _context_length_filter(metadata.get("context_lengths"), spec)
     from needlebench.dataset.load import (
