@@ -3,12 +3,13 @@
 S-RT and M-RT of v2 are built here too (the reference v2 loaders differ only in their frames and in asking the
 question without the guide sentence); v2 M-RS and ATC are in :mod:`needlebench.compat.opencompass_v2`.
 
-What the reference does and this module replays (spec §2-§5): the haystack documents are shuffled in place with
-``random.seed(repeat)`` per repeat, so the order of repeat k results from the shuffles 0..k; documents are
-encoded one by one and concatenated without separators, cut to ``length - buffer - needle tokens`` and the
-needle tokens (``'\\n' + needle + '\\n'``) are inserted at raw token offsets, then the whole is decoded (which
-may split words or, in Chinese, characters). The repeat index alone seeds the needle choice. M-RT joins its
-questions with '、' in both languages. Python's `random` is replayed on a local `random.Random`.
+What the reference does and this module replays (open-compass/opencompass:
+``opencompass/datasets/needlebench/origin.py``, ``parallel.py`` and ``multi.py``): the haystack documents are shuffled
+in place with ``random.seed(repeat)`` per repeat, so the order of repeat k results from the shuffles 0..k; documents
+are encoded one by one and concatenated without separators, cut to ``length - buffer - needle tokens`` and the needle
+tokens (``'\\n' + needle + '\\n'``) are inserted at raw token offsets, then the whole is decoded (which may split
+words or, in Chinese, characters). The repeat index alone seeds the needle choice. M-RT joins its questions with '、'
+in both languages. Python's `random` is replayed on a local `random.Random`.
 
 Differences from the default mode are listed in the README. One thing cannot be replayed exactly: the
 reference shuffles the M-RT needle file with whatever global random state earlier loaders left; within a run,

@@ -18,19 +18,28 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from needlebench import __version__
+from needlebench import __version__, interrupts
+from needlebench.dataset import replace
+from needlebench.dataset.card import warm_up
 from needlebench.dataset.options import BuildOptions
+from needlebench.dataset.replace import CARD, leftovers, recover, report_foreign
 from needlebench.dataset.rows import iter_rows
-from needlebench.dataset.safe_folder import FORMAT, MANIFEST, read_manifest_file
+from needlebench.dataset.safe_folder import FORMAT, MANIFEST, check_no_links, read_manifest_file
+from needlebench.dataset.size_guard import check_size
 from needlebench.dataset.writer import (
     ShardStats,
     fingerprint_files,
     rows_per_group,
+    schema_with_features,
     write_shard,
 )
 from needlebench.errors import NeedlebenchError
+from needlebench.sources.haystacks import corpus_for
 from needlebench.tasks.experiment import manifest_experiment_specs
 from needlebench.tasks.grid import ConfigSpec, get_config, register_config, registry
+from needlebench.tasks.haystack import effective_buffer, tokenized_corpus
+from needlebench.tasks.sentence_table import sentence_points
+from needlebench.terminal import notice
 
 FORMAT_VERSION = 1
 _CHARS_PER_TOKEN = {"en": 4, "zh": 2}
@@ -74,7 +83,6 @@ def _set_row_counter(counter) -> None:
 
 def _worker_init(counter) -> None:
     """Initializer of build workers: interrupts are the parent's to handle; rows are counted for progress."""
-    from needlebench import interrupts
 
     interrupts.worker_init()
     _set_row_counter(counter)
@@ -123,7 +131,6 @@ def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dic
 
     A folder that is not a needlebench dataset (no manifest of ours) is never modified, with or without
     `overwrite`; our own leftovers (a killed build's staging folder) are finished or removed first."""
-    from needlebench.dataset.replace import CARD, leftovers, recover, report_foreign
 
     if not out_dir.exists():
         return None
@@ -158,7 +165,6 @@ def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dic
 
 
 def _corpora(options: BuildOptions, specs: list[ConfigSpec]) -> dict:
-    from needlebench.sources.haystacks import corpus_for
 
     languages = sorted({spec.language for spec in specs if spec.family_object.reads_haystack})
     return {language: corpus_for(options.haystack(language), language).describe() for language in languages}
@@ -183,12 +189,10 @@ def build_dataset(
     out_dir = Path(out_dir)
     _check_writable(out_dir)
     _validate(specs, options)
-    from needlebench.dataset.size_guard import check_size
 
     check_size(specs, out_dir, options.compression, max_tokens, options.depths)
     corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
     options = options.pinned(corpora)
-    from needlebench.dataset import replace
 
     try:
         lock = replace.lock_folder(out_dir) if out_dir.is_dir() else None
@@ -199,7 +203,6 @@ def build_dataset(
     try:
         previous = _check_out_dir(out_dir, options, overwrite)
         register_experiments(previous)  # the card lists the folder's experiment configs by name
-        from needlebench.dataset.safe_folder import check_no_links
 
         for spec in specs:  # never written through a link: refused before any work
             check_no_links(out_dir, f"data/{spec.name}", f"the build of {spec.name} into {out_dir}")
@@ -235,8 +238,6 @@ def _build_into(
     experiments: dict | None = None,
 ) -> dict:
     """Build into a staging folder inside `out_dir` (locked), then swap it in (:func:`.replace.commit`)."""
-    from needlebench import interrupts
-    from needlebench.dataset import replace
 
     staging: Path | None = None
 
@@ -292,7 +293,6 @@ def _check_writable(out_dir: Path) -> None:
 
 def _validate(specs: list[ConfigSpec], options: BuildOptions) -> None:
     """Checks that need no data: the compat mode and tokenizer against the configs, buffers against lengths."""
-    from needlebench.tasks.haystack import effective_buffer
 
     for spec in specs:
         options.check_modes(spec)
@@ -304,9 +304,6 @@ def _validate(specs: list[ConfigSpec], options: BuildOptions) -> None:
 def _preload(specs: list[ConfigSpec], options: BuildOptions) -> None:
     """Load and tokenise the corpora (and the schemas, which import `datasets`) in the parent, so forked
     workers share them instead of reloading."""
-    from needlebench.dataset.writer import schema_with_features
-    from needlebench.tasks.haystack import tokenized_corpus
-    from needlebench.tasks.sentence_table import sentence_points
 
     for schema in {spec.schema_family for spec in specs}:
         schema_with_features(schema)
@@ -338,8 +335,6 @@ def _build_all(
             finally:
                 _set_row_counter(None)
         else:
-            from needlebench import interrupts
-
             context = multiprocessing.get_context("fork")
             counter = context.Value("q", 0)
             pool = ProcessPoolExecutor(
@@ -378,7 +373,6 @@ def _capped(num_proc: int, shards: int) -> int:
         cpus = os.cpu_count() or 1
     if num_proc <= min(shards, cpus):
         return num_proc
-    from needlebench.terminal import notice
 
     if shards <= cpus:
         notice(f"--num-proc {num_proc} capped at {shards}: the build has {shards} shard{'s' if shards > 1 else ''}")
@@ -391,7 +385,6 @@ def _warm_card_in_background() -> bool:
     import threading
 
     def warm() -> None:
-        from needlebench.dataset.card import warm_up
 
         try:
             warm_up()

@@ -21,10 +21,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from needlebench.dataset.experiment_card import experiments_markdown
+from needlebench.dataset.safe_folder import check_name
 from needlebench.errors import NeedlebenchError
 from needlebench.resources import card_template
 from needlebench.tasks.families import FAMILIES
 from needlebench.tasks.grid import EDITIONS, ConfigSpec, get_config, registry
+from needlebench.tasks.schema import features_yaml
 
 #: Environment variable naming another card template (a Jinja Markdown file like the default one).
 TEMPLATE_ENV = "NEEDLEBENCH_CARD_TEMPLATE"
@@ -144,8 +146,6 @@ def _file_sizes(folder: Path | None, files: Iterable[str]) -> tuple[int, int]:
         return 0, 0
     import pyarrow.parquet as pq
 
-    from needlebench.dataset.safe_folder import check_name
-
     download = uncompressed = 0
     for name in files:
         path = folder / check_name(folder, name, f"the card of {folder}")
@@ -161,7 +161,6 @@ def _file_sizes(folder: Path | None, files: Iterable[str]) -> tuple[int, int]:
 def dataset_info_entry(name: str, entry: Mapping[str, Any], folder: Path | None) -> dict[str, Any]:
     """The ``dataset_info`` YAML item of one config: features of its family and the test split size (what
     ``datasets.DatasetInfo._to_yaml_dict`` writes, built without importing `datasets`: a test checks both agree)."""
-    from needlebench.tasks.schema import features_yaml
 
     download, uncompressed = _file_sizes(folder, entry.get("files", []))
     split = {"name": SPLIT, "num_bytes": uncompressed, "num_examples": int(entry["rows"])}

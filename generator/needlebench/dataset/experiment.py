@@ -13,7 +13,7 @@ from pathlib import Path
 from needlebench.dataset.build import build_dataset
 from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
-from needlebench.sources.tokenizer import DEFAULT_TOKENIZER
+from needlebench.sources.tokenizer import DEFAULT_TOKENIZER, canonical_tokenizer
 from needlebench.tasks.experiment import (
     Experiment,
     load_experiment,
@@ -31,7 +31,6 @@ def experiment_options(experiment: Experiment, compression: str = "zstd") -> Bui
 def with_tokenizer(experiment: Experiment, where: str, tokenizer: str | None = None) -> Experiment:
     """The experiment with its tokenizer in recorded form (``hf:LABEL@sha256:HEX``); `tokenizer` (the command
     line's) applies when the file names none, and must be the same tokenizer when it does."""
-    from needlebench.sources.tokenizer import canonical_tokenizer
 
     try:
         recorded = canonical_tokenizer(experiment.tokenizer)

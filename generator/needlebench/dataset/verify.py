@@ -23,6 +23,7 @@ from needlebench.dataset.build import BuildOptions, build_dataset, register_expe
 from needlebench.dataset.build import read_manifest as read_build_manifest
 from needlebench.dataset.card import data_files_pattern, is_loaded_file
 from needlebench.dataset.options import RecipeError, check_recipe
+from needlebench.dataset.replace import recover_before_reading
 from needlebench.dataset.safe_folder import check_manifest
 from needlebench.dataset.writer import fingerprint_files
 from needlebench.errors import NeedlebenchError
@@ -161,7 +162,6 @@ def verify_folder(
 
     ``label`` names the dataset in error messages (default: the folder's manifest path).
     """
-    from needlebench.dataset.replace import recover_before_reading
 
     folder = Path(folder)
     recover_before_reading(folder)  # a replace a killed build committed is finished first, as a build would

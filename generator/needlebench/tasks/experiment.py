@@ -23,15 +23,18 @@ from pathlib import Path
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED, derive_seed
 from needlebench.sources.haystacks import window_start_hint
+from needlebench.sources.inputs import input_record, is_input_record, is_local_spec
 from needlebench.sources.tokenizer import DEFAULT_TOKENIZER
 from needlebench.tasks.families import FAMILIES, ConfigSpec, Grid, family_of, multi_reasoning, multi_retrieval, single
 from needlebench.tasks.grid import register_config, registry
 from needlebench.tasks.haystack import base_row, cells_of, tokenized_corpus
 from needlebench.tasks.multi_reasoning import reasoning_question
+from needlebench.tasks.needle_file import load_needles_file
 from needlebench.tasks.needles import splice_guide
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import CONTEXT_SLOT, frame_parts, prompt_data
 from needlebench.tasks.settings import HaystackSettings
+from needlebench.yamlload import UserYamlError, load_user_yaml
 
 #: Experiment kinds: the haystack families.
 KINDS = tuple(key for key, entry in FAMILIES.items() if entry.haystack_grid)
@@ -47,7 +50,9 @@ def experiment_schema() -> dict:
 
 
 def generate_depth_percents(n: int, spacing: str = "linear") -> tuple[float, ...]:
-    """`n` depths from 0 to 100: linear, or the reference's sigmoid of the linear points (spec §2)."""
+    """`n` depths from 0 to 100: linear, or the reference's sigmoid of the linear points (``generate_depth_percents``
+    in open-compass/opencompass: ``opencompass/configs/datasets/needlebench/needlebench_4k/needlebench_single_4k.py``).
+    """
     if n == 1:
         linear = [0.0]
     else:
@@ -300,8 +305,6 @@ def load_experiment(path: str | Path) -> Experiment:
     """Read and validate an experiment YAML file (strictly: no aliases, no key given twice)."""
     import yaml
 
-    from needlebench.yamlload import UserYamlError, load_user_yaml
-
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -435,8 +438,6 @@ def _parse_needles(data: dict, kind: str, language: str, where: str, base: Path 
                 raise _fail(where, f"needles.{i}", item, f"a needle sentence (string) for {kind}")
         return tuple(ExperimentNeedle(text.strip(), "", "", "") for text in data["needles"])
     if has_file:
-        from needlebench.tasks.needle_file import load_needles_file
-
         path = Path(data["needles_file"])
         if not path.is_absolute() and base is not None:
             path = base / path
@@ -471,7 +472,6 @@ def _check_keywords(needles: list[ExperimentNeedle], where: str) -> None:
 
 def _recorded_haystack(spec: str) -> str | dict:
     """A haystack spec as a manifest records it: a local path becomes its {file, kind, size, sha256} record."""
-    from needlebench.sources.inputs import input_record, is_local_spec
 
     return input_record(spec) if is_local_spec(spec) else spec
 
@@ -479,7 +479,6 @@ def _recorded_haystack(spec: str) -> str | dict:
 def experiment_from_record(record: dict) -> Experiment:
     """An experiment recorded in a manifest (:meth:`Experiment.to_record`). A recorded local haystack is kept as
     its record: the build reads the recipe's haystack (located by hash, or `verify --haystack-en/-zh PATH`)."""
-    from needlebench.sources.inputs import is_input_record
 
     data = dict(record)
     recorded = data.get("haystack")
