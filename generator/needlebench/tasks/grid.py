@@ -1,10 +1,10 @@
-"""The papers' parameter grids and the registry of dataset configs.
+"""The registry of dataset configs, and the grid names other stages import.
 
 Every config of the dataset is a :class:`ConfigSpec`; its name is the Hub config name and, prefixed with
-``needlebench_``, the lm-eval task name. The NeedleBench numbers are the reference v1 table (lengths, depth lists,
-buffers per task and language, repeats); the Counting-Stars numbers are the paper's. NeedleBench v2 (the version
-OpenCompass runs today, reference ``configs/datasets/needlebench_v2/``) has its own configs, named ``v2_*``, with
-the v2 lengths, the 11 depths 0, 10, ..., 100 at every size and one buffer per language and size.
+``needlebench_``, the lm-eval task name. Each family's grid (the reference v1 table of lengths, depth lists, buffers
+and repeats, the v2 grid of configs named ``v2_*``, the Counting-Stars paper's lengths), configs and build modes
+live in its family object (:mod:`needlebench.tasks.families`); the names below are derived from those objects or
+re-exported from them.
 """
 
 from __future__ import annotations

@@ -56,6 +56,8 @@ ZH_BUFFER = 200
 #: v2 buffers: English 500 at 4k/8k and 3000 from 32k, the same for S-RT, M-RT and M-RS.
 V2_BUFFERS_EN = {"4k": 500, "8k": 500}
 V2_BUFFER_EN_DEFAULT = 3000
+#: The v2 English buffers as the families' tables hold them: by size, and for the sizes not listed.
+V2_EN_BUFFERS = (V2_BUFFERS_EN, V2_BUFFER_EN_DEFAULT)
 
 #: The haystack grid of each edition: lengths by size, depths by size.
 HAYSTACK_LENGTHS = {"v1": CONTEXT_LENGTHS, "v2": V2_CONTEXT_LENGTHS}
@@ -221,8 +223,10 @@ class Family:
     #: Does the build read a haystack corpus for it; is it a length x depth grid in a haystack with a buffer.
     reads_haystack: bool = True
     haystack_grid: bool = False
-    #: Does each depth of the grid give its own rows (S-RT, M-RS), or place needles in one row (M-RT).
+    #: Does each depth of the grid give its own rows (S-RT, M-RS), or place needles in one row (M-RT); does each
+    #: needle count give its own rows (M-RS).
     row_per_depth: bool = False
+    row_per_needle_count: bool = False
     #: Experiments of this kind put one sampled needle in each prompt (else every needle); their needles are
     #: sentences of one chain with one question, answer and keyword (else each needle has its own).
     one_needle_per_prompt: bool = False
@@ -360,7 +364,7 @@ class HaystackFamily(Family):
     haystack_grid = True
     lengths_per_shard = dict.fromkeys(LONG_SIZES, 1)
     #: English length buffer by edition: by size, and for the sizes not listed (reference configs).
-    en_buffers: Mapping[str, tuple[Mapping[str, int], int]] = {"v2": (V2_BUFFERS_EN, V2_BUFFER_EN_DEFAULT)}
+    en_buffers: Mapping[str, tuple[Mapping[str, int], int]] = {"v2": V2_EN_BUFFERS}
 
     def grid_lengths(self, spec: ConfigSpec) -> tuple[int, ...]:
         return HAYSTACK_LENGTHS[spec.edition][spec.size]
@@ -376,16 +380,18 @@ class HaystackFamily(Family):
         by_size, default = self.en_buffers[edition]
         return {"zh": ZH_BUFFER}.get(language, by_size.get(size, default))
 
-    def _depth_factor(self, spec: ConfigSpec) -> int:
-        return len(spec.depths) if self.row_per_depth else 1
+    def _rows_per_cell(self, spec: ConfigSpec) -> int:
+        """Rows of one (length, repeat) cell: one per depth and needle count where each gives its own rows."""
+        depths = len(spec.depths) if self.row_per_depth else 1
+        return depths * (len(spec.needle_counts) if self.row_per_needle_count else 1)
 
     def count_rows(self, spec: ConfigSpec) -> int:
-        return len(spec.lengths) * self._depth_factor(spec) * len(spec.needle_counts) * spec.repeats
+        return len(spec.lengths) * self._rows_per_cell(spec) * spec.repeats
 
     def count_tokens(self, spec: ConfigSpec) -> int:
         """Haystack + needles of each length in the default build (a buffer not below the length is halved)."""
         buffer = spec.buffer
-        per_length = self._depth_factor(spec) * spec.repeats * len(spec.needle_counts)
+        per_length = self._rows_per_cell(spec) * spec.repeats
         return sum(length - buffer if buffer < length else length // 2 for length in spec.lengths) * per_length
 
     def configs(self, edition: str) -> list[ConfigSpec]:

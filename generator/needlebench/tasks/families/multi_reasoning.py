@@ -9,8 +9,7 @@ from collections.abc import Mapping
 
 from needlebench.tasks.families.base import (
     HAYSTACK_COLUMNS,
-    V2_BUFFER_EN_DEFAULT,
-    V2_BUFFERS_EN,
+    V2_EN_BUFFERS,
     ConfigSpec,
     HaystackFamily,
     RowGenerator,
@@ -28,8 +27,9 @@ class MultiReasoning(HaystackFamily):
     compat = ("opencompass",)
     cell_repeats = 10
     row_per_depth = True
+    row_per_needle_count = True
     chain_needles = True
-    en_buffers = {"v1": ({"4k": 600, "8k": 1000, "32k": 3000}, 600), "v2": (V2_BUFFERS_EN, V2_BUFFER_EN_DEFAULT)}
+    en_buffers = {"v1": ({"4k": 600, "8k": 1000, "32k": 3000}, 600), "v2": V2_EN_BUFFERS}
     needles_input = {"v1": "reasoning_needles", "v2": "names"}
     needle_spacing = REASONING_NEEDLE_SPACING
     card_text = {

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 
 from needlebench.tasks.families.base import (
     HAYSTACK_COLUMNS,
-    V2_BUFFER_EN_DEFAULT,
-    V2_BUFFERS_EN,
+    V2_EN_BUFFERS,
     ConfigSpec,
     HaystackFamily,
     RowGenerator,
@@ -21,7 +20,7 @@ class MultiRetrieval(HaystackFamily):
     schemas = {"multi_retrieval": {**HAYSTACK_COLUMNS, "num_needles": "int64"}}
     compat = ("opencompass",)
     cell_repeats = 25
-    en_buffers = {"v1": ({"4k": 1000, "8k": 1300, "32k": 3000}, 3000), "v2": (V2_BUFFERS_EN, V2_BUFFER_EN_DEFAULT)}
+    en_buffers = {"v1": ({"4k": 1000, "8k": 1300, "32k": 3000}, 3000), "v2": V2_EN_BUFFERS}
     needles_input = {"v1": "needles", "v2": "needles"}
     card_text = {
         "v1": (

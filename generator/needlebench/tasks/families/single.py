@@ -6,8 +6,7 @@ from collections.abc import Mapping
 
 from needlebench.tasks.families.base import (
     HAYSTACK_COLUMNS,
-    V2_BUFFER_EN_DEFAULT,
-    V2_BUFFERS_EN,
+    V2_EN_BUFFERS,
     HaystackFamily,
     RowGenerator,
 )
@@ -21,7 +20,7 @@ class Single(HaystackFamily):
     cell_repeats = 10
     row_per_depth = True
     one_needle_per_prompt = True
-    en_buffers = {"v1": ({"4k": 600, "8k": 800, "32k": 3000}, 600), "v2": (V2_BUFFERS_EN, V2_BUFFER_EN_DEFAULT)}
+    en_buffers = {"v1": ({"4k": 600, "8k": 800, "32k": 3000}, 600), "v2": V2_EN_BUFFERS}
     needles_input = {"v1": "needles", "v2": "needles"}
     card_text = {
         "v1": (
