@@ -48,7 +48,7 @@ from needlebench.tasks.families.counting_stars import (
     STAR_COUNTS,
     counting_stars_lengths,
 )
-from needlebench.tasks.families.multi_reasoning import REASONING_NEEDLE_COUNTS, REASONING_NEEDLE_SPACING
+from needlebench.tasks.families.multi_reasoning import REASONING_NEEDLE_COUNTS
 
 __all__ = [
     "ATC_EXTENDED_NEEDLE_COUNTS",
@@ -69,7 +69,6 @@ __all__ = [
     "LANGUAGES",
     "MIN_TOKENS_PER_STAR",
     "REASONING_NEEDLE_COUNTS",
-    "REASONING_NEEDLE_SPACING",
     "SIZES",
     "STAR_COUNTS",
     "V2_ATC_QUESTION_TYPES",

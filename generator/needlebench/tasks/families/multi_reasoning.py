@@ -15,9 +15,9 @@ from needlebench.tasks.families.base import (
     RowGenerator,
 )
 
-#: Needle counts of the grid and the spacing between consecutive needles in percent of the haystack.
+#: Needle counts of the grid (the spacing of a chain's needles is the generator's:
+#: :data:`needlebench.tasks.multi_reasoning.REASONING_NEEDLE_SPACING`).
 REASONING_NEEDLE_COUNTS = (2, 3, 4, 5)
-REASONING_NEEDLE_SPACING = 10
 
 
 class MultiReasoning(HaystackFamily):
@@ -31,7 +31,6 @@ class MultiReasoning(HaystackFamily):
     chain_needles = True
     en_buffers = {"v1": ({"4k": 600, "8k": 1000, "32k": 3000}, 600), "v2": V2_EN_BUFFERS}
     needles_input = {"v1": "reasoning_needles", "v2": "names"}
-    needle_spacing = REASONING_NEEDLE_SPACING
     card_text = {
         "v1": (
             "Multi-Needle Reasoning. Two to five related needles (a derivation chain) are placed 10% of the haystack "
