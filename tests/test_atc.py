@@ -10,6 +10,9 @@ from collections import defaultdict
 
 import pytest
 
+from needlebench.compat.opencompass_atc import atc_rows as compat_atc_rows
+from needlebench.compat.opencompass_atc import reference_item, reference_items
+from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.tokenizer import get_tokenizer
 from needlebench.tasks.atc import (
@@ -19,8 +22,6 @@ from needlebench.tasks.atc import (
     few_shot_names,
     generated_turns,
     iter_atc_rows,
-    reference_item,
-    reference_items,
 )
 from needlebench.tasks.grid import ATC_ROTATIONS, ConfigSpec, get_config
 from needlebench.tasks.names import builtin_names, load_names
@@ -323,7 +324,7 @@ def test_compat_rows_use_reference_items_and_shots(tmp_path):
     zh = ",".join(builtin_names("zh")[:30])
     path = write_names(tmp_path / "names.json", en, zh)
     digest = hashlib.sha256((tmp_path / "names.json").read_bytes()).hexdigest()[:12]
-    rows = list(iter_atc_rows(get_config("atc_en_reasoning"), names_path=path, compat="opencompass"))
+    rows = list(compat_atc_rows(get_config("atc_en_reasoning"), names_path=path))
     assert len(rows) == get_config("atc_en_reasoning").num_rows
     all_names = load_names(path, "en")
     for row in rows:
@@ -336,7 +337,7 @@ def test_compat_rows_use_reference_items_and_shots(tmp_path):
         assert row["keywords"] == [item.answer] and row["needles"] == list(item.needles)
         # The reference strips the question, so a leading-space name loses its space (reproduced on purpose).
         assert row["question"].startswith("".join(row["needles"]).strip() + " \n")
-    open_rows = list(iter_atc_rows(get_config("atc_zh_open"), names_path=path, compat="opencompass"))
+    open_rows = list(compat_atc_rows(get_config("atc_zh_open"), names_path=path))
     assert len(open_rows) == get_config("atc_zh_open").num_rows
     for row in open_rows:
         eldest, _, _ = solve(row["prompt"], "zh", open_ended=True)
@@ -389,7 +390,7 @@ def test_bad_needle_counts_compat_and_configs(tmp_path):
         with pytest.raises(NeedlebenchError):
             reference_item(names, bad, "en", 0)
     with pytest.raises(NeedlebenchError) as error:
-        list(iter_atc_rows(get_config("atc_en"), compat="lm-eval"))
+        BuildOptions(compat="lm-eval")
     assert "'lm-eval'" in one_line(error) and "opencompass" in str(error.value)
     with pytest.raises(NeedlebenchError) as error:
         list(iter_atc_rows(get_config("single_en_4k")))
@@ -399,7 +400,7 @@ def test_bad_needle_counts_compat_and_configs(tmp_path):
         list(iter_atc_rows(get_config("atc_en"), names_path=small))
     assert "names" in one_line(error)
     with pytest.raises(NeedlebenchError):
-        list(iter_atc_rows(get_config("atc_en"), names_path=small, compat="opencompass"))
+        list(compat_atc_rows(get_config("atc_en"), names_path=small))
     with pytest.raises(NeedlebenchError):
         atc_item(3, "en", 0, names[:3])
     spec = ConfigSpec("atc_en", "atc", "en", variant="sideways")

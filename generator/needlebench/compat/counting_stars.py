@@ -1,4 +1,6 @@
-"""Counting-Stars, compat mode: the reference notebook's construction (word/character lengths x0.8/x0.7, fixed star lists, approximate offsets), replayed byte for byte."""
+"""Counting-Stars, compat mode: the reference notebook's construction (``nick7nlp/Counting-Stars:
+gen_test_data.ipynb``: word/character lengths x0.8/x0.7, fixed star lists, approximate offsets), replayed byte for
+byte."""
 
 from __future__ import annotations
 
@@ -32,9 +34,8 @@ from needlebench.tasks.counting_stars import (
     star_row,
     star_sentence,
 )
-from needlebench.tasks.grid import (
-    ConfigSpec,
-)
+from needlebench.tasks.families import counting_stars
+from needlebench.tasks.families.base import ConfigSpec
 from needlebench.tasks.settings import HaystackSettings
 
 
@@ -291,7 +292,7 @@ def _compat_rows(
 
 
 def counting_stars_rows(
-    spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...] | None = None
+    spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...] | None = None, utf8_prompts: bool = False
 ) -> Iterator[dict]:
     """Rows of a Counting-Stars config built as the reference notebook builds them (M=32 only), one per context
     length (only `lengths` when given), in grid order."""
@@ -306,3 +307,7 @@ def counting_stars_rows(
         settings.haystack, spec.language, settings.tokenizer, _compat_units(spec, max(spec.lengths))
     )
     return _compat_rows(spec, settings, haystack, [_compat_cell(spec, settings, length) for length in chosen])
+
+
+#: This module's generators: (family key, mode, edition) -> rows.
+GENERATORS = {(counting_stars.FAMILY.key, COMPAT_MODE, "v1"): counting_stars_rows}

@@ -3,12 +3,13 @@
 S-RT and M-RT of v2 are built here too (the reference v2 loaders differ only in their frames and in asking the
 question without the guide sentence); v2 M-RS and ATC are in :mod:`needlebench.compat.opencompass_v2`.
 
-What the reference does and this module replays (spec §2-§5): the haystack documents are shuffled in place with
-``random.seed(repeat)`` per repeat, so the order of repeat k results from the shuffles 0..k; documents are
-encoded one by one and concatenated without separators, cut to ``length - buffer - needle tokens`` and the
-needle tokens (``'\\n' + needle + '\\n'``) are inserted at raw token offsets, then the whole is decoded (which
-may split words or, in Chinese, characters). The repeat index alone seeds the needle choice. M-RT joins its
-questions with '、' in both languages. Python's `random` is replayed on a local `random.Random`.
+What the reference does and this module replays (open-compass/opencompass:
+``opencompass/datasets/needlebench/origin.py``, ``parallel.py`` and ``multi.py``): the haystack documents are shuffled
+in place with ``random.seed(repeat)`` per repeat, so the order of repeat k results from the shuffles 0..k; documents
+are encoded one by one and concatenated without separators, cut to ``length - buffer - needle tokens`` and the needle
+tokens (``'\\n' + needle + '\\n'``) are inserted at raw token offsets, then the whole is decoded (which may split
+words or, in Chinese, characters). The repeat index alone seeds the needle choice. M-RT joins its questions with '、'
+in both languages. Python's `random` is replayed on a local `random.Random`.
 
 Differences from the default mode are listed in the README. One thing cannot be replayed exactly: the
 reference shuffles the M-RT needle file with whatever global random state earlier loaders left; within a run,
@@ -30,8 +31,10 @@ from needlebench.errors import NeedlebenchError
 from needlebench.sources.corpus import read_jsonl_documents
 from needlebench.sources.haystacks import corpus_for
 from needlebench.sources.tokenizer import get_tokenizer
-from needlebench.tasks.grid import REASONING_NEEDLE_SPACING, ConfigSpec
+from needlebench.tasks.families import multi_reasoning, multi_retrieval, single
+from needlebench.tasks.families.base import ConfigSpec
 from needlebench.tasks.haystack import effective_buffer
+from needlebench.tasks.multi_reasoning import REASONING_NEEDLE_SPACING
 from needlebench.tasks.needle_bank import needle_bank
 from needlebench.tasks.needle_file import load_needles_file
 from needlebench.tasks.needles import LANGUAGE_NAMES, splice_guide
@@ -41,6 +44,9 @@ from needlebench.tasks.reasoning_needles import (
     load_reasoning_file,
 )
 from needlebench.tasks.settings import HaystackSettings
+
+#: The question of each edition: v1 splices the guide sentence in, v2 asks it as it stands.
+GUIDED_QUESTION = {"v1": splice_guide, "v2": lambda question, language: question}
 
 
 @dataclass(frozen=True)
@@ -171,11 +177,10 @@ def single_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) -> Iterat
                 point = int(len(tokens) * (depth / 100))
                 context = encoding.decode(tokens[:point] + needle_tokens + tokens[point:])
                 question = record["retrieval_question"]
-                if not spec.is_v2:  # v2 asks the question as it stands
-                    question = splice_guide(question, spec.language)
+                question = GUIDED_QUESTION[spec.edition](question, spec.language)  # v2: as it stands
                 yield {
                     "id": f"{spec.name}-L{length}-d{depth:g}-r{repeat}",
-                    **_row(spec, settings, length, buffer, repeat, context, question, "single", {}),
+                    **_row(spec, settings, length, buffer, repeat, context, question, spec.family, {}),
                     "depth_percent": float(depth),
                     "needle_depths": [100.0 * point / len(tokens) if tokens else 0.0],
                     "answer": needle + "*" + record["arg2"],
@@ -240,8 +245,7 @@ def multi_retrieval_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
             questions = "、".join(item["retrieval_question"].split(stop)[0] + stop for item in needles)
             formats = "、".join(item["retrieval_question"].split("'")[1].split(period)[0] for item in needles)
             question = questions + lead + formats + fmt
-            if not spec.is_v2:
-                question = splice_guide(question, spec.language)
+            question = GUIDED_QUESTION[spec.edition](question, spec.language)
             needle_tokens = [encoding.encode_ordinary(text) for text in wrapped]
             tokens = _accumulate(inputs, order, max(0, length - buffer - sum(map(len, needle_tokens))))
             points = [int(len(tokens) * (depth / 100)) for depth in depths]
@@ -254,7 +258,7 @@ def multi_retrieval_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
             base_tokens = len(tokens) - inserted
             yield {
                 "id": f"{spec.name}-L{length}-r{repeat}",
-                **_row(spec, settings, length, buffer, repeat, context, question, "multi_retrieval", {}),
+                **_row(spec, settings, length, buffer, repeat, context, question, spec.family, {}),
                 "depth_percent": None,
                 "needle_depths": [100.0 * min(p, base_tokens) / base_tokens if base_tokens else 0.0 for p in points],
                 "answer": "*".join(item["arg2"] for item in needles) + "#" + "*".join(f"{d:g}" for d in depths),
@@ -313,7 +317,7 @@ def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
                             repeat,
                             encoding.decode(tokens),
                             question,
-                            "multi_reasoning",
+                            spec.family,
                             {},
                         ),
                         "depth_percent": float(depth),
@@ -330,14 +334,37 @@ def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
 COMPAT_BOUNDARY = "compat"
 
 
-def rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
-    """Rows of a haystack config for `lengths`, in the reference's loop order (length, depth, repeat)."""
-    generators = {
-        "single": single_rows,
-        "multi_retrieval": multi_retrieval_rows,
-        "multi_reasoning": multi_reasoning_rows,
-    }
-    for row in generators[spec.family](spec, settings, lengths):
-        # raw token offsets, as the reference inserts them: no boundary is chosen
+MODE = "opencompass"
+
+
+def with_compat_boundaries(rows: Iterator[dict]) -> Iterator[dict]:
+    """The rows with the needle boundary of raw token offsets: the reference inserts needles there, choosing none."""
+    for row in rows:
         row["needle_boundaries"] = [COMPAT_BOUNDARY] * len(row["needles"])
         yield row
+
+
+#: The v1 loaders of each haystack family (v2 S-RT and M-RT use them too: :mod:`.opencompass_v2`).
+HAYSTACK_ROWS = {
+    single.FAMILY.key: single_rows,
+    multi_retrieval.FAMILY.key: multi_retrieval_rows,
+    multi_reasoning.FAMILY.key: multi_reasoning_rows,
+}
+
+
+def rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
+    """Rows of a v1 haystack config for `lengths`, in the reference's loop order (length, depth, repeat)."""
+    return with_compat_boundaries(HAYSTACK_ROWS[spec.family](spec, settings, lengths))
+
+
+def as_generator(loader):
+    """A loader as a row generator (the common signature; compat prompts are always text)."""
+
+    def generate(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...], utf8_prompts: bool):
+        return with_compat_boundaries(loader(spec, settings, lengths))
+
+    return generate
+
+
+#: This module's generators: (family key, mode, edition) -> rows.
+GENERATORS = {(key, MODE, "v1"): as_generator(loader) for key, loader in HAYSTACK_ROWS.items()}

@@ -22,29 +22,30 @@ from collections.abc import Iterator, Sequence
 
 from needlebench import __version__
 from needlebench.compat.opencompass import (
-    COMPAT_BOUNDARY,
+    HAYSTACK_ROWS,
+    MODE,
     _accumulate,
     _inputs,
     _reasoning_points,
     _row,
-    multi_retrieval_rows,
-    single_rows,
+    as_generator,
+    with_compat_boundaries,
 )
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.tokenizer import get_tokenizer
+from needlebench.tasks.atc_v2 import SCHEMA as ATC_V2_SCHEMA
 from needlebench.tasks.atc_v2 import atc_v2_row
-from needlebench.tasks.grid import (
-    REASONING_NEEDLE_SPACING,
-    V2_ATC_QUESTION_TYPES,
-    ConfigSpec,
-)
+from needlebench.tasks.families import atc, multi_reasoning
+from needlebench.tasks.families.atc import V2_ATC_QUESTION_TYPES
+from needlebench.tasks.families.base import ConfigSpec
 from needlebench.tasks.haystack import effective_buffer
 from needlebench.tasks.kinship import KinshipChain, kinship_data, relation_sentence
+from needlebench.tasks.multi_reasoning import REASONING_NEEDLE_SPACING
 from needlebench.tasks.names import load_names, names_corpus_label, normalize_language
 from needlebench.tasks.prompts import v2_reasoning_question
 from needlebench.tasks.settings import HaystackSettings
 
-__all__ = ["atc_v2_rows", "reference_chain", "rows"]
+__all__ = ["GENERATORS", "atc_v2_rows", "reference_chain", "rows"]
 
 
 def reference_chain(rnd: random.Random, all_names: Sequence[str], relations: int, language: str) -> KinshipChain:
@@ -104,7 +105,7 @@ def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
                         repeat,
                         encoding.decode(tokens),
                         question,
-                        "multi_reasoning",
+                        spec.family,
                         {},
                         {"last_person": chain.youngest},
                     )
@@ -123,7 +124,7 @@ def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
 
 def atc_v2_rows(spec: ConfigSpec, *, names_path: str | None = None, version: str = __version__) -> Iterator[dict]:
     """v2 ATC rows as the reference builds them (relation count outer, question type, repeat)."""
-    if spec.family != "atc" or not spec.is_v2:
+    if spec.schema_family != ATC_V2_SCHEMA:
         raise NeedlebenchError(f"config {spec.name!r} is not a v2 ATC config; allowed: v2_atc_en, v2_atc_zh")
     all_names = load_names(names_path, spec.language)
     tokenizer = get_tokenizer()
@@ -141,20 +142,27 @@ def atc_v2_rows(spec: ConfigSpec, *, names_path: str | None = None, version: str
                     repeat,
                     seed,
                     corpus=corpus,
-                    compat="opencompass",
+                    compat=MODE,
                     tokenizer=tokenizer,
                     version=version,
                 )
 
 
+#: The v2 loaders of each haystack family: v1's S-RT and M-RT (with the v2 frames), the v2 M-RS.
+V2_HAYSTACK_ROWS = {**HAYSTACK_ROWS, multi_reasoning.FAMILY.key: multi_reasoning_rows}
+
+
 def rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
     """Rows of a v2 haystack config for `lengths`, in the reference's loop order."""
-    generators = {
-        "single": single_rows,
-        "multi_retrieval": multi_retrieval_rows,
-        "multi_reasoning": multi_reasoning_rows,
-    }
-    for row in generators[spec.family](spec, settings, lengths):
-        # raw token offsets, as the reference inserts them: no boundary is chosen (as in v1 compat)
-        row["needle_boundaries"] = [COMPAT_BOUNDARY] * len(row["needles"])
-        yield row
+    return with_compat_boundaries(V2_HAYSTACK_ROWS[spec.family](spec, settings, lengths))
+
+
+def _atc_rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...], utf8_prompts: bool):
+    return atc_v2_rows(spec, names_path=settings.needles)
+
+
+#: This module's generators: (family key, mode, edition) -> rows.
+GENERATORS = {
+    **{(key, MODE, "v2"): as_generator(loader) for key, loader in V2_HAYSTACK_ROWS.items()},
+    (atc.FAMILY.key, MODE, "v2"): _atc_rows,
+}

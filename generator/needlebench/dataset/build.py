@@ -18,24 +18,33 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from needlebench import __version__
+from needlebench import __version__, interrupts
+from needlebench.dataset import replace
+from needlebench.dataset.card import warm_up
 from needlebench.dataset.options import BuildOptions
-from needlebench.dataset.safe_folder import FORMAT, MANIFEST
+from needlebench.dataset.replace import CARD, leftovers, recover, report_foreign
+from needlebench.dataset.rows import iter_rows
+from needlebench.dataset.safe_folder import FORMAT, MANIFEST, check_no_links, read_manifest_file
+from needlebench.dataset.size_guard import check_size
 from needlebench.dataset.writer import (
     ShardStats,
     fingerprint_files,
     rows_per_group,
+    schema_with_features,
     write_shard,
 )
 from needlebench.errors import NeedlebenchError
-from needlebench.tasks.grid import ConfigSpec, get_config
+from needlebench.sources.haystacks import corpus_for
+from needlebench.tasks.experiment import manifest_experiment_specs
+from needlebench.tasks.grid import ConfigSpec, get_config, register_config, registry
+from needlebench.tasks.haystack import effective_buffer, tokenized_corpus
+from needlebench.tasks.sentence_table import sentence_points
+from needlebench.terminal import notice
 
 FORMAT_VERSION = 1
-#: Sizes whose haystack configs get one Parquet shard per context length.
-_SHARD_PER_LENGTH_SIZES = ("128k", "200k", "256k", "1000k")
 _CHARS_PER_TOKEN = {"en": 4, "zh": 2}
 
-__all__ = ["BuildOptions", "build_dataset", "fingerprint_files", "read_manifest", "shard_plan"]
+__all__ = ["BuildOptions", "build_dataset", "fingerprint_files", "read_manifest", "register_experiments", "shard_plan"]
 
 
 @dataclass(frozen=True)
@@ -51,13 +60,8 @@ class Shard:
 
 
 def shard_plan(spec: ConfigSpec) -> list[Shard]:
-    """The shards of a config: one per context length for long haystack configs, else one."""
-    if spec.family in ("single", "multi_retrieval", "multi_reasoning") and spec.size in _SHARD_PER_LENGTH_SIZES:
-        groups = [(length,) for length in spec.lengths]
-    elif spec.family == "counting_stars" and spec.size == "1000k":
-        groups = [tuple(spec.lengths[i : i + 8]) for i in range(0, len(spec.lengths), 8)]
-    else:
-        groups = [None]
+    """The shards of a config, as its family groups its lengths (one per length for long haystack configs)."""
+    groups = spec.family_object.shard_groups(spec)
     return [Shard(spec.name, i, len(groups), lengths) for i, lengths in enumerate(groups)]
 
 
@@ -79,7 +83,6 @@ def _set_row_counter(counter) -> None:
 
 def _worker_init(counter) -> None:
     """Initializer of build workers: interrupts are the parent's to handle; rows are counted for progress."""
-    from needlebench import interrupts
 
     interrupts.worker_init()
     _set_row_counter(counter)
@@ -103,8 +106,6 @@ def _counted(rows):
 
 def _build_shard(shard: Shard, options: BuildOptions, folder: str, overlap: bool = True) -> ShardStats:
     """Write one shard; `overlap`: compress in a thread while generating (off in workers that share the cores)."""
-    from needlebench.dataset.rows import iter_rows
-
     spec = get_config(shard.config)
     rows = _counted(iter_rows(spec, options, shard.lengths, utf8_prompts=True))
     path = Path(folder) / shard.filename
@@ -115,17 +116,14 @@ def _build_shard(shard: Shard, options: BuildOptions, folder: str, overlap: bool
 def read_manifest(folder: Path) -> dict | None:
     """The folder's manifest, or None when it has none; a manifest that is not needlebench's, a malformed one
     (checked field by field) or one naming a file outside the folder or through a link is a one-line error
-    (:mod:`.safe_folder`)."""
-    from needlebench.dataset.safe_folder import read_manifest_file
+    (:mod:`.safe_folder`). Its experiment configs are not registered: :func:`register_experiments` does that."""
+    return read_manifest_file(Path(folder))
 
-    manifest = read_manifest_file(Path(folder))
-    if manifest is None:
-        return None
-    if manifest.get("experiments"):
-        from needlebench.tasks.experiment import register_manifest_experiments
 
-        register_manifest_experiments(manifest)
-    return manifest
+def register_experiments(manifest: dict | None) -> None:
+    """Make the experiment configs a manifest records resolvable by name (:func:`get_config`)."""
+    for spec in manifest_experiment_specs(manifest or {}):
+        register_config(spec)
 
 
 def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dict | None:
@@ -133,7 +131,6 @@ def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dic
 
     A folder that is not a needlebench dataset (no manifest of ours) is never modified, with or without
     `overwrite`; our own leftovers (a killed build's staging folder) are finished or removed first."""
-    from needlebench.dataset.replace import CARD, leftovers, recover, report_foreign
 
     if not out_dir.exists():
         return None
@@ -168,9 +165,8 @@ def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dic
 
 
 def _corpora(options: BuildOptions, specs: list[ConfigSpec]) -> dict:
-    from needlebench.sources.haystacks import corpus_for
 
-    languages = sorted({spec.language for spec in specs if spec.family != "atc"})
+    languages = sorted({spec.language for spec in specs if spec.family_object.reads_haystack})
     return {language: corpus_for(options.haystack(language), language).describe() for language in languages}
 
 
@@ -193,12 +189,10 @@ def build_dataset(
     out_dir = Path(out_dir)
     _check_writable(out_dir)
     _validate(specs, options)
-    from needlebench.dataset.size_guard import check_size
 
     check_size(specs, out_dir, options.compression, max_tokens, options.depths)
     corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
     options = options.pinned(corpora)
-    from needlebench.dataset import replace
 
     try:
         lock = replace.lock_folder(out_dir) if out_dir.is_dir() else None
@@ -208,7 +202,7 @@ def build_dataset(
         ) from None
     try:
         previous = _check_out_dir(out_dir, options, overwrite)
-        from needlebench.dataset.safe_folder import check_no_links
+        register_experiments(previous)  # the card lists the folder's experiment configs by name
 
         for spec in specs:  # never written through a link: refused before any work
             check_no_links(out_dir, f"data/{spec.name}", f"the build of {spec.name} into {out_dir}")
@@ -244,8 +238,6 @@ def _build_into(
     experiments: dict | None = None,
 ) -> dict:
     """Build into a staging folder inside `out_dir` (locked), then swap it in (:func:`.replace.commit`)."""
-    from needlebench import interrupts
-    from needlebench.dataset import replace
 
     staging: Path | None = None
 
@@ -301,11 +293,10 @@ def _check_writable(out_dir: Path) -> None:
 
 def _validate(specs: list[ConfigSpec], options: BuildOptions) -> None:
     """Checks that need no data: the compat mode and tokenizer against the configs, buffers against lengths."""
-    from needlebench.tasks.haystack import effective_buffer
 
     for spec in specs:
         options.check_modes(spec)
-        if spec.family in ("single", "multi_retrieval", "multi_reasoning"):
+        if spec.family_object.haystack_grid:
             for length in spec.lengths:
                 effective_buffer(spec, length, options.settings_for(spec))
 
@@ -313,16 +304,14 @@ def _validate(specs: list[ConfigSpec], options: BuildOptions) -> None:
 def _preload(specs: list[ConfigSpec], options: BuildOptions) -> None:
     """Load and tokenise the corpora (and the schemas, which import `datasets`) in the parent, so forked
     workers share them instead of reloading."""
-    from needlebench.dataset.writer import schema_with_features
-    from needlebench.tasks.haystack import tokenized_corpus
-    from needlebench.tasks.sentence_table import sentence_points
 
-    for family in {spec.schema_family for spec in specs}:
-        schema_with_features(family)
+    for schema in {spec.schema_family for spec in specs}:
+        schema_with_features(schema)
     for spec in specs:
-        if spec.family in ("single", "multi_retrieval", "multi_reasoning", "counting_stars") and options.compat is None:
+        family = spec.family_object
+        if family.reads_haystack and options.compat is None:
             corpus = tokenized_corpus(spec, options.settings_for(spec))
-            if spec.family != "counting_stars":
+            if family.haystack_grid:
                 sentence_points(corpus)  # the placement's table, once for all workers
 
 
@@ -346,8 +335,6 @@ def _build_all(
             finally:
                 _set_row_counter(None)
         else:
-            from needlebench import interrupts
-
             context = multiprocessing.get_context("fork")
             counter = context.Value("q", 0)
             pool = ProcessPoolExecutor(
@@ -386,7 +373,6 @@ def _capped(num_proc: int, shards: int) -> int:
         cpus = os.cpu_count() or 1
     if num_proc <= min(shards, cpus):
         return num_proc
-    from needlebench.terminal import notice
 
     if shards <= cpus:
         notice(f"--num-proc {num_proc} capped at {shards}: the build has {shards} shard{'s' if shards > 1 else ''}")
@@ -399,7 +385,6 @@ def _warm_card_in_background() -> bool:
     import threading
 
     def warm() -> None:
-        from needlebench.dataset.card import warm_up
 
         try:
             warm_up()
@@ -451,6 +436,4 @@ def _merge_manifest(
 
 
 def _registry_names() -> list[str]:
-    from needlebench.tasks.grid import registry
-
     return list(registry())

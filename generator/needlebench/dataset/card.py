@@ -2,9 +2,9 @@
 
 The card's YAML front matter is built with :class:`huggingface_hub.DatasetCardData`: one ``configs`` entry per config
 (``data_files`` of its ``test`` split), ``dataset_info`` with the explicit features of the config's family
-(:func:`needlebench.tasks.schema.features_yaml`), licence, languages, task categories, size category and tags. The body is
-the Jinja template filled from the folder's manifest (``needlebench.json``): what each task measures, how the data was
-built (recipe, corpora, tokenizer, grid, release seed, generator version), a per-config table with fingerprints,
+(:func:`needlebench.tasks.schema.features_yaml`), licence, languages, task categories, size category and tags. The body
+is the Jinja template filled from the folder's manifest (``needlebench.json``): what each task measures, how the data
+was built (recipe, corpora, tokenizer, grid, release seed, generator version), a per-config table with fingerprints,
 usage, citations and a changelog.
 
 ``load_dataset(FOLDER, CONFIG, split="test")`` reads a folder with this card offline.
@@ -20,9 +20,13 @@ from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from needlebench.dataset.experiment_card import experiments_markdown
+from needlebench.dataset.safe_folder import check_name
 from needlebench.errors import NeedlebenchError
 from needlebench.resources import card_template
-from needlebench.tasks.grid import FAMILIES, ConfigSpec, get_config, registry
+from needlebench.tasks.families import FAMILIES
+from needlebench.tasks.grid import EDITIONS, ConfigSpec, get_config, registry
+from needlebench.tasks.schema import features_yaml
 
 #: Environment variable naming another card template (a Jinja Markdown file like the default one).
 TEMPLATE_ENV = "NEEDLEBENCH_CARD_TEMPLATE"
@@ -33,55 +37,10 @@ TASK_CATEGORIES = ["question-answering", "text-generation"]
 BASE_TAGS = ["long-context", "needle-in-a-haystack", "retrieval", "reasoning", "benchmark", "synthetic", "needlebench"]
 PLACEHOLDER_REPO = "ORG/NAME"
 
-#: What each family measures (one paragraph each, shown in the card's Tasks section).
-TASK_DESCRIPTIONS = {
-    "single": (
-        "Single-Needle Retrieval. One needle sentence is inserted at a given depth of a haystack of a given length; "
-        "the question can only be answered from the needle. Measures precise recall of one fact across context "
-        "lengths and insertion depths."
-    ),
-    "multi_retrieval": (
-        "Multi-Needle Retrieval. One needle per depth of the grid is inserted into the same haystack and the model "
-        "must answer all their questions at once. Measures retrieving many scattered facts in one pass."
-    ),
-    "multi_reasoning": (
-        "Multi-Needle Reasoning. Two to five related needles (a derivation chain) are placed 10% of the haystack "
-        "apart; the question needs all of them. Measures retrieval combined with multi-hop reasoning."
-    ),
-    "atc": (
-        "Ancestral Trace Challenge. A chain of kinship statements between names (2 to 19 names, i.e. 1 to 18 "
-        "relations; up to 512 names in the extended variant) with no filler text; the model must trace the eldest "
-        "ancestor (multiple choice with rotated options, or open answer). Measures reasoning over dense context "
-        "where nothing can be skipped."
-    ),
-    "counting_stars": (
-        "Counting-Stars. Sentences about a little penguin counting stars are spread evenly through the haystack; "
-        "acquisition asks for every count in order, reasoning repeats each star with a wrong count first and a "
-        "correction. Measures multi-evidence acquisition and reasoning across the whole context."
-    ),
-}
-
-#: What each v2 family measures (v2 configs are listed apart from the v1 ones).
-V2_TASK_DESCRIPTIONS = {
-    "single": (
-        "NeedleBench v2 Single-Needle Retrieval: as v1 with the v2 grid and prompt frame and no guide sentence; scored "
-        "100 when the answer keyword is in the answer, else 0."
-    ),
-    "multi_retrieval": (
-        "NeedleBench v2 Multi-Needle Retrieval: one needle per depth (11), all questions answered at once; v2 grid "
-        "and frame."
-    ),
-    "multi_reasoning": (
-        "NeedleBench v2 Multi-Needle Reasoning: a kinship chain of 2 to 5 relation sentences (3 to 6 invented names) "
-        "hidden in the haystack, the first at the depth and then every 10%; the model names the eldest ancestor of "
-        "the youngest person in \\boxed{} (exact match)."
-    ),
-    "atc": (
-        "NeedleBench v2 Ancestral Trace Challenge: kinship chains of 2 to 512 relations with no filler text, 0-shot, "
-        "four question types (eldest ancestor, n-th ancestor, n-th descendant, relationship distance), answered in "
-        "\\boxed{} (exact match); scores are weighted by the number of relations."
-    ),
-}
+#: What each family measures (one paragraph each, shown in the card's Tasks section): the family objects' texts.
+TASK_DESCRIPTIONS = {key: entry.card_text["v1"] for key, entry in FAMILIES.items()}
+#: The card's name and label of each edition's task rows (v2 configs are listed apart from the v1 ones).
+_EDITION_ROWS = {"v1": ("{family}", "{label}"), "v2": ("v2_{family}", "{label} v2")}
 
 #: Size category thresholds of the Hub (upper bound exclusive, label).
 _SIZE_CATEGORIES = (
@@ -187,8 +146,6 @@ def _file_sizes(folder: Path | None, files: Iterable[str]) -> tuple[int, int]:
         return 0, 0
     import pyarrow.parquet as pq
 
-    from needlebench.dataset.safe_folder import check_name
-
     download = uncompressed = 0
     for name in files:
         path = folder / check_name(folder, name, f"the card of {folder}")
@@ -204,7 +161,6 @@ def _file_sizes(folder: Path | None, files: Iterable[str]) -> tuple[int, int]:
 def dataset_info_entry(name: str, entry: Mapping[str, Any], folder: Path | None) -> dict[str, Any]:
     """The ``dataset_info`` YAML item of one config: features of its family and the test split size (what
     ``datasets.DatasetInfo._to_yaml_dict`` writes, built without importing `datasets`: a test checks both agree)."""
-    from needlebench.tasks.schema import features_yaml
 
     download, uncompressed = _file_sizes(folder, entry.get("files", []))
     split = {"name": SPLIT, "num_bytes": uncompressed, "num_examples": int(entry["rows"])}
@@ -236,7 +192,7 @@ def card_data(manifest: Mapping[str, Any], folder: Path | None = None):
     families = {get_config(name).family for name in names}
     corpora = manifest.get("recipe", {}).get("corpora") or {}
     license_id, license_extra = card_license(corpora)
-    tags = BASE_TAGS + (["counting-stars"] if "counting_stars" in families else [])
+    tags = BASE_TAGS + [tag for key, entry in FAMILIES.items() if key in families for tag in entry.card_tags]
     total_rows = sum(int(manifest["configs"][name]["rows"]) for name in names)
     languages = sorted({get_config(name).language for name in names})
     return DatasetCardData(
@@ -301,28 +257,22 @@ def _config_rows(manifest: Mapping[str, Any], names: list[str]) -> list[dict[str
 
 
 def _task_rows(names: list[str]) -> list[dict[str, Any]]:
-    counts: dict[str, int] = {}
-    v2_counts: dict[str, int] = {}
+    """One row per family and edition of the configs (v1 rows first), with the family's text for the edition."""
+    counts: dict[tuple[str, str], int] = {}
     for name in names:
         spec = get_config(name)
-        target = v2_counts if spec.is_v2 else counts
-        target[spec.family] = target.get(spec.family, 0) + 1
-    rows = [
-        {"family": family, "label": label, "count": counts[family], "description": TASK_DESCRIPTIONS[family]}
-        for family, label in FAMILIES.items()
-        if family in counts
-    ]
-    rows += [
+        counts[spec.edition, spec.family] = counts.get((spec.edition, spec.family), 0) + 1
+    return [
         {
-            "family": f"v2_{family}",
-            "label": f"{label} v2",
-            "count": v2_counts[family],
-            "description": V2_TASK_DESCRIPTIONS[family],
+            "family": _EDITION_ROWS[edition][0].format(family=key),
+            "label": _EDITION_ROWS[edition][1].format(label=entry.label),
+            "count": counts[edition, key],
+            "description": entry.card_text[edition],
         }
-        for family, label in FAMILIES.items()
-        if family in v2_counts
+        for edition in EDITIONS
+        for key, entry in FAMILIES.items()
+        if (edition, key) in counts
     ]
-    return rows
 
 
 def default_changelog(manifest: Mapping[str, Any], version: str | None) -> list[dict[str, Any]]:
@@ -364,7 +314,7 @@ def template_context(
         "recipe_options": [(key, _format_value(value)) for key, value in sorted(recipe.items())],
         "corpora": _corpus_rows(corpora),
         "tasks": _task_rows(names),
-        "v2": any(get_config(name).is_v2 for name in names),
+        "v2": "v2" in {get_config(name).edition for name in names},
         "configs": _config_rows(manifest, names),
         "total_rows": f"{sum(int(e['rows']) for e in entries):,}",
         "total_haystack_tokens": f"{sum(int(e.get('haystack_tokens', 0)) for e in entries):,}",
@@ -400,8 +350,6 @@ def render_card(
         text = str(DatasetCard.from_template(data, template_str=template, **context))
     text = text.rstrip("\n") + "\n"
     if manifest.get("experiments"):
-        from needlebench.dataset.experiment import experiments_markdown
-
         text += experiments_markdown(manifest["experiments"])
     return text
 

@@ -17,11 +17,13 @@ from typing import Any
 
 from needlebench import __version__
 from needlebench.dataset.options import BuildOptions
-from needlebench.dataset.safe_folder import MANIFEST
+from needlebench.dataset.safe_folder import MANIFEST, MAX_MANIFEST_BYTES, open_no_follow, read_manifest_file
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED
-from needlebench.sources.cache import cache_root
+from needlebench.sources.cache import cache_root, read_checked, write_checked
+from needlebench.sources.hub import REPO_ID, check_revision, hub_error_message, hub_errors, resolve_dataset
 from needlebench.tasks.grid import get_config
+from needlebench.terminal import warn
 
 CARD = "README.md"
 
@@ -39,7 +41,6 @@ def _record_path(folder: Path) -> Path:
 def _digest_of(folder: Path) -> bytes:
     """sha256 of the folder's manifest and card (the card says which files `load_dataset` reads); both are read
     without following a link (:mod:`.safe_folder`)."""
-    from needlebench.dataset.safe_folder import MAX_MANIFEST_BYTES, open_no_follow
 
     digest = hashlib.sha256()
     for name in (MANIFEST, CARD):
@@ -51,16 +52,14 @@ def _cache_problem(folder: Path, config: str) -> str | None:
     """Why the on-the-fly folder cannot be trusted (None: it can, or it does not exist): its manifest and card
     must be the ones its build recorded (:func:`needlebench.sources.cache.read_checked`), and the files of
     `config`, when built, must hash to the manifest's fingerprint."""
-    from needlebench.dataset.build import read_manifest
-    from needlebench.dataset.verify import file_difference
-    from needlebench.sources.cache import read_checked
+    from needlebench.dataset.verify import file_difference  # deferred: it imports the builders (tiktoken, numpy)
 
     if not folder.exists() and not folder.is_symlink():
         return None
     if folder.is_symlink() or not folder.is_dir():
         return "is not a folder"
     try:
-        manifest = read_manifest(folder)
+        manifest = read_manifest_file(folder)
         recorded = read_checked(_record_path(folder))
         if manifest is None or recorded is None or bytes(recorded) != _digest_of(folder):
             return "does not match what its build recorded"
@@ -81,9 +80,7 @@ def ensure_built(config: str, release_seed: int = RELEASE_SEED) -> Path:
 
     The folder is checked on every load against what its build recorded outside it (:func:`_cache_problem`); a
     folder that does not match is removed and built again, with a one-line warning."""
-    from needlebench.dataset.build import build_dataset, read_manifest
-    from needlebench.sources.cache import write_checked
-    from needlebench.terminal import warn
+    from needlebench.dataset.build import build_dataset  # deferred: the builders load only when a split is built
 
     get_config(config)
     folder = built_cache_dir(release_seed)
@@ -97,7 +94,7 @@ def ensure_built(config: str, release_seed: int = RELEASE_SEED) -> Path:
                 folder.unlink()
             else:
                 shutil.rmtree(folder)
-        manifest = read_manifest(folder) if folder.exists() else None
+        manifest = read_manifest_file(folder) if folder.exists() else None
         if manifest is None or config not in manifest["configs"]:
             build_dataset([config], folder, BuildOptions(release_seed=release_seed), progress=False)
             write_checked(_record_path(folder), _digest_of(folder))
@@ -107,7 +104,6 @@ def ensure_built(config: str, release_seed: int = RELEASE_SEED) -> Path:
 def check_repo_id(repo_id: object) -> str:
     """``data_repo`` must be a Hub dataset id ``ORG/NAME``, never a local path (``datasets`` would read a folder of
     that name first): a one-line error pointing at ``data_dir`` otherwise."""
-    from needlebench.sources.hub import REPO_ID
 
     text = str(repo_id)
     if not isinstance(repo_id, str) or not REPO_ID.match(text) or ".." in text or "--" in text:
@@ -125,9 +121,7 @@ def check_repo_id(repo_id: object) -> str:
 
 def check_built(folder: Path, config: str) -> None:
     """Raise a one-line error when a built folder's manifest does not list ``config``."""
-    from needlebench.dataset.build import read_manifest
-
-    manifest = read_manifest(folder)
+    manifest = read_manifest_file(folder)
     if manifest is None:
         return  # not a needlebench-built folder (e.g. a downloaded repo); loading it decides
     built = list(manifest.get("configs", {}))
@@ -166,8 +160,6 @@ def _hub_failure(error: BaseException, what: str) -> str:
     """A one-line message for a failed Hub load (offline mode named as such: datasets reports a lost connection)."""
     from huggingface_hub import constants
 
-    from needlebench.sources.hub import hub_error_message
-
     if constants.HF_HUB_OFFLINE:
         return f"{what}: not in the local cache and HF_HUB_OFFLINE is set; unset it to download the dataset"
     return hub_error_message(error, what)
@@ -181,8 +173,6 @@ def _load_repo(repo_id: str, revision: str | None, config: str) -> Any:
     """
     from datasets import load_dataset
     from huggingface_hub import constants
-
-    from needlebench.sources.hub import check_revision, hub_errors, resolve_dataset
 
     what = f"dataset {repo_id}@{check_revision(revision) or 'main'} config {config!r}"
     if not constants.HF_HUB_OFFLINE:

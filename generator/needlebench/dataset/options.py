@@ -9,7 +9,16 @@ from needlebench import __version__
 from needlebench.dataset.writer import COMPRESSIONS
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED
-from needlebench.sources.tokenizer import CL100K_NAMES, DEFAULT_TOKENIZER
+from needlebench.sources.hub import OPENCOMPASS_REVISION, opencompass_file, parse_corpus_option, pin_hub_spec
+from needlebench.sources.inputs import (
+    LOCAL_INPUT_OPTIONS,
+    check_given,
+    input_record,
+    is_input_record,
+    is_local_spec,
+    locate,
+)
+from needlebench.sources.tokenizer import CL100K_NAMES, DEFAULT_TOKENIZER, canonical_tokenizer
 from needlebench.tasks.grid import COMPAT_MODES, HF_TOKENIZER_FAMILIES, ConfigSpec
 from needlebench.tasks.settings import HaystackSettings
 
@@ -29,7 +38,6 @@ def resolve_input(spec: str | None, filename: str) -> str | None:
     (cached); None and local paths pass through. Recipes record the spec, never the machine's cache path."""
     if not is_opencompass_spec(spec):
         return spec
-    from needlebench.sources.hub import opencompass_file, parse_corpus_option
 
     _, revision = parse_corpus_option(spec)
     return str(opencompass_file(filename, revision))
@@ -112,46 +120,50 @@ class BuildOptions:
         spec = self.reasoning_needles_en if language == "en" else self.reasoning_needles_zh
         return resolve_input(spec, f"multi_needle_reasoning_{language}.json")
 
-    def settings_for(self, spec: ConfigSpec) -> HaystackSettings:
-        """What the family of a haystack config reads from these options, its inputs resolved: compat mode
-        opencompass reads the paper's files as local files, the default mode reads haystack specs itself."""
-        from needlebench.tasks.experiment import ExperimentSpec
+    def _haystack_read(self, language: str) -> str | None:
+        """The haystack a family reads: compat mode opencompass reads the paper's file as a local file, the default
+        mode reads the haystack spec itself."""
+        return self.haystack_file(language) if self.compat == "opencompass" else self.haystack(language)
 
-        if isinstance(spec, ExperimentSpec):  # its haystack is the recipe's (a recorded local one is located)
-            return replace(spec.settings(), tokenizer=self.tokenizer, haystack=self.haystack(spec.language))
+    def family_input(self, name: str | None, language: str) -> str | None:
+        """A family's needles input (:attr:`Family.needles_input`) of a language, resolved to what it reads."""
+        return self._FAMILY_INPUTS[name](self, language)
+
+    #: The family inputs by name: retrieval needles, reasoning needle sets, names list, none.
+    _FAMILY_INPUTS = {
+        "needles": lambda self, language: self.needles_file(),
+        "reasoning_needles": lambda self, language: self.reasoning_needles(language),
+        "names": lambda self, language: self.names_file(),
+        None: lambda self, language: None,
+    }
+
+    def settings_for(self, spec: ConfigSpec) -> HaystackSettings:
+        """What the family of a config reads from these options, its inputs resolved (its family says which:
+        :attr:`Family.needles_input`, :attr:`Family.reads_haystack`); a config with its own settings (an experiment)
+        keeps them."""
+        family = spec.family_object
         language = spec.language
-        compat = self.compat == "opencompass"
-        if spec.family == "multi_reasoning" and spec.is_v2:
-            needles = self.names_file()  # v2 M-RS builds its chains from the names list
-        elif spec.family == "multi_reasoning":
-            needles = self.reasoning_needles(language)
-        elif spec.family in ("single", "multi_retrieval"):
-            needles = self.needles_file()
-        else:
-            needles = None
-        return HaystackSettings(
+        settings = HaystackSettings(
             release_seed=self.release_seed,
-            haystack=self.haystack_file(language) if compat else self.haystack(language),
-            needles=needles,
+            haystack=self._haystack_read(language) if family.reads_haystack else None,
+            needles=self.family_input(family.needles_input.get(spec.edition), language),
             tokenizer=self.tokenizer,
             question_position=self.question_position,
             buffer=self.buffer,
             depths=self.depths,
             halve_full_buffer=self.compat is None,
         )
+        return family.settings(spec, settings)
 
     def pinned(self, corpora: dict) -> BuildOptions:
         """The same options with every Hub input pinned to a revision, so the recipe rebuilds the same bytes:
         ``opencompass`` gets the pinned revision, ``hub:ORG/NAME`` the commit that was read (from `corpora`,
         the description of the loaded haystacks by language)."""
-        from needlebench.sources.hub import pin_hub_spec
 
         changes = {}
         for name in ("haystack_en", "haystack_zh", "needles", "reasoning_needles_en", "reasoning_needles_zh", "names"):
             spec = getattr(self, name)
             if spec == "opencompass":
-                from needlebench.sources.hub import OPENCOMPASS_REVISION
-
                 changes[name] = f"opencompass@{OPENCOMPASS_REVISION}"
             elif name.startswith("haystack_") and spec is not None and spec.startswith("hub:"):
                 commit = corpora.get(name[-2:], {}).get("revision")
@@ -162,11 +174,6 @@ class BuildOptions:
     def to_recipe(self) -> dict:
         """The options as recorded in the manifest: a local input becomes its file name, size and sha256 (no
         path), so the recipe travels (:mod:`needlebench.sources.inputs`)."""
-        from needlebench.sources.inputs import (
-            LOCAL_INPUT_OPTIONS,
-            input_record,
-            is_local_spec,
-        )
 
         recipe = {"generator_version": __version__, **asdict(self)}
         recipe["depths"] = list(self.depths) if self.depths is not None else None
@@ -180,7 +187,6 @@ class BuildOptions:
         """The options of a recorded recipe; `inputs` re-points recorded local inputs (option name -> path).
 
         A malformed recipe (a key of the wrong type) is a one-line error naming the key."""
-        from needlebench.sources.inputs import LOCAL_INPUT_OPTIONS, check_given, locate
 
         if not isinstance(recipe, dict):
             raise RecipeError(f"the recipe is {type(recipe).__name__}, not an object")
@@ -215,7 +221,6 @@ def _recorded_tokenizer(spec: object, compat: str | None) -> str:
             f"compat mode {compat} counts cl100k_base tokens as the reference does; --tokenizer {spec} applies "
             "without --compat"
         )
-    from needlebench.sources.tokenizer import canonical_tokenizer
 
     return canonical_tokenizer(spec)
 
@@ -225,7 +230,6 @@ def _is_int(value: object) -> bool:
 
 
 def _is_input(value: object) -> bool:
-    from needlebench.sources.inputs import is_input_record
 
     return value is None or isinstance(value, str) or is_input_record(value)
 

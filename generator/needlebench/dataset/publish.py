@@ -28,7 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from needlebench.dataset.build import register_experiments
 from needlebench.dataset.card import ordered_configs, render_card, write_text_atomic
+from needlebench.dataset.replace import recover_before_reading
+from needlebench.dataset.safe_folder import check_targets
 from needlebench.dataset.verify import (
     MANIFEST_NAME,
     check_files,
@@ -36,6 +39,7 @@ from needlebench.dataset.verify import (
     read_manifest,
 )
 from needlebench.errors import NeedlebenchError
+from needlebench.sources.hub import hub_error_message, hub_errors
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -121,11 +125,11 @@ def check_not_older(version: str, tags: Mapping[str, str], where: str) -> None:
 
 def prepare_folder(folder: Path) -> dict[str, Any]:
     """The manifest of a publishable folder: a needlebench dataset whose files match its manifest."""
-    from needlebench.dataset.replace import recover_before_reading
 
     folder = Path(folder)
     recover_before_reading(folder)  # a replace a killed build committed is finished first, as a build would
     manifest = read_manifest(folder)
+    register_experiments(manifest)  # the card lists its experiment configs by name
     differences = check_files(folder, manifest, list(manifest["configs"]))
     if differences:
         name, reason = next(iter(differences.items()))
@@ -143,7 +147,6 @@ def content_files(manifest: Mapping[str, Any]) -> list[str]:
 def checked_content_files(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
     """:func:`content_files`, each checked to be a regular file inside `folder` reached through no link
     (:mod:`needlebench.dataset.safe_folder`): a release never carries a file from outside the dataset."""
-    from needlebench.dataset.safe_folder import check_targets
 
     names = content_files(manifest)
     check_targets(Path(folder), names, str(Path(folder) / MANIFEST_NAME))
@@ -330,7 +333,6 @@ def same_hub_content(remote: Mapping[str, Any], local: Mapping[str, FileDigest])
 
 def _hub_manifest(api: Any, repo_id: str, revision: str, token: str | None) -> dict[str, Any] | None:
     """The manifest of an earlier Hub release, or None when it cannot be read."""
-    from needlebench.sources.hub import hub_errors
 
     try:
         path = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision, token=token)
@@ -391,7 +393,6 @@ def publish_folder(
     ``data/**`` files of earlier releases are removed), and tags that commit. ``api`` defaults to
     ``HfApi(token=token)``.
     """
-    from needlebench.sources.hub import hub_error_message, hub_errors
 
     check_repo_id(repo_id)
     version = parse_version(version)

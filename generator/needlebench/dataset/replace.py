@@ -33,7 +33,12 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
+from needlebench.dataset import card as dataset_card
+from needlebench.dataset.safe_folder import check_manifest, check_targets, manifest_files, open_no_follow, parse_json
+from needlebench.errors import NeedlebenchError
 from needlebench.interrupts import pid_alive
+from needlebench.sources.cache import same_tag, sign
+from needlebench.terminal import warn
 
 MANIFEST = "needlebench.json"
 CARD = "README.md"
@@ -86,7 +91,6 @@ def _marker_record(name: str, pid: int) -> dict:
 
 
 def _marker_tag(record: dict) -> str:
-    from needlebench.sources.cache import sign
 
     return sign(json.dumps(record, sort_keys=True).encode("utf-8")).hex()
 
@@ -112,9 +116,6 @@ def staging_state(path: Path) -> tuple[str, str]:
     """("ours" | "running" | "foreign", why) of a folder named like a staging folder: ours is a leftover of a
     build of this user on this machine that no longer runs (recovered), running is such a build still running
     (left alone), foreign is anything else (reported, never used or deleted)."""
-    from needlebench.dataset.safe_folder import open_no_follow, parse_json
-    from needlebench.errors import NeedlebenchError
-    from needlebench.sources.cache import same_tag
 
     if path.is_symlink() or not path.is_dir():
         return "foreign", "it is not a folder (a symbolic link?)"
@@ -176,7 +177,6 @@ def foreign_staging(folder: Path) -> list[tuple[Path, str]]:
 
 def report_foreign(folder: Path) -> list[Path]:
     """Warn (one line each) about staging folders this machine did not make; they are left untouched."""
-    from needlebench.terminal import warn
 
     found = foreign_staging(folder)
     for path, why in found:
@@ -187,7 +187,6 @@ def report_foreign(folder: Path) -> list[Path]:
 def lock_folder(folder: Path) -> int:
     """Lock `folder` against other builds (an advisory lock on the folder itself, no file added); returns the
     descriptor to close. Another build writing into it is a one-line error."""
-    from needlebench.errors import NeedlebenchError
 
     descriptor = os.open(folder, os.O_RDONLY)
     try:
@@ -230,21 +229,19 @@ def _place(source: Path, target: Path) -> None:
 
 
 def files_of(manifest: dict | None) -> list[str]:
-    from needlebench.dataset.safe_folder import manifest_files
 
     return manifest_files(manifest)
 
 
 def staging_card(card: str, staging: str, configs: Iterable[str]) -> str:
     """The card with each config's ``data_files`` pointing into the staging folder (YAML header only)."""
-    from needlebench.dataset.card import data_files_pattern
 
     if not card.startswith("---\n"):
         raise RuntimeError("the card has no YAML header")
     end = card.index("\n---\n", 4)
     header, body = card[:end], card[end:]
     for name in configs:
-        pattern = data_files_pattern(name)
+        pattern = dataset_card.data_files_pattern(name)
         old, new = f"path: {pattern}\n", f"path: {staging}/{pattern}\n"
         if header.count(old) != 1:
             raise RuntimeError(f"the card's data_files of {name} not found")
@@ -255,9 +252,6 @@ def staging_card(card: str, staging: str, configs: Iterable[str]) -> str:
 def prepare(out_dir: Path, staging: Path, manifest: dict, previous: dict | None) -> None:
     """Complete the staging folder: kept configs linked in, the final card and manifest, the files to remove.
     Every name is checked against both folders first (:mod:`.safe_folder`); nothing is placed before."""
-    from needlebench.dataset.card import render_card
-    from needlebench.dataset.safe_folder import check_targets
-    from needlebench.errors import NeedlebenchError
 
     where = str(out_dir / MANIFEST)
     names = files_of(manifest)
@@ -273,7 +267,7 @@ def prepare(out_dir: Path, staging: Path, manifest: dict, previous: dict | None)
     for name in kept:
         _place(out_dir / name, staging / name)
     step()
-    card = render_card(manifest, staging)
+    card = dataset_card.render_card(manifest, staging)
     (staging / CARD).write_text(card, encoding="utf-8", newline="\n")
     text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
     (staging / MANIFEST).write_text(text, encoding="utf-8", newline="\n")
@@ -295,8 +289,6 @@ def commit(out_dir: Path, staging: Path) -> None:
 
 
 def _card_points_into(out_dir: Path, staging: Path) -> bool:
-    from needlebench.dataset.safe_folder import open_no_follow
-    from needlebench.errors import NeedlebenchError
 
     try:
         card = open_no_follow(out_dir, CARD, str(out_dir / CARD), _MAX_STAGED_BYTES).decode("utf-8")
@@ -309,8 +301,6 @@ def _finish_plan(out_dir: Path, staging: Path) -> tuple[bytes, dict, list[str], 
     """Everything :func:`finish` will act on, read from the staging folder and checked first: its manifest (schema,
     files inside the staging folder, regular files, no links), the files to remove (Parquet files of the output
     folder's ``data/``), and the final places of the new files (no links on the way)."""
-    from needlebench.dataset.safe_folder import check_manifest, check_targets, open_no_follow, parse_json
-    from needlebench.errors import NeedlebenchError
 
     where = str(staging / MANIFEST)
     manifest_bytes = open_no_follow(staging, MANIFEST, where, _MAX_STAGED_BYTES)

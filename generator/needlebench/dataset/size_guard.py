@@ -18,19 +18,18 @@ from needlebench.tasks.grid import ConfigSpec
 DEFAULT_MAX_TOKENS = 20_000_000_000
 #: Parquet bytes per context token by codec (see the module docstring).
 BYTES_PER_TOKEN = {"zstd": 0.6, "snappy": 2.0, "none": 4.5}
-#: Families with a row per depth of the grid (multi_retrieval's depths place its needles, not rows).
-_ROW_PER_DEPTH = ("single", "multi_reasoning")
 
 
 def estimate(
     specs: list[ConfigSpec], compression: str, depths: tuple[float, ...] | None = None
 ) -> tuple[int, int, int]:
     """Rows, context tokens and Parquet bytes the build of `specs` writes (approximately); `depths` (``--depths``)
-    replaces the depth grid of the families with a row per depth."""
+    replaces the depth grid of the built-in configs whose family gives a row per depth (M-RT's depths place its
+    needles, not rows; an experiment keeps its own depths)."""
     rows = tokens = 0
     for spec in specs:
         scale = 1.0
-        if depths is not None and spec.family in _ROW_PER_DEPTH and spec.size != "custom" and spec.depths:
+        if depths is not None and spec.family_object.row_per_depth and spec.grid is None and spec.depths:
             scale = len(depths) / len(spec.depths)
         rows += round(spec.num_rows * scale)
         tokens += round(spec.approx_tokens * scale)

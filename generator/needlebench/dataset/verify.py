@@ -1,12 +1,14 @@
 """Verify a needlebench dataset: files on disk against the manifest, and a rebuild from the recorded recipe.
 
 A config *differs* when its files no longer match ``needlebench.json``: a listed file is missing or is not one
-``load_dataset`` reads (the card's ``data/<config>/test-*.parquet``, :func:`needlebench.dataset.card.data_files_pattern`),
-an unlisted file matching that pattern would be loaded with the config, or the listed files no longer hash to the
-recorded fingerprint; or when rebuilding it with ``BuildOptions.from_recipe(manifest["recipe"])`` gives a different
-fingerprint. :func:`verify_folder` and :func:`verify_repo` return ``{config: reason}`` for the configs that differ.
+``load_dataset`` reads (the card's ``data/<config>/test-*.parquet``,
+:func:`needlebench.dataset.card.data_files_pattern`), an unlisted file matching that pattern would be loaded with the
+config, or the listed files no longer hash to the recorded fingerprint; or when rebuilding it with
+``BuildOptions.from_recipe(manifest["recipe"])`` gives a different fingerprint. :func:`verify_folder` and
+:func:`verify_repo` return ``{config: reason}`` for the configs that differ.
 
-The fingerprint of a config is :func:`needlebench.dataset.writer.fingerprint_files` of its Parquet files (the builder's).
+The fingerprint of a config is :func:`needlebench.dataset.writer.fingerprint_files` of its Parquet files (the
+builder's).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.dataset.build import MANIFEST as MANIFEST_NAME
-from needlebench.dataset.build import BuildOptions, build_dataset
+from needlebench.dataset.build import BuildOptions, build_dataset, register_experiments
 from needlebench.dataset.build import read_manifest as read_build_manifest
 from needlebench.dataset.card import data_files_pattern, is_loaded_file
 from needlebench.dataset.options import RecipeError, check_recipe
+from needlebench.dataset.replace import recover_before_reading
 from needlebench.dataset.safe_folder import check_manifest
 from needlebench.dataset.writer import fingerprint_files
 from needlebench.errors import NeedlebenchError
@@ -47,15 +50,12 @@ def validate_manifest(manifest: Mapping[str, Any], where: str, root: Path | None
         check_recipe(manifest.get("recipe", {}))
     except RecipeError as error:
         raise NeedlebenchError(f"{where} is invalid: {error}") from None
-    if manifest.get("experiments"):
-        from needlebench.tasks.experiment import register_manifest_experiments
-
-        register_manifest_experiments(dict(manifest))
     return dict(manifest)
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
-    """The validated manifest of a dataset folder; a one-line error when the folder is not a needlebench dataset."""
+    """The validated manifest of a dataset folder; a one-line error when the folder is not a needlebench dataset.
+    Its experiment configs are not registered (:func:`needlebench.dataset.build.register_experiments`)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise NeedlebenchError(f"dataset folder {folder} does not exist; give a folder written by `needlebench build`")
@@ -162,11 +162,11 @@ def verify_folder(
 
     ``label`` names the dataset in error messages (default: the folder's manifest path).
     """
-    from needlebench.dataset.replace import recover_before_reading
 
     folder = Path(folder)
     recover_before_reading(folder)  # a replace a killed build committed is finished first, as a build would
     manifest = read_manifest(folder)
+    register_experiments(manifest)  # its experiment configs are rebuilt by name
     where = label or str(folder / MANIFEST_NAME)
     names = select_configs(manifest, configs, where)
     differences = check_files(folder, manifest, names)

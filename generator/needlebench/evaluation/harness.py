@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from needlebench.dataset.build import read_manifest
+from needlebench.dataset.build import read_manifest, register_experiments
 from needlebench.dataset.load import load_split
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import EVAL_FAMILIES, eval_family
@@ -286,7 +286,7 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
         )
     source = resolve_source(metadata)
     if source["data_dir"] is not None:
-        read_manifest(Path(source["data_dir"]))  # registers the folder's experiment configs by name
+        register_experiments(read_manifest(Path(source["data_dir"])))  # its experiment configs, looked up by name
     spec = get_config(str(config))
     lengths = _context_length_filter(metadata.get("context_lengths"), spec)
     split = load_split(spec.name, **source)

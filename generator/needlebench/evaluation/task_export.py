@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from needlebench.dataset.build import register_experiments
 from needlebench.dataset.verify import read_manifest
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness import (
@@ -51,7 +52,8 @@ def experiment_group(name: str) -> str:
 def task_files_for_folder(folder: Path) -> dict[str, str]:
     """File name -> text of the task folder for the dataset `folder` (absolute ``data_dir`` in every task)."""
     folder = Path(folder).resolve()
-    manifest = read_manifest(folder)  # registers the folder's experiments
+    manifest = read_manifest(folder)
+    register_experiments(manifest)  # its experiment configs are looked up by name
     note = NOTE.format(folder=folder)
     files = {"utils.py": utils_py()}
     specs = [get_config(name) for name in manifest["configs"]]

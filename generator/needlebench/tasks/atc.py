@@ -11,15 +11,14 @@ trace back to, and the answer is ``names[0]``. Our items join the sentences with
   rows with the options rotated ABCD, BCDA, CDAB, DABC. The prompt is a 4-shot dialogue flattened to one
   text (shots are generated chains from a fixed seed, never test items) ending in the row's question.
 * Open configs: one row per item, the reference open-ended question block, the answer is the eldest name.
-* ``compat="opencompass"`` reproduces the reference ``atc_choice`` items (and the open items with the same
-  call order, seeded like atc_choice since the reference open loader is unseeded) with a local
-  ``random.Random(repeat)``, and uses the reference config's few-shot dialogues.
+* The reference construction (``--compat opencompass``: the reference ``atc_choice`` items with a local
+  ``random.Random(repeat)`` and the reference config's few-shot dialogues) is
+  :mod:`needlebench.compat.opencompass_atc`; it renders its rows with :func:`item_rows` as this module does.
 """
 
 from __future__ import annotations
 
 import numbers
-import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -35,7 +34,7 @@ from needlebench.sources.tokenizer import (
     TextTokenizer,
     get_tokenizer,
 )
-from needlebench.tasks.grid import ATC_ROTATIONS, ConfigSpec
+from needlebench.tasks.families.base import ConfigSpec
 from needlebench.tasks.names import (
     builtin_names,
     distinct_names,
@@ -44,30 +43,34 @@ from needlebench.tasks.names import (
     normalize_language,
 )
 from needlebench.tasks.schema import check_row, columns_for
+from needlebench.tasks.settings import HaystackSettings
 from needlebench.yamlload import safe_load
 
 __all__ = [
     "AtcItem",
-    "COMPAT_MODES",
+    "RowContext",
     "atc_data",
     "atc_item",
+    "atc_rows",
+    "check_needle_count",
     "choice_question",
     "few_shot_prompt",
+    "item_rows",
     "iter_atc_rows",
     "open_question",
-    "reference_item",
-    "reference_items",
+    "prompt_style",
+    "relation_sentence",
     "rotate_options",
+    "too_few_names",
 ]
 
 LETTERS = "ABCD"
-COMPAT_MODES = ("opencompass",)
+#: The option rotations (circular evaluation): each shows the options starting from another letter.
+ROTATIONS = tuple(LETTERS[i:] + LETTERS[:i] for i in range(len(LETTERS)))
 #: Prompt style of each ATC config variant.
 PROMPT_STYLES = {"direct": "direct", "reasoning": "reasoning", "extended": "direct", "open": "open"}
 #: Seed label of the few-shot chains (distinct from every config name, so never a test item's seed).
 SHOT_SEED_LABEL = "atc-few-shot"
-#: Row columns in schema order.
-_COLUMNS = tuple(columns_for("atc"))
 
 
 @dataclass(frozen=True)
@@ -135,8 +138,8 @@ def rotate_options(options: Sequence[str], rotation: str) -> tuple[tuple[str, ..
 
     The answer is the original option A, so its letter is the position of ``A`` in the rotation.
     """
-    if rotation not in ATC_ROTATIONS:
-        raise NeedlebenchError(f"unknown ATC rotation {rotation!r}; allowed: {', '.join(ATC_ROTATIONS)}")
+    if rotation not in ROTATIONS:
+        raise NeedlebenchError(f"unknown ATC rotation {rotation!r}; allowed: {', '.join(ROTATIONS)}")
     displayed = tuple(options[LETTERS.index(letter)] for letter in rotation)
     return displayed, LETTERS[rotation.index("A")]
 
@@ -160,13 +163,13 @@ def open_question(item: AtcItem) -> str:
 # ----------------------------------------------------------------------------------------------- items
 
 
-def _check_needles(num_needles: int) -> None:
+def check_needle_count(num_needles: int) -> None:
     """ATC chains need at least two names (one relation sentence)."""
     if isinstance(num_needles, bool) or not isinstance(num_needles, numbers.Integral) or num_needles < 2:
         raise NeedlebenchError(f"ATC needle count {num_needles!r} is not allowed; allowed: an integer of at least 2")
 
 
-def _too_few_names(needed: int, available: int, language: str) -> NeedlebenchError:
+def too_few_names(needed: int, available: int, language: str) -> NeedlebenchError:
     """The error for a names list too short for a chain."""
     return NeedlebenchError(
         f"ATC needs {needed} distinct {language} names but the names list has only {available}; "
@@ -180,11 +183,11 @@ def atc_item(num_needles: int, language: str, seed: int, names: Sequence[str]) -
     Draw order: the chain (``num_needles`` distinct names), then a template and a relation term per link, then
     the shuffle of the sentences, then (chains shorter than 4) the padding options from the other names.
     """
-    _check_needles(num_needles)
+    check_needle_count(num_needles)
     data = _lang(language)
     needed = max(num_needles, len(LETTERS))
     if len(names) < needed:
-        raise _too_few_names(needed, len(names), language)
+        raise too_few_names(needed, len(names), language)
     gen = np.random.Generator(np.random.PCG64(seed))
     picked = gen.choice(len(names), size=num_needles, replace=False)
     chain = tuple(names[int(index)] for index in picked)
@@ -205,53 +208,6 @@ def atc_item(num_needles: int, language: str, seed: int, names: Sequence[str]) -
     story = data["sentence_separator"].join(sentences[index] for index in order)
     question = question_text(story, chain[-1], language)
     return AtcItem(normalize_language(language), chain, sentences, order, story, question, tuple(options))
-
-
-def reference_item(
-    all_names: Sequence[str], num_needles: int, language: str, repeat: int, *, open_ended: bool = False
-) -> AtcItem:
-    """The reference ``atc_choice`` item of one repeat, with a local ``random.Random(repeat)``.
-
-    Same calls in the same order as the reference: ``sample`` of the names, ``choice`` of a template and a term
-    per link, ``shuffle`` of the fragments (the sentences plus the trailing empty fragment left by the ``'*'``
-    split), then, for chains shorter than 4 and not ``open_ended``, ``sample`` of padding names.
-    """
-    _check_needles(num_needles)
-    data = _lang(language)
-    rand = random.Random(repeat)
-    if num_needles > len(all_names):
-        raise _too_few_names(num_needles, len(all_names), language)
-    chain = rand.sample(list(all_names), num_needles)
-    sentences = []
-    for i in range(num_needles - 1):
-        template = rand.choice(data["templates"])
-        term = rand.choice(data["relationship_terms"])
-        sentences.append(relation_sentence(template, chain[i], chain[i + 1], term))
-    # The shuffle's calls depend on the list length only: shuffle indices, fragment N-1 being the empty one.
-    fragments = list(range(num_needles))
-    rand.shuffle(fragments)
-    order = tuple(index for index in fragments if index < num_needles - 1)
-    story = "".join(sentences[index] for index in order)
-    options: list[str] = []
-    if not open_ended:
-        options = list(chain)
-        if len(options) < len(LETTERS):
-            others = [name for name in all_names if name not in chain]
-            if len(others) < len(LETTERS) - len(options):
-                raise _too_few_names(len(LETTERS), len(chain) + len(others), language)
-            options += rand.sample(others, len(LETTERS) - len(options))
-        options = options[: len(LETTERS)]
-    question = question_text(story, chain[-1], language)
-    return AtcItem(normalize_language(language), tuple(chain), tuple(sentences), order, story, question, tuple(options))
-
-
-def reference_items(
-    all_names: Sequence[str], num_needles: int, language: str, repeats: int, *, open_ended: bool = False
-) -> list[AtcItem]:
-    """The reference items of repeats ``0 .. repeats-1`` (``random.seed(id)`` per repeat ``id``)."""
-    return [
-        reference_item(all_names, num_needles, language, repeat, open_ended=open_ended) for repeat in range(repeats)
-    ]
 
 
 # ----------------------------------------------------------------------------------------------- prompts
@@ -308,17 +264,11 @@ def generated_turns(language: str, style: str, release_seed: int = RELEASE_SEED)
     return turns
 
 
-def compat_turns(language: str, style: str) -> list[tuple[str, str]]:
-    """The reference config's 4 ``(question, answer)`` shots of a language and prompt style."""
-    shots = _lang(language)["compat_shots"][style]
-    return [(shot["question"], shot["answer"]) for shot in shots]
-
-
 # ----------------------------------------------------------------------------------------------- rows
 
 
 @dataclass(frozen=True)
-class _RowContext:
+class RowContext:
     """Everything a row needs besides its item."""
 
     spec: ConfigSpec
@@ -329,19 +279,15 @@ class _RowContext:
     compat: str
     tokenizer: TextTokenizer
 
-
-def _check_compat(compat: str | None) -> str:
-    """``""`` for no compat mode, else the (allowed) mode."""
-    if compat in (None, ""):
-        return ""
-    if compat not in COMPAT_MODES:
-        raise NeedlebenchError(f"unknown compat mode {compat!r}; allowed: {', '.join(COMPAT_MODES)} (or none)")
-    return compat
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Row columns in schema order."""
+        return tuple(columns_for(self.spec.schema_family))
 
 
-def _check_spec(spec: ConfigSpec) -> str:
-    """The prompt style of an ATC config; a non-ATC config is an error."""
-    if spec.family != "atc" or spec.variant not in PROMPT_STYLES:
+def prompt_style(spec: ConfigSpec) -> str:
+    """The prompt style of a v1 ATC config (by its variant); any other config is an error."""
+    if spec.variant not in PROMPT_STYLES:
         raise NeedlebenchError(
             f"config {spec.name!r} is not an ATC config; allowed: atc_en, atc_zh and their _reasoning, _512, "
             "_open variants"
@@ -349,7 +295,7 @@ def _check_spec(spec: ConfigSpec) -> str:
     return PROMPT_STYLES[spec.variant]
 
 
-def _base_row(item: AtcItem, ctx: _RowContext, num_needles: int, repeat: int, seed: int, haystack_tokens: int) -> dict:
+def _base_row(item: AtcItem, ctx: RowContext, num_needles: int, repeat: int, seed: int, haystack_tokens: int) -> dict:
     """The columns every row of an item shares."""
     return {
         "task": ctx.spec.task_label,
@@ -373,16 +319,16 @@ def _base_row(item: AtcItem, ctx: _RowContext, num_needles: int, repeat: int, se
     }
 
 
-def _finish(row: dict, prompt: str, tokenizer: TextTokenizer) -> dict:
+def _finish(row: dict, prompt: str, ctx: RowContext) -> dict:
     """Add the prompt and its token count (counted once), in schema column order."""
-    tokens = tokenizer.count(prompt)
+    tokens = ctx.tokenizer.count(prompt)
     row.update(prompt=prompt, context_length=tokens, prompt_tokens=tokens)
-    ordered = {name: row[name] for name in _COLUMNS}
-    check_row("atc", ordered)
+    ordered = {name: row[name] for name in ctx.columns}
+    check_row(ctx.spec.schema_family, ordered)
     return ordered
 
 
-def item_rows(item: AtcItem, ctx: _RowContext, num_needles: int, repeat: int, seed: int) -> list[dict]:
+def item_rows(item: AtcItem, ctx: RowContext, num_needles: int, repeat: int, seed: int) -> list[dict]:
     """The rows of one item: 4 rotations (multiple choice) or 1 row (open)."""
     haystack_tokens = ctx.tokenizer.count(item.story)
     base = _base_row(item, ctx, num_needles, repeat, seed, haystack_tokens)
@@ -397,9 +343,9 @@ def item_rows(item: AtcItem, ctx: _RowContext, num_needles: int, repeat: int, se
             "options": [],
             "answer_letter": "",
         }
-        return [_finish(row, prompt, ctx.tokenizer)]
+        return [_finish(row, prompt, ctx)]
     rows = []
-    for rotation in ATC_ROTATIONS:
+    for rotation in ctx.spec.family_object.rotations:
         displayed, letter = rotate_options(item.options, rotation)
         question = choice_question(item, rotation)
         row = {
@@ -411,7 +357,7 @@ def item_rows(item: AtcItem, ctx: _RowContext, num_needles: int, repeat: int, se
             "options": list(displayed),
             "answer_letter": letter,
         }
-        rows.append(_finish(row, few_shot_prompt(ctx.turns, question, item.language), ctx.tokenizer))
+        rows.append(_finish(row, few_shot_prompt(ctx.turns, question, item.language), ctx))
     return rows
 
 
@@ -421,31 +367,28 @@ def iter_atc_rows(
     release_seed: int = RELEASE_SEED,
     version: str = __version__,
     names_path: str | None = None,
-    compat: str | None = None,
 ) -> Iterator[dict]:
-    """Rows of an ATC config (keys exactly ``schema.columns_for("atc")``), needle count outer, repeat inner.
+    """Rows of a v1 ATC config (keys exactly its schema's columns), needle count outer, repeat inner.
 
-    Seeds: ``derive_seed(release_seed, config, num_needles, repeat)`` per item; in ``compat="opencompass"`` mode
-    the reference's ``random.seed(repeat)`` (a local ``random.Random``) and the names list exactly as read.
-    """
-    style = _check_spec(spec)
-    mode = _check_compat(compat)
+    Seeds: ``derive_seed(release_seed, config, num_needles, repeat)`` per item."""
+    style = prompt_style(spec)
     language = spec.language
     all_names = load_names(names_path, language)
     tokenizer = get_tokenizer()
-    if mode:
-        turns = () if style == "open" else tuple(compat_turns(language, style))
-    else:
-        turns = () if style == "open" else tuple(generated_turns(language, style, release_seed))
-        reserved = few_shot_names(language, release_seed)
-        pool = [name for name in distinct_names(all_names) if name not in reserved]
-    ctx = _RowContext(spec, style, turns, names_corpus_label(names_path), version, mode, tokenizer)
+    turns = () if style == "open" else tuple(generated_turns(language, style, release_seed))
+    reserved = few_shot_names(language, release_seed)
+    pool = [name for name in distinct_names(all_names) if name not in reserved]
+    ctx = RowContext(spec, style, turns, names_corpus_label(names_path), version, "", tokenizer)
     for num_needles in spec.needle_counts:
         for repeat in range(spec.repeats):
-            if mode:
-                seed = repeat
-                item = reference_item(all_names, num_needles, language, repeat, open_ended=style == "open")
-            else:
-                seed = derive_seed(release_seed, spec.name, num_needles, repeat)
-                item = atc_item(num_needles, language, seed, pool)
+            seed = derive_seed(release_seed, spec.name, num_needles, repeat)
+            item = atc_item(num_needles, language, seed, pool)
             yield from item_rows(item, ctx, num_needles, repeat, seed)
+
+
+def atc_rows(
+    spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...] = (), utf8_prompts: bool = False
+) -> Iterator[dict]:
+    """The family's default generator: ATC reads the release seed and the names list (`settings.needles`); it
+    has no context lengths and gives text prompts."""
+    return iter_atc_rows(spec, release_seed=settings.release_seed, names_path=settings.needles)

@@ -23,7 +23,7 @@ from needlebench.sources.tokenizer import (
     TextTokenizer,
     get_tokenizer,
 )
-from needlebench.tasks.grid import V2_ATC_QUESTION_TYPES, ConfigSpec
+from needlebench.tasks.families.base import ConfigSpec
 from needlebench.tasks.kinship import (
     KinshipChain,
     kinship_chain,
@@ -33,10 +33,13 @@ from needlebench.tasks.kinship import (
 )
 from needlebench.tasks.names import distinct_names, load_names, names_corpus_label
 from needlebench.tasks.schema import check_row, columns_for
+from needlebench.tasks.settings import HaystackSettings
 
-__all__ = ["atc_v2_row", "iter_atc_v2_rows", "last_line", "v2_names_pool"]
+__all__ = ["SCHEMA", "atc_v2_row", "atc_v2_rows", "iter_atc_v2_rows", "last_line", "v2_names_pool"]
 
-_COLUMNS = tuple(columns_for("atc_v2"))
+#: The row schema of v2 ATC configs (:mod:`needlebench.tasks.schema`).
+SCHEMA = "atc_v2"
+_COLUMNS = tuple(columns_for(SCHEMA))
 
 
 def last_line(prompt: str) -> str:
@@ -63,7 +66,7 @@ def atc_v2_row(
     tokenizer: TextTokenizer,
     version: str = __version__,
 ) -> dict:
-    """One ATC v2 row (columns of ``schema.columns_for("atc_v2")``, in order)."""
+    """One ATC v2 row (columns of ``schema.columns_for(SCHEMA)``, in order)."""
     prompt, answer = question_prompt(question_type, chain, story, reference_ordinals=bool(compat))
     tokens = tokenizer.count(prompt)
     row = {
@@ -93,7 +96,7 @@ def atc_v2_row(
         "compat": compat,
     }
     ordered = {name: row[name] for name in _COLUMNS}
-    check_row("atc_v2", ordered)
+    check_row(SCHEMA, ordered)
     return ordered
 
 
@@ -106,14 +109,14 @@ def iter_atc_v2_rows(
 ) -> Iterator[dict]:
     """Rows of a v2 ATC config, default mode: relation count outer, then question type, then repeat (the
     reference's order)."""
-    if spec.family != "atc" or not spec.is_v2:
+    if spec.schema_family != SCHEMA:
         raise NeedlebenchError(f"config {spec.name!r} is not a v2 ATC config; allowed: v2_atc_en, v2_atc_zh")
     pool = v2_names_pool(names_path, spec.language)
     separator = kinship_data(spec.language)["sentence_separator"]
     tokenizer = get_tokenizer()
     corpus = names_corpus_label(names_path)
     for relations in spec.needle_counts:
-        for question_type in V2_ATC_QUESTION_TYPES:
+        for question_type in spec.family_object.question_types:
             for repeat in range(spec.repeats):
                 seed = derive_seed(release_seed, spec.name, question_type, relations, repeat)
                 chain = kinship_chain(relations, spec.language, seed, pool)
@@ -130,3 +133,11 @@ def iter_atc_v2_rows(
                     tokenizer=tokenizer,
                     version=version,
                 )
+
+
+def atc_v2_rows(
+    spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...] = (), utf8_prompts: bool = False
+) -> Iterator[dict]:
+    """The family's default v2 generator: v2 ATC reads the release seed and the names list (`settings.needles`);
+    it has no context lengths and gives text prompts."""
+    return iter_atc_v2_rows(spec, release_seed=settings.release_seed, names_path=settings.needles)

@@ -39,13 +39,7 @@ from needlebench.errors import NeedlebenchError
 from needlebench.seeding import derive_seed, rng
 from needlebench.sources.haystacks import window_start_hint
 from needlebench.sources.tokenized import TokenizedCorpus
-from needlebench.tasks.grid import (
-    COUNTING_STARS_LENGTHS,
-    COUNTING_STARS_TASKS,
-    LANGUAGES,
-    STAR_COUNTS,
-    ConfigSpec,
-)
+from needlebench.tasks.families.base import LANGUAGES, ConfigSpec
 from needlebench.tasks.haystack import corpus_label, tokenized_corpus
 from needlebench.tasks.placement import Context, NeedleRequest, build_context
 from needlebench.tasks.schema import check_row
@@ -65,9 +59,6 @@ __all__ = [
 ]
 
 
-FAMILY = "counting_stars"
-
-
 COMPAT_MODE = "counting-stars"
 
 
@@ -84,8 +75,10 @@ def star_data() -> dict:
 
 
 def check_task(task: str) -> str:
-    if task not in COUNTING_STARS_TASKS:
-        raise NeedlebenchError(f"unknown Counting-Stars task {task!r}; allowed: {', '.join(COUNTING_STARS_TASKS)}")
+    """A Counting-Stars task: one with star sentences in ``data/counting_stars.yaml`` (acquisition, reasoning)."""
+    tasks = tuple(star_data()["stars"])
+    if task not in tasks:
+        raise NeedlebenchError(f"unknown Counting-Stars task {task!r}; allowed: {', '.join(tasks)}")
     return task
 
 
@@ -213,17 +206,19 @@ def _random_cell(spec: ConfigSpec, settings: HaystackSettings, length: int) -> S
 
 # ---- validation ----------------------------------------------------------------------------------------------
 def check_spec(spec: ConfigSpec) -> None:
-    if spec.family != FAMILY:
+    """`spec` is a Counting-Stars config (it has a star count) of a known task, language, size and star count."""
+    if spec.stars is None:
         raise NeedlebenchError(f"config {spec.name!r} is not a Counting-Stars config; allowed: counting_stars_*")
     check_task(spec.variant)
     check_language(spec.language)
-    if spec.size not in COUNTING_STARS_LENGTHS:
+    family = spec.family_object
+    if spec.size not in family.lengths_by_size:
         raise NeedlebenchError(
-            f"Counting-Stars size {spec.size!r} of {spec.name} is unknown; allowed: {', '.join(COUNTING_STARS_LENGTHS)}"
+            f"Counting-Stars size {spec.size!r} of {spec.name} is unknown; allowed: {', '.join(family.lengths_by_size)}"
         )
-    if spec.stars not in STAR_COUNTS:
+    if spec.stars not in family.star_counts:
         raise NeedlebenchError(
-            f"M={spec.stars} stars is not allowed ({spec.name}); allowed M: {', '.join(map(str, STAR_COUNTS))}"
+            f"M={spec.stars} stars is not allowed ({spec.name}); allowed M: {', '.join(map(str, family.star_counts))}"
         )
 
 
@@ -289,7 +284,7 @@ def star_row(spec: ConfigSpec, settings: HaystackSettings, cell: StarCell, layou
         "corpus_cycles": layout.cycles,
         "compat": layout.compat,
     }
-    check_row(FAMILY, row)
+    check_row(spec.schema_family, row)
     return row
 
 
@@ -320,7 +315,7 @@ def _default_rows(
 
 
 def counting_stars_rows(
-    spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...] | None = None
+    spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...] | None = None, utf8_prompts: bool = False
 ) -> Iterator[dict]:
     """Rows of a Counting-Stars config, one per context length (only `lengths` when given), in grid order.
 

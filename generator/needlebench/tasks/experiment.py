@@ -3,9 +3,11 @@
 An experiment file is a small YAML (schema: ``data/experiment.schema.json``) naming a config and giving its task
 kind, language, haystack, needles and sampling method, lengths, depths (list or linear/sigmoid spacing), start/end
 buffers, runs, length buffer, question position and prompt frame. :func:`parse_experiment` validates it (one-line
-errors naming the key, the value and what is allowed) into an :class:`Experiment`; :class:`ExperimentSpec` is its
-:class:`ConfigSpec` (registered beside the built-in configs) and :func:`experiment_rows` its rows, built with the
-same stages as the families (cells and seeds, exact-count placement, prompt frames, row columns).
+errors naming the key, the value and what is allowed) into an :class:`Experiment`; :func:`experiment_spec` is its
+:class:`ConfigSpec`, a config of its kind's family with an explicit :class:`Grid` (its lengths, depths, buffer,
+repeats, settings and generator), registered beside the built-in configs by the caller; :func:`experiment_rows`
+builds its rows with the same stages as the families (cells and seeds, exact-count placement, prompt frames, row
+columns).
 """
 
 from __future__ import annotations
@@ -21,15 +23,21 @@ from pathlib import Path
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED, derive_seed
 from needlebench.sources.haystacks import window_start_hint
+from needlebench.sources.inputs import input_record, is_input_record, is_local_spec
 from needlebench.sources.tokenizer import DEFAULT_TOKENIZER
-from needlebench.tasks.grid import ConfigSpec, register_config, registry
+from needlebench.tasks.families import FAMILIES, ConfigSpec, Grid, family_of, multi_reasoning, multi_retrieval, single
+from needlebench.tasks.grid import register_config, registry
 from needlebench.tasks.haystack import base_row, cells_of, tokenized_corpus
+from needlebench.tasks.multi_reasoning import reasoning_question
+from needlebench.tasks.needle_file import load_needles_file
 from needlebench.tasks.needles import splice_guide
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import CONTEXT_SLOT, frame_parts, prompt_data
 from needlebench.tasks.settings import HaystackSettings
+from needlebench.yamlload import UserYamlError, load_user_yaml
 
-KINDS = ("single", "multi_retrieval", "multi_reasoning")
+#: Experiment kinds: the haystack families.
+KINDS = tuple(key for key, entry in FAMILIES.items() if entry.haystack_grid)
 SAMPLE_METHODS = ("fixed", "sequential", "random")
 SIZE_LABEL = "custom"
 
@@ -42,7 +50,9 @@ def experiment_schema() -> dict:
 
 
 def generate_depth_percents(n: int, spacing: str = "linear") -> tuple[float, ...]:
-    """`n` depths from 0 to 100: linear, or the reference's sigmoid of the linear points (spec §2)."""
+    """`n` depths from 0 to 100: linear, or the reference's sigmoid of the linear points (``generate_depth_percents``
+    in open-compass/opencompass: ``opencompass/configs/datasets/needlebench/needlebench_4k/needlebench_single_4k.py``).
+    """
     if n == 1:
         linear = [0.0]
     else:
@@ -124,7 +134,8 @@ class Experiment:
             record["haystack"] = _recorded_haystack(self.haystack)
         elif self.haystack_record is not None:
             record["haystack"] = self.haystack_record
-        if self.kind == "multi_reasoning":
+        family = family_of(self.kind)
+        if family.chain_needles:
             record.update(
                 needles=[n.text for n in self.needles], question=self.question, answer=self.answer, keyword=self.keyword
             )
@@ -133,7 +144,7 @@ class Experiment:
                 {"needle": n.text, "question": n.question, "answer": n.answer, "keyword": n.keyword}
                 for n in self.needles
             ]
-        if self.kind == "single":
+        if family.one_needle_per_prompt:
             record.update(sample_method=self.sample_method, fixed_index=self.fixed_index, n_needles=self.n_needles)
         else:
             record["diff"] = self.diff
@@ -142,77 +153,71 @@ class Experiment:
     @property
     def samples_per_cell(self) -> int:
         """Repeats of a (length) cell: runs x needles sampled (single), runs otherwise."""
-        return self.runs * (self.n_needles if self.kind == "single" else 1)
+        return self.runs * (self.n_needles if family_of(self.kind).one_needle_per_prompt else 1)
 
     @property
     def num_rows(self) -> int:
         return len(self.lengths) * len(self.depths) * self.samples_per_cell
 
 
-@dataclass(frozen=True)
-class ExperimentSpec(ConfigSpec):
-    """The config of an experiment: its own lengths, depths, buffer and repeats."""
-
-    experiment: Experiment | None = field(default=None, compare=False)
-
-    @property
-    def lengths(self) -> tuple[int, ...]:
-        return self.experiment.lengths
-
-    @property
-    def depths(self) -> tuple[float, ...]:
-        return self.experiment.depths
-
-    @property
-    def buffer(self) -> int:
-        return self.experiment.length_buffer
-
-    @property
-    def repeats(self) -> int:
-        return self.experiment.samples_per_cell
-
-    @property
-    def needle_counts(self) -> tuple[int, ...]:
-        return (1,) if self.family == "single" else (len(self.experiment.needles),)
-
-    @property
-    def num_rows(self) -> int:
-        return self.experiment.num_rows
-
-    @property
-    def compat_modes(self) -> tuple[str, ...]:
-        return ()  # an experiment is needlebench's own construction; it has no reference to reproduce
-
-    @property
-    def accepts_hf_tokenizer(self) -> bool:
-        return True
-
-    @property
-    def approx_tokens(self) -> int:
-        return sum(length - self.buffer for length in self.lengths) * len(self.depths) * self.repeats
-
-    def settings(self) -> HaystackSettings:
-        exp = self.experiment
-        return HaystackSettings(
-            release_seed=exp.seed,
-            haystack=exp.haystack,
-            question_position=exp.question_position,
-            buffer=exp.length_buffer,
-            depths=exp.depths,
-            tokenizer=exp.tokenizer,
-        )
+def experiment_settings(exp: Experiment) -> HaystackSettings:
+    """What an experiment's rows read besides the build's tokenizer and haystack: its seed, question position,
+    length buffer and depths."""
+    return HaystackSettings(
+        release_seed=exp.seed,
+        haystack=exp.haystack,
+        question_position=exp.question_position,
+        buffer=exp.length_buffer,
+        depths=exp.depths,
+        tokenizer=exp.tokenizer,
+    )
 
 
-def register_experiment(experiment: Experiment) -> ExperimentSpec:
-    """Add the experiment's config to the registry (beside the built-in configs); a built-in name is an error."""
+def experiment_grid(exp: Experiment) -> Grid:
+    """The explicit grid of an experiment: its own lengths, depths, buffer and repeats, its rows and settings."""
+    needles = 1 if family_of(exp.kind).one_needle_per_prompt else len(exp.needles)
+    repeats = exp.samples_per_cell
+    return Grid(
+        lengths=exp.lengths,
+        depths=exp.depths,
+        buffer=exp.length_buffer,
+        repeats=repeats,
+        needle_counts=(needles,),
+        num_rows=exp.num_rows,
+        approx_tokens=sum(length - exp.length_buffer for length in exp.lengths) * len(exp.depths) * repeats,
+        rows=experiment_rows,
+        settings=experiment_settings(exp),
+        source=exp,
+    )
+
+
+def experiment_spec(exp: Experiment) -> ConfigSpec:
+    """The config of an experiment (not registered: :func:`needlebench.tasks.grid.register_config` does that)."""
+    return ConfigSpec(exp.name, exp.kind, exp.language, SIZE_LABEL, grid=experiment_grid(exp))
+
+
+def ExperimentSpec(
+    name: str, family: str, language: str, size: str = SIZE_LABEL, *, experiment: Experiment
+) -> ConfigSpec:
+    """The config of `experiment` named `name` (as :func:`experiment_spec`, for the callers of the former class)."""
+    return ConfigSpec(name, family, language, size, grid=experiment_grid(experiment))
+
+
+def register_experiment(experiment: Experiment) -> ConfigSpec:
+    """Register the experiment's config beside the built-in configs (a built-in name is an error) and return it."""
     if experiment.name in registry():
         raise NeedlebenchError(
             f"experiment key name: {experiment.name!r} is a built-in config; allowed: any other name matching "
             "^[a-z][a-z0-9_]*$"
         )
-    spec = ExperimentSpec(experiment.name, experiment.kind, experiment.language, SIZE_LABEL, experiment=experiment)
+    spec = experiment_spec(experiment)
     register_config(spec)
     return spec
+
+
+def manifest_experiment_specs(manifest: dict) -> list[ConfigSpec]:
+    """The configs of the experiments a dataset manifest records (unregistered)."""
+    return [experiment_spec(experiment_from_record(record)) for record in (manifest.get("experiments") or {}).values()]
 
 
 # ---------------------------------------------------------------------------------------------------- parsing
@@ -300,8 +305,6 @@ def load_experiment(path: str | Path) -> Experiment:
     """Read and validate an experiment YAML file (strictly: no aliases, no key given twice)."""
     import yaml
 
-    from needlebench.yamlload import UserYamlError, load_user_yaml
-
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -362,11 +365,12 @@ def parse_experiment(data: dict, where: str = "experiment", base: Path | None = 
     prompt = data.get("prompt", "default")
     if prompt != "default" and (prompt.count(CONTEXT_SLOT) != 1 or "{question}" not in prompt):
         raise _fail(where, "prompt", prompt, "'default' or a template with {context} once and {question}")
+    family = family_of(kind)
     needles = _parse_needles(data, kind, language, where, base)
     sample_method = data.get("sample_method", "fixed")
     fixed_index = data.get("fixed_index", 0)
     n_needles = data.get("n_needles", 1)
-    if kind == "single":
+    if family.one_needle_per_prompt:
         if fixed_index >= len(needles):
             raise _fail(where, "fixed_index", fixed_index, f"an index below the {len(needles)} needle(s)")
         if sample_method == "fixed" and n_needles > 1:
@@ -375,14 +379,14 @@ def parse_experiment(data: dict, where: str = "experiment", base: Path | None = 
         for key in ("sample_method", "fixed_index", "n_needles"):
             if key in data:
                 raise _fail(where, key, data[key], f"nothing for kind {kind} (every needle goes into each prompt)")
-    if kind != "multi_reasoning":
+    if not family.chain_needles:
         for key in ("question", "answer", "keyword"):
             if key in data:
                 raise _fail(where, key, data[key], f"nothing for kind {kind}; give question/answer/keyword per needle")
     if "diff" in data and not math.isfinite(data["diff"]):
         raise _fail(where, "diff", data["diff"], "a number > 0 and <= 100")
-    if kind == "single" and "diff" in data:
-        raise _fail(where, "diff", data["diff"], "nothing for kind single (diff spaces the needles of multi kinds)")
+    if family.one_needle_per_prompt and "diff" in data:
+        raise _fail(where, "diff", data["diff"], f"nothing for kind {kind} (diff spaces the needles of multi kinds)")
     return Experiment(
         name=data["name"],
         kind=kind,
@@ -423,21 +427,17 @@ def _parse_needles(data: dict, kind: str, language: str, where: str, base: Path 
     has_inline, has_file = "needles" in data, "needles_file" in data
     if has_inline == has_file:
         raise NeedlebenchError(f"{where}: give exactly one of the keys needles, needles_file")
-    if kind == "multi_reasoning":
+    if family_of(kind).chain_needles:
         if has_file:
-            raise _fail(
-                where, "needles_file", data["needles_file"], "inline needles (a list of strings) for multi_reasoning"
-            )
+            raise _fail(where, "needles_file", data["needles_file"], f"inline needles (a list of strings) for {kind}")
         for key in ("question", "keyword"):
             if key not in data:
-                raise NeedlebenchError(f"{where}: missing key {key}; required for kind multi_reasoning")
+                raise NeedlebenchError(f"{where}: missing key {key}; required for kind {kind}")
         for i, item in enumerate(data["needles"]):
             if not isinstance(item, str):
-                raise _fail(where, f"needles.{i}", item, "a needle sentence (string) for multi_reasoning")
+                raise _fail(where, f"needles.{i}", item, f"a needle sentence (string) for {kind}")
         return tuple(ExperimentNeedle(text.strip(), "", "", "") for text in data["needles"])
     if has_file:
-        from needlebench.tasks.needle_file import load_needles_file
-
         path = Path(data["needles_file"])
         if not path.is_absolute() and base is not None:
             path = base / path
@@ -472,7 +472,6 @@ def _check_keywords(needles: list[ExperimentNeedle], where: str) -> None:
 
 def _recorded_haystack(spec: str) -> str | dict:
     """A haystack spec as a manifest records it: a local path becomes its {file, kind, size, sha256} record."""
-    from needlebench.sources.inputs import input_record, is_local_spec
 
     return input_record(spec) if is_local_spec(spec) else spec
 
@@ -480,7 +479,6 @@ def _recorded_haystack(spec: str) -> str | dict:
 def experiment_from_record(record: dict) -> Experiment:
     """An experiment recorded in a manifest (:meth:`Experiment.to_record`). A recorded local haystack is kept as
     its record: the build reads the recipe's haystack (located by hash, or `verify --haystack-en/-zh PATH`)."""
-    from needlebench.sources.inputs import is_input_record
 
     data = dict(record)
     recorded = data.get("haystack")
@@ -522,32 +520,54 @@ def _frame(exp: Experiment, family: str, question: str) -> tuple[str, str]:
     return before.replace("{question}", question), after.replace("{question}", question)
 
 
-def _question(exp: Experiment, needles: list[ExperimentNeedle]) -> str:
-    if exp.kind == "multi_reasoning":
-        from needlebench.tasks.multi_reasoning import reasoning_question
-
-        return reasoning_question(exp.question, exp.language) if exp.guide else exp.question
-    if exp.kind == "multi_retrieval":
-        question = prompt_data()["multi_retrieval_join"][exp.language].join(n.question for n in needles)
-    else:
-        question = needles[0].question
+def _guided(question: str, exp: Experiment) -> str:
     return splice_guide(question, exp.language) if exp.guide else question
 
 
-def experiment_rows(spec: ExperimentSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
-    """Rows of an experiment: the family's columns, one row per (length, depth, sample)."""
+def _reasoning_question(exp: Experiment, needles: list[ExperimentNeedle]) -> str:
+    return reasoning_question(exp.question, exp.language) if exp.guide else exp.question
+
+
+#: The question of a prompt by kind: the needle's (single), the needles' joined (multi_retrieval), the chain's.
+_QUESTIONS = {
+    single.FAMILY.key: lambda exp, needles: _guided(needles[0].question, exp),
+    multi_retrieval.FAMILY.key: lambda exp, needles: _guided(
+        prompt_data()["multi_retrieval_join"][exp.language].join(n.question for n in needles), exp
+    ),
+    multi_reasoning.FAMILY.key: _reasoning_question,
+}
+#: The answer columns of a row by kind.
+_ANSWERS = {
+    single.FAMILY.key: lambda exp, needles: {"answer": needles[0].answer, "keywords": [needles[0].keyword]},
+    multi_retrieval.FAMILY.key: lambda exp, needles: {
+        "answer": "\n".join(n.answer for n in needles),
+        "keywords": [n.keyword for n in needles],
+        "num_needles": len(needles),
+    },
+    multi_reasoning.FAMILY.key: lambda exp, needles: {
+        "answer": exp.answer,
+        "keywords": [exp.keyword],
+        "num_needles": len(needles),
+    },
+}
+
+
+def experiment_rows(
+    spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...], utf8_prompts: bool = False
+) -> Iterator[dict]:
+    """Rows of an experiment: the family's columns, one row per (length, depth, sample); prompts are text."""
     exp = spec.experiment
     corpus = tokenized_corpus(spec, settings)
-    family = exp.kind
+    family = spec.family_object
     for cell in cells_of(spec, settings, lengths):
         target = cell.length - cell.buffer
         start = window_start_hint(corpus, target, cell.seed)
-        if family == "single":
+        if family.one_needle_per_prompt:
             needles = [pick_needle(exp, cell.repeat, derive_seed(cell.seed, "needle"))]
         else:
             needles = list(exp.needles)
-        question = _question(exp, needles)
-        before, after = _frame(exp, family, question)
+        question = _QUESTIONS[spec.family](exp, needles)
+        before, after = _frame(exp, spec.family, question)
         for depth in exp.depths:
             depths = [min(100.0, depth + exp.diff * i) for i in range(len(needles))]
             requests = [NeedleRequest(n.text, placement_depth(d, target, exp)) for n, d in zip(needles, depths)]
@@ -561,20 +581,5 @@ def experiment_rows(spec: ExperimentSpec, settings: HaystackSettings, lengths: t
                 "seed": derive_seed(settings.release_seed, spec.name, cell.length, depth, cell.repeat),
                 "requested_depths": [request.depth for request in requests],
             }
-            if family == "multi_reasoning":
-                row.update(answer=exp.answer, keywords=[exp.keyword], num_needles=len(needles))
-            elif family == "multi_retrieval":
-                row.update(
-                    answer="\n".join(n.answer for n in needles),
-                    keywords=[n.keyword for n in needles],
-                    num_needles=len(needles),
-                )
-            else:
-                row.update(answer=needles[0].answer, keywords=[needles[0].keyword])
+            row.update(_ANSWERS[spec.family](exp, needles))
             yield row
-
-
-def register_manifest_experiments(manifest: dict) -> None:
-    """Register the experiments recorded in a dataset manifest, so their configs resolve by name."""
-    for record in (manifest.get("experiments") or {}).values():
-        register_experiment(experiment_from_record(record))

@@ -16,7 +16,7 @@ from needlebench.errors import NeedlebenchError
 from needlebench.seeding import derive_seed
 from needlebench.sources.haystacks import stream_tokens_needed, tokenized_for
 from needlebench.sources.tokenized import TokenizedCorpus
-from needlebench.tasks.grid import ConfigSpec
+from needlebench.tasks.families.base import ConfigSpec
 from needlebench.tasks.needle_bank import needle_bank
 from needlebench.tasks.needle_file import load_needles_file
 from needlebench.tasks.needles import RetrievalNeedle

@@ -93,7 +93,7 @@ def reserved_text(language: str) -> str:
     """Every prompt text of the language that shows names (the examples and notes): chain names must not occur in
     it, or a chain could be read together with an example."""
     data = kinship_data(language)
-    frames = prompt_data("v2")["multi_reasoning"][normalize_language(language)]
+    frames = prompt_data("v2")[data["reserved_frames"]][normalize_language(language)]
     return "\n".join([*data["questions"].values(), *frames.values()])
 
 

@@ -1,4 +1,5 @@
-"""M-RS (multi-needle reasoning), default mode: a 2-5 hop chain per prompt, the first needle at the depth, then every 10%."""
+"""M-RS (multi-needle reasoning), default mode: a 2-5 hop chain per prompt, the first needle at the depth, then
+every 10%."""
 
 from __future__ import annotations
 
@@ -6,11 +7,15 @@ from collections.abc import Iterator
 
 from needlebench.seeding import derive_seed
 from needlebench.sources.haystacks import window_start_hint
-from needlebench.tasks.grid import REASONING_NEEDLE_SPACING, ConfigSpec
+from needlebench.tasks.families.base import ConfigSpec
 from needlebench.tasks.haystack import base_row, cells_of, tokenized_corpus
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import frame_parts, guide_sentence
+from needlebench.tasks.reasoning_needles import choose_reasoning_set
 from needlebench.tasks.settings import HaystackSettings
+
+#: Spacing between consecutive needles of a chain, in percent of the haystack (v1 and v2).
+REASONING_NEEDLE_SPACING = 10
 
 
 def reasoning_depths(first: float, count: int, spacing: float = REASONING_NEEDLE_SPACING) -> list[float]:
@@ -28,8 +33,6 @@ def multi_reasoning_rows(
     spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...], utf8_prompts: bool = False
 ) -> Iterator[dict]:
     """M-RS: a 2-5 needle reasoning chain per prompt, first needle at the depth, then every 10%."""
-    from needlebench.tasks.reasoning_needles import choose_reasoning_set
-
     corpus = tokenized_corpus(spec, settings)
     path = settings.needles
     for cell in cells_of(spec, settings, lengths):
@@ -38,7 +41,7 @@ def multi_reasoning_rows(
         for count in spec.needle_counts:
             chain = choose_reasoning_set(count, spec.language, derive_seed(cell.seed, "chain", count), path)
             question = reasoning_question(chain.question, spec.language)
-            before, after = frame_parts("multi_reasoning", spec.language, question, settings.question_position)
+            before, after = frame_parts(spec.family, spec.language, question, settings.question_position)
             for depth in settings.depths_for(spec.depths):
                 depths = reasoning_depths(depth, count)
                 requests = [NeedleRequest(text, d) for text, d in zip(chain.needles, depths)]

@@ -18,7 +18,7 @@ from needlebench.seeding import derive_seed
 from needlebench.sources.haystacks import window_start_hint
 from needlebench.sources.tokenized import TokenizedCorpus
 from needlebench.tasks.atc_v2 import v2_names_pool
-from needlebench.tasks.grid import ConfigSpec
+from needlebench.tasks.families.base import ConfigSpec
 from needlebench.tasks.haystack import base_row, cells_of, tokenized_corpus
 from needlebench.tasks.kinship import kinship_chain
 from needlebench.tasks.multi_reasoning import reasoning_depths
@@ -41,8 +41,11 @@ def window_text(corpus: TokenizedCorpus, start_hint: int, tokens: int) -> str:
     return corpus.text[max(0, start_hint - 1) : corpus.char_at_token(end_token)]
 
 
-def multi_reasoning_v2_rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
-    """v2 M-RS rows: for each cell, needle count and depth, a kinship chain in the haystack window."""
+def multi_reasoning_v2_rows(
+    spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...], utf8_prompts: bool = False
+) -> Iterator[dict]:
+    """v2 M-RS rows: for each cell, needle count and depth, a kinship chain in the haystack window (prompts are
+    always text: `utf8_prompts` is accepted for the generators' common signature)."""
     corpus = tokenized_corpus(spec, settings)
     pool = v2_names_pool(settings.needles, spec.language)
     for cell in cells_of(spec, settings, lengths):
@@ -55,7 +58,7 @@ def multi_reasoning_v2_rows(spec: ConfigSpec, settings: HaystackSettings, length
             )
             question = v2_reasoning_question(spec.language, chain.youngest)
             before, after = frame_parts(
-                "multi_reasoning",
+                spec.family,
                 spec.language,
                 question,
                 settings.question_position,

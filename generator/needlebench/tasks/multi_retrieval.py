@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import derive_seed
 from needlebench.sources.haystacks import window_start_hint
-from needlebench.tasks.grid import ConfigSpec
+from needlebench.tasks.families.base import ConfigSpec
 from needlebench.tasks.haystack import (
     base_row,
     cells_of,
@@ -25,6 +25,9 @@ from needlebench.tasks.needles import (
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import frame_parts, multi_retrieval_question
 from needlebench.tasks.settings import HaystackSettings
+
+#: The joined question of each edition: v1 splices the guide sentence in, v2 keeps it as it stands.
+_QUESTION = {"v1": splice_guide, "v2": lambda question, language: question}
 
 
 def _distinct_needles(
@@ -58,11 +61,8 @@ def multi_retrieval_rows(
             [needle.answer_template for needle in needles],
             spec.language,
         )
-        if not spec.is_v2:
-            question = splice_guide(question, spec.language)
-        before, after = frame_parts(
-            "multi_retrieval", spec.language, question, settings.question_position, spec.edition
-        )
+        question = _QUESTION[spec.edition](question, spec.language)
+        before, after = frame_parts(spec.family, spec.language, question, settings.question_position, spec.edition)
         requests = [NeedleRequest(needle.text, depth) for needle, depth in zip(needles, depths)]
         context = build_context(corpus, target, requests, window_start_hint(corpus, target, cell.seed))
         yield {

@@ -1,18 +1,20 @@
 """Retrieval needles: a bilingual, leak-free bank generated from templates, and a reader for ``needles.jsonl``.
 
-A retrieval needle is one sentence stating a fact about an invented entity ("Hidden on Velamir Island is the
-legendary Amber Codex."), its question in the reference shape (spec §1: EN ``... ? Please answer in the format
-'<template>.'``, ZH ``...？请按照'<template>。'的格式回答。``), its subject (``arg1``) and its answer keyword
-(``arg2``), which the reference scorers look for as a case-sensitive substring of the prediction.
+A retrieval needle is one sentence stating a fact about an invented entity ("Hidden on Velamir Island is the legendary
+Amber Codex."), its question in the reference shape (the ``retrieval_question`` of ``needles.jsonl`` in the Hub dataset
+opencompass/NeedleBench: EN ``... ? Please answer in the format '<template>.'``,
+ZH ``...？请按照'<template>。'的格式回答。``), its subject (``arg1``) and its answer keyword (``arg2``), which the
+reference scorers look for as a case-sensitive substring of the prediction.
 
 The bank (:func:`needle_bank`) draws entity names from syllable lists and fills relation templates, both kept in
 ``data/needles.yaml``. Every needle is checked (:func:`needle_problems`) and the bank as a whole is kept free of
 cross-needle leaks: subjects, keywords and invented names are unique, and no keyword occurs in another needle's
 text, question or keyword, so any set of bank needles can share one multi-needle prompt.
 
-:func:`load_needles_file` reads the reference ``needles.jsonl`` instead. :func:`splice_guide` adds the reference
-guide sentence (spec §3); :attr:`RetrievalNeedle.question_only` and :attr:`RetrievalNeedle.answer_template` are
-the pieces M-RT joins (spec §4)."""
+:func:`load_needles_file` reads the reference ``needles.jsonl`` instead. :func:`splice_guide` adds the reference guide
+sentence (open-compass/opencompass: ``opencompass/datasets/needlebench/origin.py``);
+:attr:`RetrievalNeedle.question_only` and :attr:`RetrievalNeedle.answer_template` are the pieces M-RT joins
+(``opencompass/datasets/needlebench/parallel.py``)."""
 
 from __future__ import annotations
 
@@ -150,7 +152,8 @@ class RetrievalNeedle:
 
 
 def splice_guide(question: str, language: str) -> str:
-    """Insert the reference guide sentence before the answer-format lead-in (spec §3).
+    """Insert the reference guide sentence before the answer-format lead-in (open-compass/opencompass:
+    ``opencompass/datasets/needlebench/origin.py``).
 
     As the reference: ``parts = question.split(lead_in)`` and ``parts[0] + guide + lead_in + parts[1]`` (EN lead-in
     ``Please answer in the format``, ZH ``请按照``). A question without the lead-in gets the guide sentence

@@ -51,7 +51,8 @@ def guide_sentence(language: str) -> str:
 
 
 def multi_retrieval_question(questions: list[str], templates: list[str], language: str, join: str | None = None) -> str:
-    """Joined questions followed by the answer-format clause over the joined templates (reference §4)."""
+    """Joined questions followed by the answer-format clause over the joined templates (open-compass/opencompass:
+    ``opencompass/datasets/needlebench/parallel.py``)."""
     separator = prompt_data()["multi_retrieval_join"][language] if join is None else join
     clause = prompt_data()["multi_retrieval_format"][language].replace("{templates}", separator.join(templates))
     return separator.join(questions) + clause

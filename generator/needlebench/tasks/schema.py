@@ -1,11 +1,14 @@
-"""Row schema of every config: shared columns plus the columns of each family, as explicit `datasets.Features`.
+"""Row schema of every config: shared columns plus the columns of each family (declared by the family objects,
+:attr:`needlebench.tasks.families.base.Family.schemas`), as explicit `datasets.Features`.
 
-Rows are plain dicts whose keys are exactly the columns of their family (see :func:`columns_for`).
+Rows are plain dicts whose keys are exactly the columns of their schema (see :func:`columns_for`).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
+
+from needlebench.tasks.families.base import FAMILIES
 
 #: Columns every config has, with their Arrow types.
 BASE_COLUMNS: dict[str, pa.DataType] = {
@@ -31,46 +34,22 @@ BASE_COLUMNS: dict[str, pa.DataType] = {
     "version": pa.string(),
 }
 
-#: Columns every haystack family (S-RT, M-RT, M-RS) adds, in schema order.
-_HAYSTACK_COLUMNS = {
-    "buffer": pa.int64(),
-    "requested_depths": pa.list_(pa.float64()),
-    "needle_boundaries": pa.list_(pa.string()),  # per needle: sentence, clause, paragraph, line, word; compat
-    "corpus_cycles": pa.int64(),  # > 0 when the haystack wrapped around the corpus
-    "compat": pa.string(),
-}
+#: Arrow type of each column type name the families use (:data:`needlebench.tasks.families.base.HAYSTACK_COLUMNS`).
+_ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
 
-#: Extra columns by family.
+
+def _arrow_type(name: str) -> pa.DataType:
+    """``string``, ``int64``, ``float64`` or ``list<TYPE>`` as an Arrow type."""
+    if name.startswith("list<") and name.endswith(">"):
+        return pa.list_(_arrow_type(name[5:-1]))
+    return _ARROW_TYPES[name]
+
+
+#: Extra columns by schema key (a family key, or ``atc_v2`` for v2 ATC): the family objects' columns.
 FAMILY_COLUMNS: dict[str, dict[str, pa.DataType]] = {
-    "single": dict(_HAYSTACK_COLUMNS),
-    "multi_retrieval": {**_HAYSTACK_COLUMNS, "num_needles": pa.int64()},
-    "multi_reasoning": {**_HAYSTACK_COLUMNS, "num_needles": pa.int64()},
-    "atc": {
-        "num_needles": pa.int64(),
-        "item_id": pa.string(),
-        "rotation": pa.string(),
-        "options": pa.list_(pa.string()),
-        "answer_letter": pa.string(),
-        "prompt_style": pa.string(),  # direct, reasoning, open
-        "compat": pa.string(),
-    },
-    # NeedleBench v2 ATC: no options (0-shot, answer in \boxed{}), four question types
-    "atc_v2": {
-        "num_needles": pa.int64(),  # relation sentences; the chain has num_needles + 1 names
-        "question_type": pa.string(),  # ELDEST_ANCESTOR, NTH_ANCESTOR, NTH_DESCENDANT, RELATIONSHIP_DISTANCE
-        "generations": pa.int64(),  # generations between the chain's ends (parents 1, grandparents 2)
-        "compat": pa.string(),
-    },
-    "counting_stars": {
-        "buffer": pa.int64(),
-        "task_variant": pa.string(),  # acquisition, reasoning
-        "num_stars": pa.int64(),
-        "star_counts": pa.list_(pa.int64()),  # correct counts in star order
-        "wrong_counts": pa.list_(pa.int64()),  # reasoning: the first, wrong count of each star
-        "needle_boundaries": pa.list_(pa.string()),  # per star, as in the haystack families
-        "corpus_cycles": pa.int64(),
-        "compat": pa.string(),
-    },
+    key: {name: _arrow_type(dtype) for name, dtype in columns.items()}
+    for entry in FAMILIES.values()
+    for key, columns in entry.schemas.items()
 }
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from needlebench.seeding import derive_seed
 from needlebench.sources.haystacks import window_start_hint
-from needlebench.tasks.grid import ConfigSpec
+from needlebench.tasks.families.base import ConfigSpec
 from needlebench.tasks.haystack import (
     base_row,
     cells_of,
@@ -20,6 +20,9 @@ from needlebench.tasks.needles import choose_needle, splice_guide
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import frame_parts
 from needlebench.tasks.settings import HaystackSettings
+
+#: The question of each edition: v1 splices the guide sentence in, v2 asks the needle's question as it stands.
+_QUESTION = {"v1": splice_guide, "v2": lambda question, language: question}
 
 
 def single_rows(
@@ -32,8 +35,8 @@ def single_rows(
         target = cell.length - cell.buffer
         needle = choose_needle(bank, derive_seed(cell.seed, "needle"))
         start = window_start_hint(corpus, target, cell.seed)
-        question = needle.question if spec.is_v2 else splice_guide(needle.question, spec.language)
-        before, after = frame_parts("single", spec.language, question, settings.question_position, spec.edition)
+        question = _QUESTION[spec.edition](needle.question, spec.language)
+        before, after = frame_parts(spec.family, spec.language, question, settings.question_position, spec.edition)
         for depth in settings.depths_for(spec.depths):
             context = build_context(corpus, target, [NeedleRequest(needle.text, depth)], start)
             yield {
