@@ -37,7 +37,7 @@ from needlebench.evaluation.report.aggregate import (
     sample_std,
     short_number,
 )
-from needlebench.evaluation.report.load import SCORING_LABEL, ObservedSpec, Results, Sample, TaskRun, entity_order
+from needlebench.evaluation.report.load import SCORING_LABEL, Results, Sample, TaskRun, entity_order, is_observed
 
 DPI = 200
 COLORMAP = "viridis"
@@ -139,7 +139,7 @@ def heatmap_points(spec: Any, samples: Iterable[Sample]) -> list[tuple[Any, Any,
 def _per_needle(spec: Any) -> bool:
     """Are M-RT rows drawn per needle (at each needle's grid depth)? Not for a config known only from its rows:
     their requested depths may be placement depths (start/end buffers), so each row goes at its own depth."""
-    return not isinstance(spec, ObservedSpec)
+    return not is_observed(spec)
 
 
 def run_points(spec: Any, samples: Iterable[Sample]) -> list[tuple[Any, Any, float, Any]]:

@@ -10,7 +10,7 @@ heatmap, never merged with ``needlebench_single_en_4k``). A model is named after
 Each logged sample becomes a :class:`Sample` (its config, dataset row and metrics), the samples of one task and
 model a :class:`TaskRun`, everything read a :class:`Results`. Custom configs (experiment files) are found in the
 dataset folder the run recorded (task metadata ``data_dir``) or given with ``--data-dir``, else binned by their
-rows' own lengths and depths (:class:`ObservedSpec`). A ``judged_samples_*.jsonl`` beside a samples file
+rows' own lengths and depths (:func:`observed_spec`). A ``judged_samples_*.jsonl`` beside a samples file
 (``needlebench judge``) is read instead of it: rows of a NeedleBench haystack family (S-RT/M-RT/M-RS) are scored
 with the judge's 1-10 rating x 10, unrated ones left out and counted. Run health (``needlebench eval``) is read
 from ``needlebench_health_<date>.json`` beside each results file.
@@ -34,7 +34,7 @@ from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import eval_family
 from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
 from needlebench.tasks.experiment import SIZE_LABEL, ExperimentSpec, experiment_from_record
-from needlebench.tasks.grid import ConfigSpec, registry
+from needlebench.tasks.grid import ConfigSpec, Grid, registry
 
 SAMPLES_FILE_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
 
@@ -168,36 +168,9 @@ def _check_metrics(path: Path, line: int, metrics: Mapping[str, Any]) -> None:
             raise _bad(path, line, f"metric {name} is {value!r}, not a number")
 
 
-@dataclass(frozen=True)
-class ObservedSpec(ConfigSpec):
-    """A config known only from its samples (no registry entry, no dataset manifest at hand): its grid is the
-    lengths, depths and repeats its rows carry."""
-
-    observed_lengths: tuple[int, ...] = ()
-    observed_depths: tuple[float, ...] = ()
-    observed_repeats: int = 1
-    observed_needle_counts: tuple[int, ...] = (1,)
-
-    @property
-    def lengths(self) -> tuple[int, ...]:
-        return self.observed_lengths
-
-    @property
-    def depths(self) -> tuple[float, ...]:
-        return self.observed_depths
-
-    @property
-    def repeats(self) -> int:
-        return self.observed_repeats
-
-    @property
-    def needle_counts(self) -> tuple[int, ...]:
-        return self.observed_needle_counts
-
-    @property
-    def num_rows(self) -> int:
-        """One row per grid cell of its family and run."""
-        return len(eval_family(self.family).expected_cells(self)) * self.repeats
+def is_observed(spec: ConfigSpec) -> bool:
+    """Is the config known only from its samples (:func:`observed_spec`)?"""
+    return spec.grid is not None and spec.grid.observed
 
 
 #: Task label (a row's ``task``) -> the haystack family whose rows of an unknown config can be binned.
@@ -219,22 +192,21 @@ def _observable(doc: Mapping[str, Any]) -> str | None:
     return family
 
 
-def observed_spec(name: str, family: str, docs: Sequence[Mapping[str, Any]]) -> ObservedSpec:
-    """The grid of an unknown config from its rows: their lengths, depths, repeats and needle counts."""
+def observed_spec(name: str, family: str, docs: Sequence[Mapping[str, Any]]) -> ConfigSpec:
+    """A config known only from its rows (no registry entry, no dataset manifest at hand): its grid is the
+    lengths, depths, repeats and needle counts its rows carry; one row per grid cell of its family and run."""
     first = docs[0]
     repeats = [doc.get("repeat") for doc in docs]
-    return ObservedSpec(
-        name,
-        family,
-        str(first.get("language") or ""),
-        "custom",
-        observed_lengths=tuple(sorted({int(doc["context_length"]) for doc in docs})),
-        observed_depths=tuple(sorted({float(doc["depth_percent"]) for doc in docs})),
-        observed_repeats=len({r for r in repeats if isinstance(r, int)}) or 1,
-        observed_needle_counts=tuple(
+    grid = Grid(
+        lengths=tuple(sorted({int(doc["context_length"]) for doc in docs})),
+        depths=tuple(sorted({float(doc["depth_percent"]) for doc in docs})),
+        repeats=len({r for r in repeats if isinstance(r, int)}) or 1,
+        needle_counts=tuple(
             sorted({int(doc.get("num_needles") or len(doc.get("needles") or []) or 1) for doc in docs})
         ),
+        observed=True,
     )
+    return ConfigSpec(name, family, str(first.get("language") or ""), "custom", grid=grid)
 
 
 def _apply_judge(sample: Sample, record: Mapping[str, Any], path: Path, line: int) -> None:
@@ -260,7 +232,7 @@ def read_samples(
 
     ``lookup`` finds a config by name (default: the built-in registry). Rows of a config it does not know are
     kept when ``observe`` and they carry the NeedleBench haystack columns (``task`` S-RT/M-RT/M-RS,
-    ``context_length``, ``depth_percent``): their grid is then what the rows hold (:class:`ObservedSpec`). Other
+    ``context_length``, ``depth_percent``): their grid is then what the rows hold (:func:`observed_spec`). Other
     rows are skipped. A malformed line is a one-line error naming the file and the line.
     """
     configs = registry()
@@ -499,7 +471,7 @@ class _SpecFinder:
         return find
 
     def source(self, spec: ConfigSpec) -> str:
-        if isinstance(spec, ObservedSpec):
+        if is_observed(spec):
             return "observed in samples"
         return self.sources.get(id(spec), "built-in")
 
