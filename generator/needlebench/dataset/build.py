@@ -388,7 +388,7 @@ def _warm_card_in_background() -> bool:
 
         try:
             warm_up()
-        except Exception:  # noqa: BLE001 - only a head start: rendering the card raises the same error itself
+        except Exception:  # only a head start: rendering the card raises the same error itself
             return
 
     threading.Thread(target=warm, name="needlebench-card-warm-up", daemon=True).start()

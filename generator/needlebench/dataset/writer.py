@@ -189,7 +189,7 @@ class _InlineExecutor(Executor):
         future: Future = Future()
         try:
             future.set_result(fn(*args, **kwargs))
-        except BaseException as error:  # noqa: BLE001 - raised where the result is asked for, as from a thread
+        except BaseException as error:  # raised where the result is asked for, as from a thread
             future.set_exception(error)
         return future
 

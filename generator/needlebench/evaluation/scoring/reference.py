@@ -213,7 +213,7 @@ def notebook_star_scores(
         raise ValueError(f"wrong_counts has {len(wrong)} entries, star_counts has {len(stars)}")
     try:
         pool = _notebook_dedupe(_notebook_answer_list(prediction, lang), len(stars))
-    except Exception:  # noqa: BLE001 - the notebook stops on any error (its bare except falls through to a raising line)
+    except Exception:  # the notebook stops on any error (its bare except falls through to a raising line)
         return [0.0] * len(stars)
     if kind == "acquisition":
         return [1.0 if count in pool else 0.0 for count in stars]
