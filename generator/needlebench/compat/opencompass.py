@@ -352,11 +352,6 @@ HAYSTACK_ROWS = {
 }
 
 
-def rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
-    """Rows of a v1 haystack config for `lengths`, in the reference's loop order (length, depth, repeat)."""
-    return with_compat_boundaries(HAYSTACK_ROWS[spec.family](spec, settings, lengths))
-
-
 def as_generator(loader):
     """A loader as a row generator (the common signature; compat prompts are always text)."""
 

@@ -29,7 +29,6 @@ from needlebench.tasks.families.base import (
     DEPTHS_LINEAR_20,
     DEPTHS_SPARSE_11,
     EDITIONS,
-    HAYSTACK_DEPTHS,
     LANGUAGES,
     SIZES,
     V2_BUFFER_EN_DEFAULT,
@@ -80,9 +79,7 @@ __all__ = [
     "ZH_BUFFER",
     "ConfigSpec",
     "Grid",
-    "buffer_for",
     "counting_stars_lengths",
-    "depths_for",
     "family_of",
     "get_config",
     "match_configs",
@@ -103,16 +100,6 @@ COMPAT_MODES_BY_FAMILY = {key: entry.compat for key, entry in FAMILY_OBJECTS.ite
 COMPAT_MODES = tuple(dict.fromkeys(mode for modes in COMPAT_MODES_BY_FAMILY.values() for mode in modes))
 #: Families whose lengths may be counted in another tokenizer (``--tokenizer hf:...``).
 HF_TOKENIZER_FAMILIES = tuple(key for key, entry in FAMILY_OBJECTS.items() if entry.hf_tokenizer)
-
-
-def depths_for(size: str, edition: str = "v1") -> tuple[int, ...]:
-    """Depth grid of a NeedleBench size: 20 linear points at 4k/8k, the 11-point sparse list from 32k (v1)."""
-    return HAYSTACK_DEPTHS[edition][size]
-
-
-def buffer_for(family: str, language: str, size: str, edition: str = "v1") -> int:
-    """Length buffer (tokens kept free for the prompt frame and question) of the reference configs."""
-    return family_of(family).buffer_of(language, size, edition)
 
 
 def _build_registry() -> dict[str, ConfigSpec]:
