@@ -64,7 +64,6 @@ __all__ = [
     "DEPTHS_SPARSE_11",
     "EDITIONS",
     "FAMILIES",
-    "HF_TOKENIZER_FAMILIES",
     "LANGUAGES",
     "MIN_TOKENS_PER_STAR",
     "REASONING_NEEDLE_COUNTS",
@@ -98,8 +97,6 @@ FAMILIES = {key: entry.label for key, entry in FAMILY_OBJECTS.items()}
 COMPAT_MODES_BY_FAMILY = {key: entry.compat for key, entry in FAMILY_OBJECTS.items()}
 #: Every ``--compat`` mode, in the order they are listed.
 COMPAT_MODES = tuple(dict.fromkeys(mode for modes in COMPAT_MODES_BY_FAMILY.values() for mode in modes))
-#: Families whose lengths may be counted in another tokenizer (``--tokenizer hf:...``).
-HF_TOKENIZER_FAMILIES = tuple(key for key, entry in FAMILY_OBJECTS.items() if entry.hf_tokenizer)
 
 
 def _build_registry() -> dict[str, ConfigSpec]:
