@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation import harness, report, report_figures
+from needlebench.evaluation import harness, report
+from needlebench.evaluation.report import figures as report_figures
 from support import (
     atc_rows,
     counting_stars_row,
@@ -612,12 +613,38 @@ def test_a_cell_of_en_only_and_zh_only_cells_is_partial_in_every_process():
     'ZH only' by the order of a set (which varies from process to process)."""
     from types import SimpleNamespace
 
-    from needlebench.evaluation.report import _combined_note
+    from needlebench.evaluation.report import combined_note
 
     cells = [SimpleNamespace(note=note) for note in ("partial: EN only", "partial: ZH only", "", "partial")]
-    assert _combined_note(cells) == "partial"
-    assert _combined_note(cells[::-1]) == "partial"
+    assert combined_note(cells) == "partial"
+    assert combined_note(cells[::-1]) == "partial"
     assert (
-        _combined_note([SimpleNamespace(note="partial: ZH only"), SimpleNamespace(note="partial")])
-        == "partial: ZH only"
+        combined_note([SimpleNamespace(note="partial: ZH only"), SimpleNamespace(note="partial")]) == "partial: ZH only"
     )
+
+
+def test_every_config_asks_its_family_for_known_report_pieces():
+    """What each family's report section names (table builder, paper mean, comparison series, coverage parts) is
+    one the report has, for every built-in config, its edition and its metrics under both scorings; the overall
+    weights of every edition with a size table are its three haystack tasks."""
+    from needlebench.evaluation.families import EVAL_FAMILIES
+    from needlebench.evaluation.report.aggregate import COVERAGE_PARTS, PAPER_MEANS
+    from needlebench.evaluation.report.tables import SIZE_TABLES, TABLE_BUILDERS
+    from needlebench.evaluation.scoring.overall import OVERALL_WEIGHTS
+    from needlebench.tasks.grid import registry
+
+    haystack_labels = set()
+    for spec in registry().values():
+        family = EVAL_FAMILIES[spec.family]
+        assert family.table[spec.edition] in TABLE_BUILDERS, spec.name
+        assert family.headline_metric(spec)
+        assert set(family.coverage_parts) <= set(COVERAGE_PARTS), spec.name
+        assert family.comparison.get(spec.edition) in (None, *report_figures.SERIES), spec.name
+        for scoring in report.SCORING_CHOICES:
+            for metric in family.score_metrics(spec, scoring):
+                assert family.paper_mean(spec, metric)[0] in PAPER_MEANS, (spec.name, metric)
+        if family.haystack:
+            haystack_labels.add(spec.task_label)
+            assert family.table[spec.edition] == "size" and spec.edition in SIZE_TABLES
+    assert all(set(weights) == haystack_labels for weights in OVERALL_WEIGHTS.values())
+    assert set(SIZE_TABLES) == set(OVERALL_WEIGHTS)

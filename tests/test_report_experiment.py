@@ -19,8 +19,9 @@ import yaml
 from PIL import Image
 
 from needlebench.dataset.experiment import build_experiment
-from needlebench.evaluation import report, report_figures
+from needlebench.evaluation import report
 from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
+from needlebench.evaluation.report import figures as report_figures
 from needlebench.evaluation.task_export import write_task_folder
 from test_experiment_tasks import INSPECT_STYLE
 

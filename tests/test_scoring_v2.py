@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from pathlib import Path
+
 import pytest
 
-from needlebench.evaluation import harness
+from needlebench.evaluation import harness, report
+from needlebench.evaluation.report.aggregate import headline_metric
 from needlebench.evaluation.scoring import v2
+from needlebench.evaluation.scoring.overall import NEEDLEBENCH_WEIGHTS, OVERALL_WEIGHTS, overall_score
+from needlebench.tasks.grid import get_config
 
 
 @pytest.mark.parametrize(
@@ -55,58 +61,85 @@ def test_single_retrieval_v2_is_binary():
     assert v2.single_retrieval_v2_score("Hidden on Green Island is the Gold Cu.", "Gold Cup") == 0.0  # no partial
 
 
-def _row(config, score, length=1000, depth=0.0, count=None, **extra):
-    return {
+def _sample(config, score, length=1000, depth=0.0, count=None, **extra):
+    """A logged sample of ``config`` scoring ``score`` on its family's headline metric."""
+    spec = get_config(config)
+    doc = {
         "config": config,
-        "score": score,
+        "language": spec.language,
         "context_length": length,
         "depth_percent": depth,
         "num_needles": count,
         **extra,
     }
+    return report.Sample(spec, doc, {headline_metric(spec): score})
+
+
+def _tables(samples):
+    """The report's tables of ``samples``, one task run per config, by table name."""
+    by_config = defaultdict(list)
+    for sample in samples:
+        by_config[sample.spec.name].append(sample)
+    runs = [
+        report.TaskRun("model", f"needlebench_{name}", group[0].spec, Path(name), "2026-01-01", group)
+        for name, group in by_config.items()
+    ]
+    return {table.name: table for table in report.build_tables(report.Results(runs, [], []))}
+
+
+def _values(table, row=0):
+    """Header -> value of a table row's cells."""
+    return {name: cell.value for name, cell in zip(table.header, table.rows[row]) if isinstance(cell, report.Cell)}
 
 
 def test_size_table_means_cells_and_overall_is_the_equal_mean():
-    rows = [
+    samples = [
         # S-RT: cell (1000, 0) mean 50 and cell (1000, 10) mean 100 in en; zh one cell 0 -> (50 + 100 + 0) / 3
-        _row("v2_single_en_4k", 0.0),
-        _row("v2_single_en_4k", 100.0),
-        _row("v2_single_en_4k", 100.0, depth=10.0),
-        _row("v2_single_zh_4k", 0.0),
-        _row("v2_multi_retrieval_en_4k", 80.0, depth=None),
-        _row("v2_multi_retrieval_en_4k", 40.0, depth=None),
-        _row("v2_multi_reasoning_en_4k", 100.0, count=2),
-        _row("v2_multi_reasoning_en_4k", 0.0, count=3),
-        _row("v2_single_en_8k", 100.0),  # 8k has only S-RT: no overall
-        _row("single_en_4k", 0.0),  # v1 rows are ignored
+        _sample("v2_single_en_4k", 0.0),
+        _sample("v2_single_en_4k", 100.0),
+        _sample("v2_single_en_4k", 100.0, depth=10.0),
+        _sample("v2_single_zh_4k", 0.0),
+        _sample("v2_multi_retrieval_en_4k", 80.0, depth=None),
+        _sample("v2_multi_retrieval_en_4k", 40.0, depth=None),
+        _sample("v2_multi_reasoning_en_4k", 100.0, count=2),
+        _sample("v2_multi_reasoning_en_4k", 0.0, count=3),
+        _sample("v2_single_en_8k", 100.0),  # 8k has only S-RT: no overall
+        _sample("single_en_4k", 0.0),  # v1 rows are in the v1 table, never in the v2 one
     ]
-    table = v2.v2_size_table(rows)
-    assert table["4k"] == {
+    tables = _tables(samples)
+    table = _values(tables["needlebench_v2_4k"])
+    assert {task: table[task] for task in ("S-RT", "M-RT", "M-RS", "Overall")} == {
         "S-RT": pytest.approx(50.0),
         "M-RT": 60.0,
         "M-RS": 50.0,
         "Overall": pytest.approx((50.0 + 60.0 + 50.0) / 3),
     }
-    assert table["8k"] == {"S-RT": 100.0}
-    tasks = v2.v2_task_table(rows)
-    assert tasks[("4k", "S-RT", "en")] == 75.0 and tasks[("4k", "S-RT", "zh")] == 0.0
+    assert table["S-RT EN"] == 75.0 and table["S-RT ZH"] == 0.0
+    eight = _values(tables["needlebench_v2_8k"])
+    assert eight["S-RT"] == 100.0 and eight["Overall"] is None
+    assert _values(tables["needlebench_4k"])["S-RT"] == 0.0
     assert v2.v2_overall(90.0, 60.0, 30.0) == 60.0
+    assert OVERALL_WEIGHTS["v1"] == NEEDLEBENCH_WEIGHTS == {"S-RT": 0.4, "M-RT": 0.3, "M-RS": 0.3}
+    assert overall_score("v2", {"S-RT": 90.0, "M-RT": 60.0, "M-RS": 30.0}) == 60.0
 
 
 def test_atc_is_weighted_by_relation_count():
     assert v2.relation_weighted([(2, 100.0), (2, 0.0), (4, 100.0)]) == pytest.approx((50.0 * 2 + 100.0 * 4) / 6)
     with pytest.raises(ValueError):
         v2.relation_weighted([])
-    rows = [
-        _row("v2_atc_en", 100.0, count=2, question_type="ELDEST_ANCESTOR"),
-        _row("v2_atc_en", 0.0, count=512, question_type="ELDEST_ANCESTOR"),
-        _row("v2_atc_en", 100.0, count=512, question_type="RELATIONSHIP_DISTANCE"),
-        _row("v2_single_en_4k", 0.0),  # not ATC
+    samples = [
+        _sample("v2_atc_en", 100.0, count=2, question_type="ELDEST_ANCESTOR"),
+        _sample("v2_atc_en", 0.0, count=512, question_type="ELDEST_ANCESTOR"),
+        _sample("v2_atc_en", 100.0, count=512, question_type="RELATIONSHIP_DISTANCE"),
+        _sample("v2_single_en_4k", 0.0),  # not ATC
     ]
-    table = v2.atc_v2_table(rows)["en"]
-    assert table["weighted"] == pytest.approx((100.0 * 2 + 50.0 * 512) / 514)
-    assert table["ELDEST_ANCESTOR"] == pytest.approx(200.0 / 514)
-    assert table["RELATIONSHIP_DISTANCE"] == 100.0 and table["n=2"] == 100.0 and table["n=512"] == 50.0
+    tables = _tables(samples)
+    table = _values(tables["atc_v2"])
+    assert table["EN weighted"] == pytest.approx((100.0 * 2 + 50.0 * 512) / 514)
+    assert table["EN ELDEST_ANCESTOR"] == pytest.approx(200.0 / 514)
+    assert table["EN RELATIONSHIP_DISTANCE"] == 100.0
+    by_relations = _values(tables["atc_v2_by_relations"])
+    assert by_relations["2"] == 100.0 and by_relations["512"] == 50.0
 
 
 def test_harness_hooks_and_oracle_for_v2_rows():
@@ -139,15 +172,27 @@ def test_harness_hooks_and_oracle_for_v2_rows():
 def test_scored_rows_take_the_headline_metric_of_their_family():
     from support import fixture_row
 
-    mrt = fixture_row("v2_multi_retrieval_en_4k", depth_percent=None)
-    assert v2.scored_row(mrt, {"recall": 50.0, "needle_hits": [100.0, 0.0]})["score"] == 50.0
-    atc = fixture_row("v2_atc_en", num_needles=2)
-    assert v2.scored_row(atc, {"accuracy": 100.0, "weighted": (2, 100.0)})["score"] == 100.0
-    with pytest.raises(ValueError, match="not a NeedleBench v2 config"):
-        v2.scored_row(fixture_row("single_en_4k"), {"score": 1.0})
-    rows = [
-        v2.scored_row(mrt, {"recall": 50.0}),
-        v2.scored_row(fixture_row("v2_single_en_4k"), {"score": 100.0}),
-        v2.scored_row(fixture_row("v2_multi_reasoning_en_4k", num_needles=2), {"exact": 0.0}),
+    assert [headline_metric(get_config(f"v2_{name}")) for name in ("single_en_4k", "multi_retrieval_en_4k")] == [
+        "score",
+        "recall",
     ]
-    assert v2.v2_size_table(rows)["4k"] == {"S-RT": 100.0, "M-RT": 50.0, "M-RS": 0.0, "Overall": 50.0}
+    assert headline_metric(get_config("v2_multi_reasoning_en_4k")) == "exact"
+    assert headline_metric(get_config("multi_reasoning_en_4k")) == "reference"  # v1 keeps its own
+    assert headline_metric(get_config("v2_atc_en")) == "accuracy"
+    mrt = fixture_row("v2_multi_retrieval_en_4k", depth_percent=None)
+    samples = [
+        report.Sample(get_config("v2_multi_retrieval_en_4k"), mrt, {"recall": 50.0, "needle_hits": [100.0, 0.0]}),
+        report.Sample(get_config("v2_single_en_4k"), fixture_row("v2_single_en_4k"), {"score": 100.0}),
+        report.Sample(
+            get_config("v2_multi_reasoning_en_4k"),
+            fixture_row("v2_multi_reasoning_en_4k", num_needles=2),
+            {"exact": 0.0},
+        ),
+    ]
+    table = _values(_tables(samples)["needlebench_v2_4k"])
+    assert {task: table[task] for task in ("S-RT", "M-RT", "M-RS", "Overall")} == {
+        "S-RT": 100.0,
+        "M-RT": 50.0,
+        "M-RS": 0.0,
+        "Overall": 50.0,
+    }

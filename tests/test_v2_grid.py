@@ -40,7 +40,7 @@ REFERENCE_REPEATS = {"single": 10, "multi_retrieval": 25, "multi_reasoning": 10}
 @pytest.mark.parametrize("language", ["en", "zh"])
 def test_v2_grids_equal_the_reference_configs(size, family, language):
     spec = get_config(f"v2_{family}_{language}_{size}")
-    assert spec.is_v2 and spec.size == size and spec.language == language
+    assert spec.edition == "v2" and spec.size == size and spec.language == language
     assert list(spec.lengths) == REFERENCE_LENGTHS[size]
     assert list(spec.depths) == REFERENCE_DEPTHS
     assert spec.buffer == REFERENCE_BUFFERS[language][size]
@@ -63,7 +63,7 @@ def test_v1_configs_are_unchanged_and_v2_configs_come_last():
     v2 = [name for name in names if name.startswith("v2_")]
     assert len(v2) == 44 and names[-44:] == v2
     assert get_config("single_en_32k").lengths[0] == 9000 and get_config("single_en_4k").depths[1] == 5
-    assert not get_config("single_en_4k").is_v2
+    assert get_config("single_en_4k").edition == "v1"
 
 
 def test_list_shows_rows_and_tokens_of_the_v2_configs():

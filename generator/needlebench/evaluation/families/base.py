@@ -70,4 +70,69 @@ class EvalFamily:
     # ------------------------------------------------------------------------------------ report
     # (headline metric per edition, grid cell key, paper mean, heatmap points, table rows)
 
+    #: Per edition (``spec.edition``): the per-row metric the tables, heatmaps and judge scores read.
+    headline: dict[str, str] = {}
+    #: Per edition: the colorbar / axis label of that metric.
+    metric_label: dict[str, str] = {}
+    #: Per edition: the table builder showing it (a key of ``report.tables.TABLE_BUILDERS``); absent: none.
+    table: dict[str, str] = {}
+    #: Per edition: (how its paper mean is computed, a key of ``report.aggregate.PAPER_MEANS``; what the scores
+    #: table calls it).
+    paper_means: dict[str, tuple[str, str]] = {}
+    #: Per edition: the series of the models-compared figure (a key of ``report.figures.SERIES``); absent: none.
+    comparison: dict[str, str] = {}
+    #: x-axis label of its comparison panels (None: context length).
+    comparison_xlabel: str | None = None
+    #: A NeedleBench haystack family (S-RT, M-RT, M-RS): rated by ``needlebench judge``, binned by its rows' own
+    #: lengths and depths when its config is unknown, reported in the experiments table (mean and std over runs).
+    haystack: bool = False
+    #: Does each of its runs get a heatmap (rows x context length)?
+    heatmap: bool = False
+    heatmap_row_label: str = "Depth (%)"
+    #: Top of the heatmap colour scale.
+    heatmap_vmax: float = 100.0
+    #: Does the heatmap's length axis name the tokenizer the lengths are counted in?
+    heatmap_tokens: bool = True
+    #: What a coverage text counts beside rows and cells: keys of ``report.aggregate.COVERAGE_PARTS``, in order.
+    coverage_parts: tuple[str, ...] = ("lengths",)
+
+    def headline_metric(self, spec) -> str:
+        """The per-row metric of a config of this family (its edition's headline)."""
+        return self.headline[spec.edition]
+
+    def paper_mean(self, spec, metric: str) -> tuple[str, str]:
+        """(paper mean key, its name in the scores table) of ``metric`` of a config."""
+        return self.paper_means[spec.edition]
+
+    def score_metrics(self, spec, scoring: str) -> tuple[str, ...]:
+        """The metrics the scores table lists for a config under ``scoring`` (``default`` or ``reference``)."""
+        return (self.headline_metric(spec),)
+
+    def expected_cells(self, spec) -> set[tuple]:
+        """The grid cells of a config, as (length, depth, needle count) with None for what the family does not
+        vary: here, one cell per length."""
+        return {(length, None, None) for length in spec.lengths}
+
+    def observed_cell(self, doc) -> tuple:
+        """The grid cell (as in :meth:`expected_cells`) a row falls in."""
+        return (doc.get("context_length"), None, None)
+
+    def heatmap_rows(self, spec) -> list:
+        """The heatmap rows of a config's whole grid: its depths."""
+        return [float(depth) for depth in spec.depths]
+
+    def count_unit(self, per_needle: bool, judged: bool) -> str:
+        """What a heatmap cell's count counts."""
+        return "rows"
+
+    def heatmap_points(self, spec, sample, per_needle: bool) -> list[tuple]:
+        """(row, column, value) points of a sample (``report.load.Sample``) in its config's heatmap: the headline
+        metric at the row's depth and length. ``per_needle``: the config's needle depths are grid depths."""
+        doc, metrics = sample.doc, sample.metrics
+        length = int(doc["context_length"])
+        metric = self.headline_metric(spec)
+        if metric in metrics and doc.get("depth_percent") is not None:
+            return [(float(doc["depth_percent"]), length, float(metrics[metric]))]
+        return []
+
     # ------------------------------------------------------------------------------------ end report

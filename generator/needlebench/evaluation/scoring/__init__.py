@@ -47,7 +47,6 @@ from needlebench.evaluation.scoring.retrieval import (
     single_retrieval_score,
 )
 from needlebench.evaluation.scoring.v2 import (
-    atc_v2_table,
     box,
     boxed_answer,
     boxed_exact_score,
@@ -56,8 +55,6 @@ from needlebench.evaluation.scoring.v2 import (
     relation_weighted,
     single_retrieval_v2_score,
     v2_overall,
-    v2_size_table,
-    v2_task_table,
 )
 
 __all__ = [
@@ -100,9 +97,6 @@ __all__ = [
     "extract_boxed",
     "relation_weighted",
     "v2_overall",
-    "v2_size_table",
-    "v2_task_table",
-    "atc_v2_table",
     # reference-exact twins (the *_reference metrics)
     "opencompass_first_option",
     "atc_reference_correct",

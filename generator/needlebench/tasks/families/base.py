@@ -104,6 +104,8 @@ class Grid:
     settings: HaystackSettings | None = None
     #: Where the grid comes from (an experiment: :class:`needlebench.tasks.experiment.Experiment`).
     source: Any = field(default=None, compare=False)
+    #: Read from a run's samples (a config with no registry entry and no manifest at hand; nothing to build).
+    observed: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,10 +145,6 @@ class ConfigSpec:
     def check_mode(self, compat: str | None) -> None:
         """A one-line error when ``--compat compat`` does not apply to this config (None, the default, always does)."""
         self.family_object.check_mode(self, compat)
-
-    @property
-    def is_v2(self) -> bool:
-        return self.edition == "v2"
 
     @property
     def schema_family(self) -> str:

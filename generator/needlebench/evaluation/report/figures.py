@@ -22,28 +22,22 @@ from __future__ import annotations
 import math
 import textwrap
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.report import (
-    HEADLINE_METRIC,
-    SCORING_LABEL,
-    ObservedSpec,
-    Results,
-    Sample,
-    TaskRun,
-    _entity_order,
-    _k,
+from needlebench.evaluation.families import eval_family
+from needlebench.evaluation.report.aggregate import (
+    PAPER_MEANS,
     atc_by_category,
-    cell_mean,
-    counting_stars_cell,
-    headline_metric,
+    mean_or_none,
     run_of,
     sample_std,
+    short_number,
 )
+from needlebench.evaluation.report.load import SCORING_LABEL, Results, Sample, TaskRun, entity_order, is_observed
 
 DPI = 200
 COLORMAP = "viridis"
@@ -66,27 +60,17 @@ ANNOTATE_CHOICES = ("counts", "values", "both", "none")
 #: Above this many cells a heatmap states counts in its subtitle instead of in every cell.
 MAX_ANNOTATED_CELLS = 400
 
-METRIC_LABEL = {
-    "single": "S-RT score (0-100)",
-    "multi_retrieval": "M-RT needle hit rate (%)",
-    "multi_reasoning": "M-RS score (0-100)",
-    "counting_stars": "Counting-Stars star score (0-1)",
-}
 JUDGE_LABEL = "judge score (rating 1-10 x 10)"
 #: Colour scale top of a std heatmap: the largest sample standard deviation of values in [0, 100] is 70.7.
 STD_VMAX = 75.0
-#: NeedleBench v2 where its metric differs from v1's.
-V2_METRIC_LABEL = {
-    "single": "S-RT v2 score (keyword match, 0-100)",
-    "multi_reasoning": "M-RS v2 score (boxed exact match, 0-100)",
-}
+#: How the subtitle of a heatmap names the config's edition (after its task label), and its mean.
+EDITION_SUFFIX = {"v1": "", "v2": " v2"}
+HEATMAP_MEAN_NAME = {"v1": "paper mean", "v2": "mean per cell"}
 
 
 def metric_label(spec: Any) -> str:
     """The colorbar / axis label of a config's heatmap or length plot."""
-    if spec.is_v2 and spec.family in V2_METRIC_LABEL:
-        return V2_METRIC_LABEL[spec.family]
-    return METRIC_LABEL[spec.family]
+    return eval_family(spec.family).metric_label[spec.edition]
 
 
 @dataclass
@@ -152,61 +136,30 @@ def heatmap_points(spec: Any, samples: Iterable[Sample]) -> list[tuple[Any, Any,
     return [(row, column, value) for row, column, value, _run in run_points(spec, samples)]
 
 
-def _needle_depths(spec: Any, doc: dict[str, Any], count: int) -> list[float]:
-    """The grid depth of each needle of an M-RT row: an experiment's depth + diff per further needle (the
-    requested depths are placement depths once start/end buffers apply), else the requested depths."""
-    experiment = getattr(spec, "experiment", None)
-    if experiment is not None and doc.get("depth_percent") is not None:
-        return [min(100.0, float(doc["depth_percent"]) + experiment.diff * i) for i in range(count)]
-    return [float(d) for d in (doc.get("requested_depths") or doc.get("needle_depths") or [])]
-
-
 def _per_needle(spec: Any) -> bool:
     """Are M-RT rows drawn per needle (at each needle's grid depth)? Not for a config known only from its rows:
     their requested depths may be placement depths (start/end buffers), so each row goes at its own depth."""
-    return not isinstance(spec, ObservedSpec)
+    return not is_observed(spec)
 
 
 def run_points(spec: Any, samples: Iterable[Sample]) -> list[tuple[Any, Any, float, Any]]:
-    """(row, column, value, run) points: depth x length, or star index x length; judged samples (and M-RT rows of
-    a config known only from its rows) are one point at the row's depth."""
-    points: list[tuple[Any, Any, float, Any]] = []
-    for sample in samples:
-        doc, metrics, run = sample.doc, sample.metrics, run_of(sample)
-        length = int(doc["context_length"])
-        if sample.judged:
-            metric = headline_metric(spec)
-            if metric not in metrics:
-                continue  # unrated
-            if doc.get("depth_percent") is not None:
-                points.append((float(doc["depth_percent"]), length, float(metrics[metric]), run))
-            elif spec.family == "multi_retrieval":  # a paper M-RT row has no depth: its score at each needle's
-                depths = _needle_depths(spec, doc, len(doc.get("needles") or []))
-                points += [(d, length, float(metrics[metric]), run) for d in depths]
-        elif spec.family == "counting_stars":
-            points += [(index + 1, length, float(v), run) for index, v in enumerate(metrics.get("per_star") or [])]
-        elif spec.family == "multi_retrieval" and not _per_needle(spec):
-            if "recall" in metrics and doc.get("depth_percent") is not None:
-                points.append((float(doc["depth_percent"]), length, float(metrics["recall"]), run))
-        elif spec.family == "multi_retrieval":
-            hits = metrics.get("needle_hits") or []
-            points += [
-                (d, length, float(hit), run) for d, hit in zip(_needle_depths(spec, doc, len(hits)), hits, strict=False)
-            ]
-        elif spec.family in HEADLINE_METRIC and doc.get("depth_percent") is not None:
-            metric = headline_metric(spec)
-            if metric in metrics:
-                points.append((float(doc["depth_percent"]), length, float(metrics[metric]), run))
-    return points
+    """(row, column, value, run) points: depth x length, or star index x length (the family's
+    ``heatmap_points``); judged samples (and M-RT rows of a config known only from its rows) are one point at the
+    row's depth."""
+    family = eval_family(spec.family)
+    per_needle = _per_needle(spec)
+    return [
+        (row, column, value, run_of(sample))
+        for sample in samples
+        for row, column, value in family.heatmap_points(spec, sample, per_needle)
+    ]
 
 
 def _grid(run: TaskRun, cells: Iterable[tuple[Any, Any]]) -> tuple[list[Any], list[Any]]:
     """Rows and columns of a heatmap: the config's own lengths and depths (or star indices), plus any seen."""
     spec = run.spec
     cells = list(cells)
-    stars = spec.family == "counting_stars"
-    grid_rows = list(range(1, int(spec.stars or 0) + 1)) if stars else [float(d) for d in spec.depths]
-    rows = sorted(set(grid_rows) | {row for row, _ in cells})
+    rows = sorted(set(eval_family(spec.family).heatmap_rows(spec)) | {row for row, _ in cells})
     columns = sorted(set(spec.lengths) | {column for _, column in cells})
     return rows, columns
 
@@ -225,7 +178,7 @@ def _what(run: TaskRun) -> str:
             f"custom {spec.task_label} {spec.language.upper()}, {len(spec.lengths)} lengths x "
             f"{len(spec.depths)} depths x {spec.repeats} runs"
         )
-    return f"{spec.task_label}{' v2' if spec.is_v2 else ''} {spec.language.upper()} {spec.size}"
+    return f"{spec.task_label}{EDITION_SUFFIX[spec.edition]} {spec.language.upper()} {spec.size}"
 
 
 def _scorer_note(run: TaskRun) -> str:
@@ -233,42 +186,45 @@ def _scorer_note(run: TaskRun) -> str:
     return f"; {SCORING_LABEL[run.scoring]}" + (f"; scorer: {run.scorer}" if run.judged else "")
 
 
-def build_heatmap(run: TaskRun) -> Heatmap | None:
-    """The heatmap of one task run over its config's whole grid, or None for ATC."""
+def _paper_value(run: TaskRun, samples: Sequence[Sample]) -> Any:
+    """The paper mean of the headline metric over ``samples`` of a run (a :class:`Cell`)."""
     spec = run.spec
-    if spec.family not in HEADLINE_METRIC and spec.family != "counting_stars":
+    family = eval_family(spec.family)
+    metric = family.headline_metric(spec)
+    key, _name = family.paper_mean(spec, metric)
+    return PAPER_MEANS[key](spec, samples, metric)
+
+
+def build_heatmap(run: TaskRun) -> Heatmap | None:
+    """The heatmap of one task run over its config's whole grid, or None for a family without one (ATC)."""
+    spec = run.spec
+    family = eval_family(spec.family)
+    if not family.heatmap:
         return None
     cells: dict[tuple[Any, Any], list[float]] = defaultdict(list)
     for row, column, value, _run in run_points(spec, run.samples):
         cells[(row, column)].append(value)
-    stars = spec.family == "counting_stars"
     rows, columns = _grid(run, cells)
-    values = [[_mean(cells.get((r, c), [])) for c in columns] for r in rows]
+    values = [[mean_or_none(cells.get((r, c), [])) for c in columns] for r in rows]
     counts = [[len(cells.get((r, c), [])) for c in columns] for r in rows]
-    paper = counting_stars_cell(run.samples) if stars else cell_mean(run.samples, headline_metric(spec))
+    paper = _paper_value(run, run.samples)
     score = "-" if paper.value is None else f"{paper.value:.3g}"
-    if spec.family == "multi_retrieval" and not run.judged and _per_needle(spec):
-        unit = "needles"
-    elif stars:
-        unit = "star answers"
-    else:
-        unit = "rows"
-    mean_name = "mean per cell" if spec.is_v2 or run.custom else "paper mean"
+    mean_name = "mean per cell" if run.custom else HEATMAP_MEAN_NAME[spec.edition]
     return Heatmap(
         name=f"heatmap_{_safe(run.model)}_{_safe(run.task)}",
         model=run.model,
         task=run.task,
         subtitle=f"{_what(run)}, {mean_name} {score} (n={len(run.samples)} rows){_scorer_note(run)}",
-        row_label="Star index" if stars else "Depth (%)",
-        column_label="Context length" + ("" if stars else f" ({_tokens_of(run)} tokens)"),
+        row_label=family.heatmap_row_label,
+        column_label="Context length" + (f" ({_tokens_of(run)} tokens)" if family.heatmap_tokens else ""),
         metric_label=JUDGE_LABEL if run.judged else metric_label(spec),
         rows=rows,
         columns=columns,
         values=values,
         counts=counts,
-        vmax=1.0 if stars else 100.0,
+        vmax=family.heatmap_vmax,
         label=run.label,
-        count_unit=unit,
+        count_unit=family.count_unit(_per_needle(spec), run.judged),
     )
 
 
@@ -276,7 +232,7 @@ def build_std_heatmap(run: TaskRun) -> Heatmap | None:
     """The standard deviation over runs per (depth, length) cell (each run's mean in the cell; sample standard
     deviation, n - 1), cells annotated with their number of runs; None unless some cell holds two runs or more."""
     spec = run.spec
-    if spec.family not in HEADLINE_METRIC:
+    if not eval_family(spec.family).haystack:
         return None
     by_run: dict[tuple[Any, Any], dict[Any, list[float]]] = defaultdict(lambda: defaultdict(list))
     for row, column, value, key in run_points(spec, run.samples):
@@ -287,12 +243,12 @@ def build_std_heatmap(run: TaskRun) -> Heatmap | None:
 
     def std(cell: tuple[Any, Any]) -> float | None:
         runs = by_run.get(cell, {})
-        return sample_std([_mean(values) for values in runs.values()])  # type: ignore[misc]
+        return sample_std([mean_or_none(values) for values in runs.values()])  # type: ignore[misc]
 
     values = [[std((r, c)) for c in columns] for r in rows]
     counts = [[len(by_run.get((r, c), {})) for c in columns] for r in rows]
     deviations = [v for line in values for v in line if v is not None]
-    mean_std = "-" if not deviations else f"{_mean(deviations):.3g}"
+    mean_std = "-" if not deviations else f"{mean_or_none(deviations):.3g}"
     return Heatmap(
         name=f"heatmap_std_{_safe(run.model)}_{_safe(run.task)}",
         model=run.model,
@@ -313,14 +269,6 @@ def build_std_heatmap(run: TaskRun) -> Heatmap | None:
     )
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return math.fsum(values) / len(values) if values else None
-
-
-ATC_YLABEL = "ATC perf_4 (CircularEval, 0-100)"
-ATC_XLABEL = "Needle count"
-
-
 def needle_series(run: TaskRun) -> list[tuple[int, float, int]]:
     """(needle count, CircularEval perf_4, whole items) of an ATC run (its open-ended variant has no perf_4)."""
     cells = {n: cell for perf in atc_by_category(run.samples).values() for n, cell in perf.items()}
@@ -334,13 +282,17 @@ def length_series(run: TaskRun) -> list[tuple[int, float, int]]:
         by_length[int(sample.doc["context_length"])].append(sample)
     series = []
     for length, samples in sorted(by_length.items()):
-        if run.spec.family == "counting_stars":
-            cell = counting_stars_cell(samples)
-        else:
-            cell = cell_mean(samples, headline_metric(run.spec))
+        cell = _paper_value(run, samples)
         if cell.value is not None:
             series.append((length, cell.value, len(samples)))
     return series
+
+
+#: The series of the models-compared figure a family can name per edition (``EvalFamily.comparison``).
+SERIES: dict[str, Callable[[TaskRun], list[tuple[int, float, int]]]] = {
+    "length": length_series,
+    "needles": needle_series,
+}
 
 
 def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
@@ -348,8 +300,8 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
     if annotate not in ANNOTATE_CHOICES:
         raise NeedlebenchError(f"--annotate {annotate!r} is not one of {', '.join(ANNOTATE_CHOICES)}")
     figures: list[Figure] = []
-    entity_order = _entity_order(results.runs)
-    for run in sorted(results.runs, key=lambda r: (entity_order(r.entity), r.task)):
+    order = entity_order(results.runs)
+    for run in sorted(results.runs, key=lambda r: (order(r.entity), r.task)):
         heatmap = build_heatmap(run)
         if heatmap is None:
             continue
@@ -361,17 +313,17 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
     ylabels: dict[str, str] = {}
     xlabels: dict[str, str] = {}
     for run in results.runs:
-        atc = run.spec.family == "atc" and not run.spec.is_v2
-        if run.spec.family not in METRIC_LABEL and not atc:
+        family = eval_family(run.spec.family)
+        kind = family.comparison.get(run.spec.edition)
+        if kind is None:
             continue
-        series = needle_series(run) if atc else length_series(run)
+        series = SERIES[kind](run)
         if series:
             label = run.model if run.standard else run.entity
             panels[run.spec.name][label] = series
-            if atc:
-                ylabels[run.spec.name], xlabels[run.spec.name] = ATC_YLABEL, ATC_XLABEL
-            else:
-                ylabels[run.spec.name] = JUDGE_LABEL if run.judged else metric_label(run.spec)
+            ylabels[run.spec.name] = JUDGE_LABEL if run.judged else metric_label(run.spec)
+            if family.comparison_xlabel:
+                xlabels[run.spec.name] = family.comparison_xlabel
     if panels:
         ordered = dict(sorted(panels.items()))
         figures.append(
@@ -469,7 +421,7 @@ def tick_labels(values: Sequence[Any]) -> list[str]:
         labels = [_rounded(value, decimals) for value in values]
         if len(set(labels)) == len(set(values)):
             return labels
-    return [_k(value) for value in values]
+    return [short_number(value) for value in values]
 
 
 def _rounded(value: Any, decimals: int) -> str:
@@ -531,7 +483,7 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
 def _k_formatter() -> Any:
     from matplotlib.ticker import FuncFormatter
 
-    return FuncFormatter(lambda value, _pos: _k(round(value)) if value >= 0 else "")
+    return FuncFormatter(lambda value, _pos: short_number(round(value)) if value >= 0 else "")
 
 
 def _integer_locator() -> Any:

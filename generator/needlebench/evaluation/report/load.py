@@ -1,0 +1,658 @@
+"""Reading lm-eval output: the one sample model every table and figure of ``needlebench report`` works on.
+
+Input is any number of lm-eval ``--output_path`` folders (or single files) run with ``--log_samples``:
+``results_<date>.json`` and ``samples_<task>_<date>.jsonl``. Every file is read; per model and task the newest
+file wins; tasks are kept apart by task name (a custom task over ``single_en_4k`` is its own table row and
+heatmap, never merged with ``needlebench_single_en_4k``). A model is named after ``--model_args pretrained``
+(the last path part of a local folder, or the Hub repo id), else the lm-eval model name (``dummy``), unless
+``--name PATH=NAME`` says otherwise.
+
+Each logged sample becomes a :class:`Sample` (its config, dataset row and metrics), the samples of one task and
+model a :class:`TaskRun`, everything read a :class:`Results`. Custom configs (experiment files) are found in the
+dataset folder the run recorded (task metadata ``data_dir``) or given with ``--data-dir``, else binned by their
+rows' own lengths and depths (:func:`observed_spec`). A ``judged_samples_*.jsonl`` beside a samples file
+(``needlebench judge``) is read instead of it: rows of a NeedleBench haystack family (S-RT/M-RT/M-RS) are scored
+with the judge's 1-10 rating x 10, unrated ones left out and counted. Run health (``needlebench eval``) is read
+from ``needlebench_health_<date>.json`` beside each results file.
+
+``--scoring reference`` (:func:`apply_scoring`) puts the reference-exact ``*_reference`` metrics in place of the
+default ones (computed from the logged outputs for runs logged without them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from needlebench.dataset.verify import read_manifest
+from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.families import eval_family
+from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
+from needlebench.tasks.experiment import SIZE_LABEL, ExperimentSpec, experiment_from_record
+from needlebench.tasks.grid import ConfigSpec, Grid, registry
+
+SAMPLES_FILE_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
+
+
+#: ``needlebench judge`` writes ``judged_samples_<task>_<date>.jsonl`` beside each samples file.
+JUDGED_PREFIX = "judged_"
+
+
+RESULTS_FILE_RE = re.compile(r"^results_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.json$")
+
+
+@dataclass
+class Sample:
+    """One logged lm-eval sample: its dataset row and its metrics."""
+
+    spec: ConfigSpec
+    doc: dict[str, Any]
+    metrics: dict[str, Any]
+    response: str = ""
+    #: Judged (``judged_samples_*``): the 1-10 rating (None = the judge gave no usable rating); ``metrics`` then
+    #: holds the rating x 10 under the family's headline metric (nothing when unrated), ``rule_metrics`` the
+    #: rule-based metrics lm-eval logged.
+    judged: bool = False
+    judge: int | None = None
+    judge_model: str = ""
+    rule_metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TaskRun:
+    """The samples of one task for one model (the newest samples file), with lm-eval's own numbers."""
+
+    model: str
+    task: str
+    spec: ConfigSpec
+    path: Path
+    date: str
+    samples: list[Sample] = field(default_factory=list)
+    reported: dict[str, float] = field(default_factory=dict)  # lm-eval's results JSON: metric -> value
+    #: Where the grid came from: ``built-in``, ``experiment (DIR)`` (a dataset manifest) or ``observed``.
+    grid_source: str = "built-in"
+    #: Which rule-based metrics the samples hold: ``default`` or ``reference`` (see :func:`apply_scoring`).
+    scoring: str = "default"
+
+    @property
+    def standard(self) -> bool:
+        """Is this the project's task of its config (``needlebench_<config>``)?"""
+        return self.task == f"needlebench_{self.spec.name}"
+
+    @property
+    def custom(self) -> bool:
+        """Is its config user-defined (an experiment file, or a config known only from its samples)?"""
+        return self.spec.name not in registry()
+
+    @property
+    def label(self) -> str:
+        """The task as figure titles name it: a custom config by its own name."""
+        return self.spec.name if self.custom and self.standard else self.task
+
+    @property
+    def judged(self) -> bool:
+        return any(sample.judged for sample in self.samples)
+
+    @property
+    def unscored(self) -> int:
+        """Judged samples the judge gave no usable rating (left out of every mean)."""
+        return sum(1 for sample in self.samples if sample.judged and sample.judge is None)
+
+    @property
+    def scorer(self) -> str:
+        """Which scorer the numbers of this run come from (stated in the tables and figures)."""
+        if not self.judged:
+            return "rule (lm-eval metric)" if self.scoring == "default" else "rule (lm-eval *_reference metric)"
+        models = sorted({s.judge_model for s in self.samples if s.judge_model})
+        text = f"judge {', '.join(models) or '?'} (1-10 rating x 10)"
+        return text + (f"; {self.unscored} unscored" if self.unscored else "")
+
+    @property
+    def entity(self) -> str:
+        """Table row label: the model, plus the task name for a custom task."""
+        return self.model if self.standard else f"{self.model} ({self.task})"
+
+
+@dataclass
+class Results:
+    """Everything read: task runs by (model, task) and lm-eval's reported metrics."""
+
+    runs: list[TaskRun]
+    reported: list[list[Any]]  # [model, task or group, metric, value, samples]
+    sources: list[Path]
+    scoring: str = "default"
+
+    def entities(self) -> list[str]:
+        return sorted({run.entity for run in self.runs}, key=entity_order(self.runs))
+
+
+def entity_order(runs: Sequence[TaskRun]) -> Callable[[str], tuple[Any, ...]]:
+    standard = {run.entity: run.standard for run in runs}
+    return lambda entity: (not standard.get(entity, True), entity.lower())
+
+
+def _bad(path: Path, line: int, what: str) -> NeedlebenchError:
+    return NeedlebenchError(f"{path}:{line}: {what}; pass lm-eval --output_path folders written with --log_samples")
+
+
+def _response_text(record: Mapping[str, Any]) -> str:
+    """The filtered model output of a logged sample (lm-eval nests it in lists)."""
+    value: Any = record.get("filtered_resps") or record.get("resps") or ""
+    while isinstance(value, list) and value:
+        value = value[0]
+    return value if isinstance(value, str) else ""
+
+
+#: Metrics logged as CircularEval tuples ``[item_id, rotation, correct]``.
+CIRCULAR_METRICS = ("perf_4", "perf_4_reference")
+
+
+def _check_metrics(path: Path, line: int, metrics: Mapping[str, Any]) -> None:
+    for name, value in metrics.items():
+        if name in CIRCULAR_METRICS:
+            if not (isinstance(value, list) and len(value) == 3):
+                raise _bad(
+                    path,
+                    line,
+                    f"metric {name} is {value!r}, not [item_id, rotation, correct]",
+                )
+        elif isinstance(value, list):
+            if not all(isinstance(item, (int, float)) for item in value):
+                raise _bad(path, line, f"metric {name} holds a non-number")
+        elif not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise _bad(path, line, f"metric {name} is {value!r}, not a number")
+
+
+def is_observed(spec: ConfigSpec) -> bool:
+    """Is the config known only from its samples (:func:`observed_spec`)?"""
+    return spec.grid is not None and spec.grid.observed
+
+
+#: Task label (a row's ``task``) -> the haystack family whose rows of an unknown config can be binned.
+_FAMILY_OF_LABEL = {spec.task_label: spec.family for spec in registry().values() if eval_family(spec.family).haystack}
+
+
+def _observable(doc: Mapping[str, Any]) -> str | None:
+    """The family of a row of an unknown config that can be binned by its own length and depth, else None."""
+    family = _FAMILY_OF_LABEL.get(str(doc.get("task")))
+    depth = doc.get("depth_percent")
+    if (
+        family is None
+        or not isinstance(doc.get("config"), str)
+        or not isinstance(doc.get("context_length"), int)
+        or isinstance(depth, bool)
+        or not isinstance(depth, (int, float))
+    ):
+        return None
+    return family
+
+
+def observed_spec(name: str, family: str, docs: Sequence[Mapping[str, Any]]) -> ConfigSpec:
+    """A config known only from its rows (no registry entry, no dataset manifest at hand): its grid is the
+    lengths, depths, repeats and needle counts its rows carry; one row per grid cell of its family and run."""
+    first = docs[0]
+    repeats = [doc.get("repeat") for doc in docs]
+    grid = Grid(
+        lengths=tuple(sorted({int(doc["context_length"]) for doc in docs})),
+        depths=tuple(sorted({float(doc["depth_percent"]) for doc in docs})),
+        repeats=len({r for r in repeats if isinstance(r, int)}) or 1,
+        needle_counts=tuple(
+            sorted({int(doc.get("num_needles") or len(doc.get("needles") or []) or 1) for doc in docs})
+        ),
+        observed=True,
+    )
+    return ConfigSpec(name, family, str(first.get("language") or ""), "custom", grid=grid)
+
+
+def _apply_judge(sample: Sample, record: Mapping[str, Any], path: Path, line: int) -> None:
+    """Score a sample of a NeedleBench haystack family with its judge rating (1-10, shown as rating x 10)."""
+    judge = record.get("judge")
+    if not isinstance(judge, dict):
+        raise _bad(path, line, "judged sample without a 'judge' object (rewrite it with `needlebench judge`)")
+    score = judge.get("score")
+    if score is not None and (isinstance(score, bool) or not isinstance(score, int) or not 1 <= score <= 10):
+        raise _bad(path, line, f"judge score is {score!r}, not an integer 1-10 or null")
+    family = eval_family(sample.spec.family)
+    if not family.haystack:
+        return  # ATC / Counting-Stars keep their rule scores (CircularEval, star lists)
+    sample.judged, sample.judge, sample.judge_model = True, score, str(judge.get("model") or "")
+    sample.rule_metrics = sample.metrics
+    sample.metrics = {} if score is None else {family.headline_metric(sample.spec): 10.0 * score}
+
+
+def read_samples(
+    path: Path, lookup: Callable[[str], ConfigSpec | None] | None = None, observe: bool = True
+) -> list[Sample]:
+    """The samples of one ``samples_*.jsonl`` (or ``judged_samples_*.jsonl``) file.
+
+    ``lookup`` finds a config by name (default: the built-in registry). Rows of a config it does not know are
+    kept when ``observe`` and they carry the NeedleBench haystack columns (``task`` S-RT/M-RT/M-RS,
+    ``context_length``, ``depth_percent``): their grid is then what the rows hold (:func:`observed_spec`). Other
+    rows are skipped. A malformed line is a one-line error naming the file and the line.
+    """
+    configs = registry()
+    find = lookup or configs.get
+    samples = []
+    unknown: dict[str, list[tuple[int, dict, Any]]] = defaultdict(list)
+    families: dict[str, str] = {}
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read {path}: {error.strerror}") from None
+    with handle:
+        try:
+            lines = list(handle)
+        except UnicodeDecodeError:
+            raise _bad(path, 1, "not UTF-8 text") from None
+    judged_file = path.name.startswith(JUDGED_PREFIX)
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise _bad(path, number, f"not a JSON line ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise _bad(path, number, "not a JSON object")
+        doc = record.get("doc")
+        if not isinstance(doc, dict):
+            raise _bad(path, number, "no 'doc' object (the dataset row)")
+        spec = find(str(doc.get("config")))
+        if spec is None:
+            family = _observable(doc) if observe else None
+            if family:
+                unknown[str(doc["config"])].append((number, record, doc))
+                families.setdefault(str(doc["config"]), family)
+            continue
+        samples.append(_sample(path, number, record, doc, spec, judged_file))
+    for name, entries in unknown.items():
+        docs = [doc for _n, _r, doc in entries]
+        spec = observed_spec(name, families[name], docs)
+        samples += [_sample(path, number, record, doc, spec, judged_file) for number, record, doc in entries]
+    return samples
+
+
+def _sample(path: Path, number: int, record: dict, doc: dict, spec: ConfigSpec, judged: bool) -> Sample:
+    names = record.get("metrics", [])
+    if not isinstance(names, list):
+        raise _bad(path, number, "'metrics' is not a list of metric names")
+    metrics = {name: record[name] for name in names if name in record}
+    _check_metrics(path, number, metrics)
+    for key in ("context_length",):
+        if key in doc and not isinstance(doc[key], int):
+            raise _bad(path, number, f"doc {key} is {doc[key]!r}, not an integer")
+    sample = Sample(spec, doc, metrics, _response_text(record))
+    if judged:
+        _apply_judge(sample, record, path, number)
+    return sample
+
+
+def read_results_json(path: Path) -> dict[str, Any]:
+    """An lm-eval ``results_*.json``; malformed JSON is a one-line error naming the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise _bad(path, 1, "not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise _bad(path, error.lineno, f"not valid JSON ({error.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("results", {}), dict):
+        raise _bad(path, 1, "not an lm-eval results object (no 'results' mapping)")
+    return data
+
+
+#: Run health ``needlebench eval`` writes beside lm-eval's ``results_<date>.json`` (same date).
+HEALTH_FILE_PREFIX = "needlebench_health_"
+
+
+def health_path(results_path: Path) -> Path:
+    """The run-health file of a ``results_<date>.json``: ``needlebench_health_<date>.json`` beside it."""
+    date = results_path.name.removeprefix("results_").removesuffix(".json")
+    return results_path.with_name(f"{HEALTH_FILE_PREFIX}{date}.json")
+
+
+def read_health(results_path: Path) -> dict[str, Any]:
+    """The run health of a results file: ``{"tasks": {task: {key: value}}, "not_run": {task: n-samples}}``, from
+    its ``needlebench_health_<date>.json`` (empty when there is none; older runs carry the keys inline in the
+    results, which :func:`load_results` reads as metrics)."""
+    path = health_path(results_path)
+    if not path.is_file():
+        return {"tasks": {}, "not_run": {}}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise NeedlebenchError(f"{path}: not a readable run-health file ({error})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("tasks", {}), dict):
+        raise _bad(path, 1, "not a needlebench run-health object (no 'tasks' mapping)")
+    return {"tasks": data.get("tasks") or {}, "not_run": data.get("not_run") or {}}
+
+
+def _model_args(config: Mapping[str, Any]) -> dict[str, Any]:
+    args = config.get("model_args") or {}
+    if isinstance(args, dict):
+        return args
+    parsed: dict[str, Any] = {}
+    for part in str(args).split(","):
+        key, sep, value = part.partition("=")
+        if sep:
+            parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def model_display_name(results: Mapping[str, Any]) -> str | None:
+    """The model of an lm-eval results JSON: ``pretrained`` (last path part of a folder, or the repo id)."""
+    config = results.get("config") if isinstance(results.get("config"), dict) else {}
+    args = _model_args(config)
+    for key in ("pretrained", "model", "path"):
+        value = args.get(key)
+        if value:
+            return short_model_name(str(value))
+    model = config.get("model")
+    return str(model) if model else None
+
+
+def short_model_name(value: str) -> str:
+    """``/models/SmolLM2-135M/`` -> ``SmolLM2-135M``; a Hub repo id ``ORG/NAME`` stays as it is."""
+    text = value.rstrip("/\\")
+    looks_local = text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1 or Path(text).exists()
+    return Path(text).name if looks_local else text
+
+
+def _apply_names(
+    name: str, pretrained: str | None, folder: Path, names: Mapping[str, str], used: set[str] | None = None
+) -> str:
+    """The ``--name`` given for a model (by its name, its ``pretrained`` value or a folder holding its results),
+    else its own name; the key that matched is added to ``used``."""
+    for key, value in names.items():
+        if key in (name, pretrained):
+            (used if used is not None else set()).add(key)
+            return value
+        try:
+            target = Path(key).expanduser().resolve()
+        except OSError:
+            continue
+        if folder == target or target in folder.parents:
+            (used if used is not None else set()).add(key)
+            return value
+    return name
+
+
+def _pretrained(results: Mapping[str, Any]) -> str | None:
+    config = results.get("config") if isinstance(results.get("config"), dict) else {}
+    value = _model_args(config).get("pretrained")
+    return str(value) if value else None
+
+
+def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    samples: list[Path] = []
+    results: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise NeedlebenchError(f"results path {str(path)!r} does not exist; pass lm-eval --output_path folders")
+        candidates = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for candidate in candidates:
+            if SAMPLES_FILE_RE.match(candidate.name) or (
+                path.is_file() and SAMPLES_FILE_RE.match(candidate.name.removeprefix(JUDGED_PREFIX))
+            ):
+                samples.append(candidate.resolve())
+            elif RESULTS_FILE_RE.match(candidate.name):
+                results.append(candidate.resolve())
+            elif path.is_file():
+                raise NeedlebenchError(f"{str(path)!r} is neither samples_<task>_<date>.jsonl nor results_<date>.json")
+    return sorted(set(samples)), sorted(set(results))
+
+
+def experiment_specs(folder: Path) -> dict[str, ConfigSpec]:
+    """The experiment configs recorded in the manifest of the dataset folder ``folder`` (not registered: two
+    folders may hold experiments of one name); a folder that is not a dataset is a one-line error."""
+    manifest = read_manifest(Path(folder))
+    specs: dict[str, ConfigSpec] = {}
+    for record in (manifest.get("experiments") or {}).values():
+        experiment = experiment_from_record(record)
+        specs[experiment.name] = ExperimentSpec(
+            experiment.name, experiment.kind, experiment.language, SIZE_LABEL, experiment=experiment
+        )
+    return specs
+
+
+def _recorded_data_dir(results: Mapping[str, Any] | None, task: str) -> Path | None:
+    """The dataset folder an lm-eval run read a task from (task metadata ``data_dir``), if recorded."""
+    configs = (results or {}).get("configs")
+    config = configs.get(task) if isinstance(configs, dict) else None
+    metadata = config.get("metadata") if isinstance(config, dict) else None
+    value = metadata.get("data_dir") if isinstance(metadata, dict) else None
+    return Path(str(value)).expanduser() if value else None
+
+
+class _SpecFinder:
+    """Finds the config of a samples file's rows: built-in, else an experiment of the dataset folder the run
+    recorded (``data_dir``), else of a ``--data-dir`` folder; the source of each is remembered."""
+
+    def __init__(self, data_dirs: Sequence[Path]) -> None:
+        self.builtin = registry()
+        self.folders: dict[Path, dict[str, ConfigSpec]] = {}
+        self.given = [Path(folder).resolve() for folder in data_dirs]
+        for folder in self.given:
+            self.folders[folder] = experiment_specs(folder)
+        self.sources: dict[int, str] = {}
+
+    def _recorded(self, folder: Path | None) -> dict[str, ConfigSpec]:
+        if folder is None:
+            return {}
+        folder = folder.resolve()
+        if folder not in self.folders:
+            try:
+                self.folders[folder] = experiment_specs(folder)
+            except NeedlebenchError:  # moved or not a dataset on this machine: bin by the rows instead
+                self.folders[folder] = {}
+        return self.folders[folder]
+
+    def lookup(self, recorded: Path | None) -> Callable[[str], ConfigSpec | None]:
+        def find(name: str) -> ConfigSpec | None:
+            if name in self.builtin:
+                return self.builtin[name]
+            folders = [(folder, self.folders[folder]) for folder in self.given]  # --data-dir first
+            if recorded is not None:
+                folders.append((recorded.resolve(), self._recorded(recorded)))
+            for folder, specs in folders:
+                if name in specs:
+                    self.sources[id(specs[name])] = f"experiment ({source_label(folder)})"
+                    return specs[name]
+            return None
+
+        return find
+
+    def source(self, spec: ConfigSpec) -> str:
+        if is_observed(spec):
+            return "observed in samples"
+        return self.sources.get(id(spec), "built-in")
+
+
+def load_results(
+    paths: Sequence[Path | str],
+    names: Mapping[str, str] | None = None,
+    data_dirs: Sequence[Path | str] = (),
+) -> Results:
+    """Read every samples and results file under ``paths``; the newest per (model, task) wins.
+
+    A ``judged_samples_*`` file beside a samples file (``needlebench judge``) is read instead of it. Configs that
+    are not built in are found in the dataset folder the run recorded (``data_dir``) or in ``data_dirs``, else
+    binned by the lengths and depths their rows carry."""
+    finder = _SpecFinder([Path(folder) for folder in data_dirs])
+    paths = [Path(path) for path in paths]
+    if not paths:
+        raise NeedlebenchError("no results given; pass lm-eval --output_path folders or files")
+    names = dict(names or {})
+    sample_files, result_files = _collect(paths)
+    if not sample_files:
+        raise NeedlebenchError(
+            f"no samples_*.jsonl under {', '.join(map(str, paths))}; run lm-eval with --log_samples and --output_path"
+        )
+    parsed = {path: read_results_json(path) for path in result_files}
+
+    used: set[str] = set()
+    matchable: dict[str, None] = {}  # what a --name key may name: models, pretrained values, results paths
+
+    def model_of(results: Mapping[str, Any] | None, folder: Path) -> str:
+        raw = (model_display_name(results) if results else None) or folder.name
+        pretrained = _pretrained(results) if results else None
+        matchable.update(dict.fromkeys(item for item in (raw, pretrained) if item))
+        return _apply_names(raw, pretrained, folder, names, used)
+
+    reported: dict[tuple[str, str], tuple[str, dict[str, float], Any]] = {}
+    results_by_folder: dict[Path, list[tuple[str, Path]]] = defaultdict(list)
+    for path, data in parsed.items():
+        date = RESULTS_FILE_RE.match(path.name).group("date")  # type: ignore[union-attr]
+        results_by_folder[path.parent].append((date, path))
+        model = model_of(data, path.parent)
+        counts = data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
+        health = read_health(path)
+        tasks = dict(data.get("results", {}))
+        for task in health["not_run"]:  # none of its rows fit: not in lm-eval's results, counted in the health
+            tasks.setdefault(task, {})
+            counts = {**counts, task: health["not_run"][task]}
+        for task, metrics in tasks.items():
+            if not isinstance(metrics, dict):
+                continue
+            values = {
+                key.split(",")[0]: float(value)
+                for key, value in metrics.items()
+                if "," in key and "_stderr" not in key and isinstance(value, (int, float))
+            }
+            values.update(
+                (key, float(value))
+                for key, value in (health["tasks"].get(task) or {}).items()
+                if key in HEALTH and isinstance(value, (int, float))
+            )
+            key = (model, task)
+            if key not in reported or date > reported[key][0]:
+                reported[key] = (
+                    date,
+                    values,
+                    (counts.get(task) or {}).get("effective"),
+                )
+
+    newest: dict[tuple[str, str], TaskRun] = {}
+    for path in sample_files:
+        match = SAMPLES_FILE_RE.match(path.name.removeprefix(JUDGED_PREFIX))
+        task, date = match.group("task"), match.group("date")  # type: ignore[union-attr]
+        candidates = sorted(results_by_folder.get(path.parent, []))
+        same = [p for d, p in candidates if d == date]
+        source = same[0] if same else (candidates[-1][1] if candidates else None)
+        model = model_of(parsed[source] if source else None, path.parent)
+        key = (model, task)
+        if key in newest and newest[key].date >= date:
+            continue
+        judged = path.with_name(JUDGED_PREFIX + path.name)
+        read = judged if judged.is_file() else path
+        recorded = _recorded_data_dir(parsed[source] if source else None, task)
+        samples = read_samples(read, finder.lookup(recorded))
+        if not samples:
+            continue
+        run = TaskRun(model, task, samples[0].spec, read, date, samples, grid_source=finder.source(samples[0].spec))
+        newest[key] = run
+    if not newest:
+        raise NeedlebenchError(
+            f"the samples under {', '.join(map(str, paths))} hold no needlebench task rows (rows with a known config)"
+        )
+    unmatched = [key for key in names if key not in used]
+    if unmatched:
+        choices = [*matchable, *(str(path) for path in paths)]
+        raise NeedlebenchError(
+            f"--name {unmatched[0]}={names[unmatched[0]]} matches no model or results path; "
+            f"PATH can be: {', '.join(dict.fromkeys(choices))}"
+        )
+    for (model, task), run in newest.items():
+        if (model, task) in reported:
+            run.reported = reported[(model, task)][1]
+    rows = [
+        [model, task, metric, value, count]
+        for (model, task), (_date, values, count) in sorted(reported.items())
+        for metric, value in values.items()
+    ]
+    runs = sorted(newest.values(), key=lambda run: (run.model.lower(), run.task))
+    return Results(runs, rows, paths)
+
+
+#: ``--scoring``: the default metrics, or their reference-exact ``*_reference`` twins.
+SCORING_CHOICES = ("default", "reference")
+
+
+#: What every table title and figure subtitle says about the scoring.
+SCORING_LABEL = {
+    "default": "scoring: default (needlebench rules)",
+    "reference": "scoring: reference (OpenCompass evaluators, Counting-Stars viz.ipynb; the *_reference metrics)",
+}
+
+
+def check_scoring(scoring: str) -> str:
+    """``scoring`` when it is one of :data:`SCORING_CHOICES`, else a one-line error naming it."""
+    if scoring not in SCORING_CHOICES:
+        raise NeedlebenchError(f"--scoring {scoring!r} is not allowed; allowed: {', '.join(SCORING_CHOICES)}")
+    return scoring
+
+
+def _reference_twins(sample: Sample) -> dict[str, Any]:
+    """A sample's ``*_reference`` metrics: as lm-eval logged them, or, for samples logged before they existed,
+    computed from the logged output with the task's hook."""
+    logged = {name: value for name, value in sample.metrics.items() if name.endswith(REFERENCE_SUFFIX)}
+    if logged:
+        return logged
+    hook = eval_family(sample.spec.family).template(sample.spec).hook
+    try:
+        computed = hook(sample.doc, [sample.response])
+    except (KeyError, TypeError, ValueError) as error:
+        raise NeedlebenchError(
+            f"cannot score row {sample.doc.get('id')!r} of {sample.spec.name} by the reference rules ({error!r}); "
+            "its samples lack the *_reference metrics and its doc the columns to compute them: rerun the task"
+        ) from None
+    return {name: value for name, value in computed.items() if name.endswith(REFERENCE_SUFFIX)}
+
+
+def apply_scoring(results: Results, scoring: str) -> Results:
+    """Make ``scoring``'s metrics the ones every table and figure reads.
+
+    ``default`` leaves the samples as read. ``reference`` puts each rule-scored sample's ``<metric>_reference``
+    under ``<metric>`` (so every mean, CircularEval and grid follows the reference's aggregation unchanged) and
+    drops metrics without a reference twin (M-RS ``strict``); lm-eval's reported numbers are swapped the same way.
+    Judged samples keep their judge scores.
+    """
+    results.scoring = check_scoring(scoring)
+    for run in results.runs:
+        run.scoring = scoring
+    if scoring == "default":
+        return results
+    for run in results.runs:
+        for sample in run.samples:
+            if sample.judged:
+                continue
+            twins = _reference_twins(sample)
+            sample.metrics = {name.removesuffix(REFERENCE_SUFFIX): value for name, value in twins.items()}
+        run.reported = {
+            name.removesuffix(REFERENCE_SUFFIX): value
+            for name, value in run.reported.items()
+            if name.endswith(REFERENCE_SUFFIX)
+        }
+    return results
+
+
+#: Run-health keys ``needlebench eval`` adds to each task of the results JSON (shown in their own table).
+HEALTH = ("skipped_too_long", "output_truncated", "no_final_answer")
+
+
+def source_label(path: Path) -> str:
+    """A results path as a report names it (reports are shared): relative to the working folder when inside it,
+    else its last two parts, never the machine's absolute path."""
+    path = Path(path)
+    try:
+        return str(path.absolute().relative_to(Path.cwd())) or "."
+    except ValueError:
+        return str(Path(*path.absolute().parts[1:][-2:]))
