@@ -34,7 +34,6 @@ from needlebench.sources.tokenizer import (
     TextTokenizer,
     get_tokenizer,
 )
-from needlebench.tasks.families.atc import ATC_ROTATIONS
 from needlebench.tasks.families.base import ConfigSpec
 from needlebench.tasks.names import (
     builtin_names,
@@ -66,6 +65,8 @@ __all__ = [
 ]
 
 LETTERS = "ABCD"
+#: The option rotations (circular evaluation): each shows the options starting from another letter.
+ROTATIONS = tuple(LETTERS[i:] + LETTERS[:i] for i in range(len(LETTERS)))
 #: Prompt style of each ATC config variant.
 PROMPT_STYLES = {"direct": "direct", "reasoning": "reasoning", "extended": "direct", "open": "open"}
 #: Seed label of the few-shot chains (distinct from every config name, so never a test item's seed).
@@ -137,8 +138,8 @@ def rotate_options(options: Sequence[str], rotation: str) -> tuple[tuple[str, ..
 
     The answer is the original option A, so its letter is the position of ``A`` in the rotation.
     """
-    if rotation not in ATC_ROTATIONS:
-        raise NeedlebenchError(f"unknown ATC rotation {rotation!r}; allowed: {', '.join(ATC_ROTATIONS)}")
+    if rotation not in ROTATIONS:
+        raise NeedlebenchError(f"unknown ATC rotation {rotation!r}; allowed: {', '.join(ROTATIONS)}")
     displayed = tuple(options[LETTERS.index(letter)] for letter in rotation)
     return displayed, LETTERS[rotation.index("A")]
 
