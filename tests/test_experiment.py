@@ -178,6 +178,22 @@ def test_beside_builtin_configs_in_one_folder_and_byte_identical(tmp_path):
     assert len(rows_of(out, "my_test")) == 2 * 3 * 2
 
 
+def test_an_experiment_rebuilt_under_its_name_writes_the_new_rows_and_verifies(tmp_path):
+    """Building a changed experiment file into the folder holding its earlier version writes the new rows (not
+    those of the version the folder's manifest records), and `verify` rebuilds them."""
+    out = tmp_path / "ds"
+    assert run("build", "--experiment", str(write(tmp_path, small())), "--out", str(out)).returncode == 0
+    changed = write(tmp_path, small(lengths=[700]), "changed.yaml")
+    result = run("build", "--experiment", str(changed), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((out / "needlebench.json").read_text(encoding="utf-8"))
+    assert manifest["experiments"]["my_test"]["lengths"] == [700]
+    assert {row["context_length"] for row in rows_of(out, "my_test")} == {700}
+    assert manifest["configs"]["my_test"]["rows"] == len(rows_of(out, "my_test")) == 3
+    verified = run("verify", str(out))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
 def test_start_and_end_buffers_keep_needles_out_of_the_edges():
     exp = parse_experiment(small(name="buffered", lengths=[2000], start_buffer=400, end_buffer=400, depths=[0, 100]))
     rows = list(iter_rows(register_experiment(exp), BuildOptions()))

@@ -170,3 +170,25 @@ def test_tasks_cli_writes_the_folder_and_refuses_a_non_dataset(folder, tmp_path)
     assert (tmp_path / "t" / "chain_zh.yaml").is_file()
     result = cli("tasks", str(tmp_path), "--out", str(tmp_path / "u"))
     assert result.returncode == 2 and "not a needlebench dataset" in result.stderr and not (tmp_path / "u").exists()
+
+
+def test_show_prints_an_experiment_row_of_the_folder(folder):
+    """`needlebench show DIR ID` finds an experiment's row: the folder's experiment configs are looked up by name."""
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    manifest = json.loads((folder / "needlebench.json").read_text(encoding="utf-8"))
+    rows = pq.read_table(folder / manifest["configs"]["chain_zh"]["files"][0]).to_pylist()
+    result = subprocess.run(
+        [sys.executable, "-c", "from needlebench.cli import main; main()", "show", str(folder), rows[1]["id"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.split("\n--- prompt ---\n")[0])["id"] == rows[1]["id"]
+    assert result.stdout.split("\n--- prompt ---\n")[1] == rows[1]["prompt"] + (
+        "" if rows[1]["prompt"].endswith("\n") else "\n"
+    )

@@ -216,14 +216,14 @@ def _fuzz_docs() -> list[dict[str, Any]]:
 
 
 def test_exported_hooks_equal_the_package_hooks_on_a_fuzz_set(exported: Path):
-    from needlebench.evaluation.harness import FAMILY_TEMPLATES, template_key
+    from needlebench.evaluation.harness import TEMPLATES, template_key
     from needlebench.tasks.grid import get_config
 
     utils = _load_utils(exported)
     texts = fuzz_outputs(300, seed=26, big_every=0)
     compared = 0
     for doc in _fuzz_docs():
-        template = FAMILY_TEMPLATES[template_key(get_config(doc["config"]))]
+        template = TEMPLATES[template_key(get_config(doc["config"]))]
         oracle = harness.oracle_answer(doc)
         candidates = [
             oracle,

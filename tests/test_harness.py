@@ -273,7 +273,7 @@ def test_every_config_has_a_task_with_version_and_budget():
 
 
 def test_base_templates_are_greedy_generate_until():
-    for template in harness.FAMILY_TEMPLATES.values():
+    for template in harness.TEMPLATES.values():
         text = harness.task_files()[harness.base_template_filename(template.key)]
         cfg = yaml.load(text, Loader=_FunctionLoader)
         assert cfg["output_type"] == "generate_until"

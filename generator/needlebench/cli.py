@@ -386,7 +386,7 @@ def show(
     sample log leaves out, recovered from the pinned dataset."""
     import json
 
-    from needlebench.evaluation.lean_samples import (  # deferred: hashlib (4 ms); list and --help need none
+    from needlebench.evaluation.lean_samples import (  # deferred: pyarrow, numpy (0.3 s); list, --help need none
         PROMPT_CHARS_KEY,
         PROMPT_HASH_KEY,
         find_row,

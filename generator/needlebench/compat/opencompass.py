@@ -37,16 +37,13 @@ from needlebench.tasks.haystack import effective_buffer
 from needlebench.tasks.multi_reasoning import REASONING_NEEDLE_SPACING
 from needlebench.tasks.needle_bank import needle_bank
 from needlebench.tasks.needle_file import load_needles_file
-from needlebench.tasks.needles import LANGUAGE_NAMES, splice_guide
+from needlebench.tasks.needles import EDITION_QUESTION, LANGUAGE_NAMES
 from needlebench.tasks.prompts import frame_parts, guide_sentence
 from needlebench.tasks.reasoning_needles import (
     generate_reasoning_set,
     load_reasoning_file,
 )
 from needlebench.tasks.settings import HaystackSettings
-
-#: The question of each edition: v1 splices the guide sentence in, v2 asks it as it stands.
-GUIDED_QUESTION = {"v1": splice_guide, "v2": lambda question, language: question}
 
 
 @dataclass(frozen=True)
@@ -177,7 +174,7 @@ def single_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) -> Iterat
                 point = int(len(tokens) * (depth / 100))
                 context = encoding.decode(tokens[:point] + needle_tokens + tokens[point:])
                 question = record["retrieval_question"]
-                question = GUIDED_QUESTION[spec.edition](question, spec.language)  # v2: as it stands
+                question = EDITION_QUESTION[spec.edition](question, spec.language)  # v2: as it stands
                 yield {
                     "id": f"{spec.name}-L{length}-d{depth:g}-r{repeat}",
                     **_row(spec, settings, length, buffer, repeat, context, question, spec.family, {}),
@@ -245,7 +242,7 @@ def multi_retrieval_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
             questions = "、".join(item["retrieval_question"].split(stop)[0] + stop for item in needles)
             formats = "、".join(item["retrieval_question"].split("'")[1].split(period)[0] for item in needles)
             question = questions + lead + formats + fmt
-            question = GUIDED_QUESTION[spec.edition](question, spec.language)
+            question = EDITION_QUESTION[spec.edition](question, spec.language)
             needle_tokens = [encoding.encode_ordinary(text) for text in wrapped]
             tokens = _accumulate(inputs, order, max(0, length - buffer - sum(map(len, needle_tokens))))
             points = [int(len(tokens) * (depth / 100)) for depth in depths]
@@ -350,11 +347,6 @@ HAYSTACK_ROWS = {
     multi_retrieval.FAMILY.key: multi_retrieval_rows,
     multi_reasoning.FAMILY.key: multi_reasoning_rows,
 }
-
-
-def rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
-    """Rows of a v1 haystack config for `lengths`, in the reference's loop order (length, depth, repeat)."""
-    return with_compat_boundaries(HAYSTACK_ROWS[spec.family](spec, settings, lengths))
 
 
 def as_generator(loader):

@@ -29,7 +29,6 @@ from needlebench.compat.opencompass import (
     _reasoning_points,
     _row,
     as_generator,
-    with_compat_boundaries,
 )
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.tokenizer import get_tokenizer
@@ -45,7 +44,7 @@ from needlebench.tasks.names import load_names, names_corpus_label, normalize_la
 from needlebench.tasks.prompts import v2_reasoning_question
 from needlebench.tasks.settings import HaystackSettings
 
-__all__ = ["GENERATORS", "atc_v2_rows", "reference_chain", "rows"]
+__all__ = ["GENERATORS", "atc_v2_rows", "reference_chain"]
 
 
 def reference_chain(rnd: random.Random, all_names: Sequence[str], relations: int, language: str) -> KinshipChain:
@@ -150,11 +149,6 @@ def atc_v2_rows(spec: ConfigSpec, *, names_path: str | None = None, version: str
 
 #: The v2 loaders of each haystack family: v1's S-RT and M-RT (with the v2 frames), the v2 M-RS.
 V2_HAYSTACK_ROWS = {**HAYSTACK_ROWS, multi_reasoning.FAMILY.key: multi_reasoning_rows}
-
-
-def rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...]) -> Iterator[dict]:
-    """Rows of a v2 haystack config for `lengths`, in the reference's loop order."""
-    return with_compat_boundaries(V2_HAYSTACK_ROWS[spec.family](spec, settings, lengths))
 
 
 def _atc_rows(spec: ConfigSpec, settings: HaystackSettings, lengths: tuple[int, ...], utf8_prompts: bool):

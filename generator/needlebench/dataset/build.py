@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,10 +121,13 @@ def read_manifest(folder: Path) -> dict | None:
     return read_manifest_file(Path(folder))
 
 
-def register_experiments(manifest: dict | None) -> None:
-    """Make the experiment configs a manifest records resolvable by name (:func:`get_config`)."""
+def register_experiments(manifest: dict | None, keep: Iterable[str] = ()) -> None:
+    """Make the experiment configs a manifest records resolvable by name (:func:`get_config`); the configs named
+    in `keep` stay as registered (a build writing a new version of an experiment the folder holds)."""
+    kept = set(keep)
     for spec in manifest_experiment_specs(manifest or {}):
-        register_config(spec)
+        if spec.name not in kept:
+            register_config(spec)
 
 
 def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dict | None:
@@ -202,7 +206,8 @@ def build_dataset(
         ) from None
     try:
         previous = _check_out_dir(out_dir, options, overwrite)
-        register_experiments(previous)  # the card lists the folder's experiment configs by name
+        # the card lists the folder's experiment configs by name; the configs of this build are the ones it writes
+        register_experiments(previous, keep=[spec.name for spec in specs])
 
         for spec in specs:  # never written through a link: refused before any work
             check_no_links(out_dir, f"data/{spec.name}", f"the build of {spec.name} into {out_dir}")

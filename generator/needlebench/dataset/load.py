@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from needlebench import __version__
+from needlebench.dataset.build import build_dataset
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.safe_folder import MANIFEST, MAX_MANIFEST_BYTES, open_no_follow, read_manifest_file
+from needlebench.dataset.verify import file_difference
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED
 from needlebench.sources.cache import cache_root, read_checked, write_checked
@@ -52,8 +54,6 @@ def _cache_problem(folder: Path, config: str) -> str | None:
     """Why the on-the-fly folder cannot be trusted (None: it can, or it does not exist): its manifest and card
     must be the ones its build recorded (:func:`needlebench.sources.cache.read_checked`), and the files of
     `config`, when built, must hash to the manifest's fingerprint."""
-    from needlebench.dataset.verify import file_difference  # deferred: it imports the builders (tiktoken, numpy)
-
     if not folder.exists() and not folder.is_symlink():
         return None
     if folder.is_symlink() or not folder.is_dir():
@@ -80,8 +80,6 @@ def ensure_built(config: str, release_seed: int = RELEASE_SEED) -> Path:
 
     The folder is checked on every load against what its build recorded outside it (:func:`_cache_problem`); a
     folder that does not match is removed and built again, with a one-line warning."""
-    from needlebench.dataset.build import build_dataset  # deferred: the builders load only when a split is built
-
     get_config(config)
     folder = built_cache_dir(release_seed)
     folder.parent.mkdir(parents=True, exist_ok=True)

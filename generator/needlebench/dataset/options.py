@@ -19,10 +19,10 @@ from needlebench.sources.inputs import (
     locate,
 )
 from needlebench.sources.tokenizer import CL100K_NAMES, DEFAULT_TOKENIZER, canonical_tokenizer
-from needlebench.tasks.grid import COMPAT_MODES, HF_TOKENIZER_FAMILIES, ConfigSpec
+from needlebench.tasks.grid import COMPAT_MODES, ConfigSpec
 from needlebench.tasks.settings import HaystackSettings
 
-__all__ = ["COMPAT_MODES", "HF_TOKENIZER_FAMILIES", "BuildOptions", "RecipeError"]  # modes: tasks.grid declares them
+__all__ = ["COMPAT_MODES", "BuildOptions", "RecipeError"]  # modes: the family objects declare them (tasks.grid)
 
 
 #: The paper's haystack file of each language in the Hub dataset opencompass/NeedleBench.
@@ -89,8 +89,8 @@ class BuildOptions:
             raise NeedlebenchError(f"buffer {self.buffer} is negative; it must be 0 or more tokens")
 
     def check_modes(self, spec: ConfigSpec) -> None:
-        """The compat mode and the tokenizer apply to `spec` (as declared in :mod:`needlebench.tasks.grid`); a
-        one-line error before anything is built when they do not."""
+        """The compat mode and the tokenizer apply to `spec` (as its family declares: ``Family.compat``,
+        ``Family.hf_tokenizer``); a one-line error before anything is built when they do not."""
         spec.check_mode(self.compat)
         self.check_tokenizer(spec)
 

@@ -68,8 +68,6 @@ RENAMED_KEYS = {"repo_id": DATA_REPO_KEY}
 TEMPLATES: dict[str, TaskTemplate] = {
     template.key: template for entry in EVAL_FAMILIES.values() for template in entry.templates()
 }
-#: Former name of :data:`TEMPLATES`.
-FAMILY_TEMPLATES = TEMPLATES
 
 
 def template_of(spec: ConfigSpec) -> TaskTemplate:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from needlebench.dataset.build import read_manifest
+from needlebench.dataset.build import read_manifest, register_experiments
 from needlebench.dataset.load import load_split
 from needlebench.errors import NeedlebenchError
 
@@ -67,6 +67,7 @@ def _configs_of(folder: Path) -> list[str]:
     manifest = read_manifest(folder)
     if manifest is None:
         raise NeedlebenchError(f"{str(folder)!r} is not a dataset folder built by `needlebench build` (no manifest)")
+    register_experiments(manifest)  # its experiment configs are looked up by name
     return list(manifest.get("configs") or {})
 
 

@@ -29,7 +29,6 @@ from needlebench.tasks.families.base import (
     DEPTHS_LINEAR_20,
     DEPTHS_SPARSE_11,
     EDITIONS,
-    HAYSTACK_DEPTHS,
     LANGUAGES,
     SIZES,
     V2_BUFFER_EN_DEFAULT,
@@ -65,7 +64,6 @@ __all__ = [
     "DEPTHS_SPARSE_11",
     "EDITIONS",
     "FAMILIES",
-    "HF_TOKENIZER_FAMILIES",
     "LANGUAGES",
     "MIN_TOKENS_PER_STAR",
     "REASONING_NEEDLE_COUNTS",
@@ -80,9 +78,7 @@ __all__ = [
     "ZH_BUFFER",
     "ConfigSpec",
     "Grid",
-    "buffer_for",
     "counting_stars_lengths",
-    "depths_for",
     "family_of",
     "get_config",
     "match_configs",
@@ -101,18 +97,6 @@ FAMILIES = {key: entry.label for key, entry in FAMILY_OBJECTS.items()}
 COMPAT_MODES_BY_FAMILY = {key: entry.compat for key, entry in FAMILY_OBJECTS.items()}
 #: Every ``--compat`` mode, in the order they are listed.
 COMPAT_MODES = tuple(dict.fromkeys(mode for modes in COMPAT_MODES_BY_FAMILY.values() for mode in modes))
-#: Families whose lengths may be counted in another tokenizer (``--tokenizer hf:...``).
-HF_TOKENIZER_FAMILIES = tuple(key for key, entry in FAMILY_OBJECTS.items() if entry.hf_tokenizer)
-
-
-def depths_for(size: str, edition: str = "v1") -> tuple[int, ...]:
-    """Depth grid of a NeedleBench size: 20 linear points at 4k/8k, the 11-point sparse list from 32k (v1)."""
-    return HAYSTACK_DEPTHS[edition][size]
-
-
-def buffer_for(family: str, language: str, size: str, edition: str = "v1") -> int:
-    """Length buffer (tokens kept free for the prompt frame and question) of the reference configs."""
-    return family_of(family).buffer_of(language, size, edition)
 
 
 def _build_registry() -> dict[str, ConfigSpec]:

@@ -18,16 +18,13 @@ from needlebench.tasks.haystack import (
     tokenized_corpus,
 )
 from needlebench.tasks.needles import (
+    EDITION_QUESTION,
     RetrievalNeedle,
     choose_distinct_needles,
-    splice_guide,
 )
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import frame_parts, multi_retrieval_question
 from needlebench.tasks.settings import HaystackSettings
-
-#: The joined question of each edition: v1 splices the guide sentence in, v2 keeps it as it stands.
-_QUESTION = {"v1": splice_guide, "v2": lambda question, language: question}
 
 
 def _distinct_needles(
@@ -61,7 +58,7 @@ def multi_retrieval_rows(
             [needle.answer_template for needle in needles],
             spec.language,
         )
-        question = _QUESTION[spec.edition](question, spec.language)
+        question = EDITION_QUESTION[spec.edition](question, spec.language)
         before, after = frame_parts(spec.family, spec.language, question, settings.question_position, spec.edition)
         requests = [NeedleRequest(needle.text, depth) for needle, depth in zip(needles, depths)]
         context = build_context(corpus, target, requests, window_start_hint(corpus, target, cell.seed))

@@ -33,6 +33,7 @@ from needlebench.seeding import rng
 from needlebench.yamlload import safe_load
 
 __all__ = [
+    "EDITION_QUESTION",
     "LANGUAGE_CODES",
     "LANGUAGE_NAMES",
     "RetrievalNeedle",
@@ -164,6 +165,15 @@ def splice_guide(question: str, language: str) -> str:
     if len(parts) < 2:
         return question.rstrip() + formats.guide_joiner + formats.guide_sentence
     return parts[0] + formats.guide_sentence + formats.guide_joiner + formats.lead_in + parts[1]
+
+
+def _as_asked(question: str, language: str) -> str:
+    return question
+
+
+#: The retrieval question of each edition (``spec.edition``): v1 splices the guide sentence in
+#: (:func:`splice_guide`), v2 asks the question as it stands.
+EDITION_QUESTION = {"v1": splice_guide, "v2": _as_asked}
 
 
 def _format_problems_en(needle: RetrievalNeedle) -> list[str]:

@@ -16,13 +16,10 @@ from needlebench.tasks.haystack import (
     retrieval_needles,
     tokenized_corpus,
 )
-from needlebench.tasks.needles import choose_needle, splice_guide
+from needlebench.tasks.needles import EDITION_QUESTION, choose_needle
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import frame_parts
 from needlebench.tasks.settings import HaystackSettings
-
-#: The question of each edition: v1 splices the guide sentence in, v2 asks the needle's question as it stands.
-_QUESTION = {"v1": splice_guide, "v2": lambda question, language: question}
 
 
 def single_rows(
@@ -35,7 +32,7 @@ def single_rows(
         target = cell.length - cell.buffer
         needle = choose_needle(bank, derive_seed(cell.seed, "needle"))
         start = window_start_hint(corpus, target, cell.seed)
-        question = _QUESTION[spec.edition](needle.question, spec.language)
+        question = EDITION_QUESTION[spec.edition](needle.question, spec.language)
         before, after = frame_parts(spec.family, spec.language, question, settings.question_position, spec.edition)
         for depth in settings.depths_for(spec.depths):
             context = build_context(corpus, target, [NeedleRequest(needle.text, depth)], start)

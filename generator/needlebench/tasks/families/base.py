@@ -99,7 +99,8 @@ class Grid:
     needle_counts: tuple[int, ...] = (1,)
     num_rows: int | None = None
     approx_tokens: int | None = None
-    #: What builds the rows (None: not buildable, e.g. an observed grid) and the settings it reads.
+    #: What builds the rows (None: the family's default generator, over this grid; an observed grid is never built)
+    #: and the settings they read.
     rows: RowGenerator | None = field(default=None, compare=False)
     settings: HaystackSettings | None = None
     #: Where the grid comes from (an experiment: :class:`needlebench.tasks.experiment.Experiment`).
