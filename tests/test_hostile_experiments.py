@@ -285,8 +285,8 @@ def test_user_yaml_refuses_aliases_and_repeated_keys_but_reads_plain_yaml() -> N
 def test_a_recorded_local_haystack_builds_from_the_recipes_input(tmp_path: Path) -> None:
     from needlebench.dataset.options import BuildOptions
     from needlebench.tasks.experiment import (
-        ExperimentSpec,
         experiment_from_record,
+        experiment_spec,
         parse_experiment,
     )
 
@@ -298,6 +298,6 @@ def test_a_recorded_local_haystack_builds_from_the_recipes_input(tmp_path: Path)
     back = experiment_from_record(record)
     assert back.haystack is None and back.haystack_record == record["haystack"]
     assert back.to_record() == record  # recorded again unchanged (a later build keeps it)
-    spec = ExperimentSpec("hostile", "single", "en", "custom", experiment=back)
+    spec = experiment_spec(back)
     located = str(tmp_path / "elsewhere.txt")
     assert BuildOptions(haystack_en=located).settings_for(spec).haystack == located

@@ -227,8 +227,7 @@ def test_judged_samples_replace_the_scores_and_unrated_ones_are_counted(oracle_r
 
 def test_multi_retrieval_needles_are_binned_at_their_grid_depths_despite_buffers():
     from needlebench.tasks.experiment import (
-        SIZE_LABEL,
-        ExperimentSpec,
+        experiment_spec,
         parse_experiment,
         placement_depth,
     )
@@ -246,7 +245,7 @@ def test_multi_retrieval_needles_are_binned_at_their_grid_depths_despite_buffers
             "end_buffer": 100,
         }
     )
-    spec = ExperimentSpec(experiment.name, "multi_retrieval", "en", SIZE_LABEL, experiment=experiment)
+    spec = experiment_spec(experiment)
     requested = [placement_depth(d, 1200, experiment) for d in (40, 70, 100)]
     assert requested[0] != 40  # the buffers move the needles: the requested depths are not the grid's
     doc = {

@@ -15,10 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from needlebench.dataset.build import read_manifest
-from needlebench.dataset.load import ensure_built, load_split
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation import model_tokenizer
 from needlebench.evaluation.harness import max_gen_toks_for
 from needlebench.tasks.grid import ConfigSpec, get_config
 
@@ -30,6 +27,8 @@ def load_tokenizer(path: str, gguf_file: str | None = None) -> Any:
     """A transformers tokenizer as lm-eval loads it: a local folder, a ``.gguf`` file (or ``path`` plus
     ``gguf_file``), or a model name already in the local Hugging Face cache (see
     :mod:`needlebench.evaluation.model_tokenizer`). Nothing is downloaded; cached per source."""
+    from needlebench.evaluation import model_tokenizer  # deferred: numpy, tokenizer readers; eval --help needs none
+
     return model_tokenizer.load_tokenizer(path, gguf_file)
 
 
@@ -237,6 +236,9 @@ _COLUMNS = ["id", "config", "context_length", "depth_percent", "prompt"]
 def split_rows(config: str, data_dir: str | None) -> Iterable[Mapping[str, Any]]:
     """The rows of ``config`` (its budget columns), streamed from the Parquet files a needlebench manifest lists
     (``data_dir``, or the on-the-fly build); any other folder is read with `datasets` (`load_split`)."""
+    from needlebench.dataset.build import read_manifest  # deferred: card, builders (0.2 s); eval --help needs none
+    from needlebench.dataset.load import ensure_built, load_split  # deferred: as the line above
+
     folder = Path(data_dir).expanduser().resolve() if data_dir else ensure_built(config)
     manifest = read_manifest(folder) if folder.is_dir() else None
     files = ((manifest or {}).get("configs", {}).get(config) or {}).get("files")

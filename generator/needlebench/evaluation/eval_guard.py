@@ -52,7 +52,6 @@ from needlebench.evaluation.harness import (
     task_name,
 )
 from needlebench.evaluation.model_tokenizer import TokenizerSource, gguf_context_length, load_source, resolve_source
-from needlebench.evaluation.report import SAMPLES_FILE_RE, health_path
 from needlebench.evaluation.task_yaml import dump_yaml
 from needlebench.evaluation.thinking import (
     THINK_END_ENV,
@@ -478,6 +477,8 @@ def _newest(folder: Path, pattern: str) -> Path | None:
 
 def _samples_file(folder: Path, task: str) -> Path | None:
     """The newest ``samples_<task>_<date>.jsonl`` of exactly ``task`` (``..._128k`` must not match ``..._128k_m64``)."""
+    from needlebench.evaluation.report import SAMPLES_FILE_RE  # deferred: the report loads dataset (0.15 s)
+
     paths = [
         path
         for path in folder.glob(f"samples_{task}_*.jsonl")
@@ -537,6 +538,8 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
                     entry["output_truncated"] = sum(length >= budget for length in lengths)
         health[task] = entry
     record = {"results_file": results_path.name, "tasks": health, "not_run": not_run}
+    from needlebench.evaluation.report import health_path  # deferred: the report loads dataset (0.15 s)
+
     target = health_path(results_path)
     temp = target.with_name(target.name + ".tmp")
     temp.write_text(json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from needlebench.dataset.build import read_manifest, register_experiments
-from needlebench.dataset.load import load_split
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import EVAL_FAMILIES, eval_family
 from needlebench.evaluation.families.base import EvalFamily
@@ -284,9 +282,13 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
         )
     source = resolve_source(metadata)
     if source["data_dir"] is not None:
+        from needlebench.dataset.build import read_manifest, register_experiments  # deferred: card, builders (0.2 s)
+
         register_experiments(read_manifest(Path(source["data_dir"])))  # its experiment configs, looked up by name
     spec = get_config(str(config))
     lengths = _context_length_filter(metadata.get("context_lengths"), spec)
+    from needlebench.dataset.load import load_split  # deferred: the builders (0.2 s); lm-eval imports us per task
+
     split = load_split(spec.name, **source)
     if lengths is not None:
         split = split.filter(lambda row: int(row["context_length"]) in lengths)

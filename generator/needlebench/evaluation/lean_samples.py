@@ -21,8 +21,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from needlebench.dataset.build import read_manifest, register_experiments
-from needlebench.dataset.load import load_split
 from needlebench.errors import NeedlebenchError
 
 #: Fields a lean ``doc`` gets in place of ``prompt``.
@@ -64,6 +62,8 @@ def is_lean(sample: Mapping[str, Any]) -> bool:
 
 
 def _configs_of(folder: Path) -> list[str]:
+    from needlebench.dataset.build import read_manifest, register_experiments  # deferred: only `show` (0.15 s)
+
     manifest = read_manifest(folder)
     if manifest is None:
         raise NeedlebenchError(f"{str(folder)!r} is not a dataset folder built by `needlebench build` (no manifest)")
@@ -74,6 +74,8 @@ def _configs_of(folder: Path) -> list[str]:
 def find_row(folder: Path, row_id: str) -> dict[str, Any]:
     """The row of a built dataset folder whose ``id`` is ``row_id`` (its config is the id's prefix)."""
     from datasets.utils import logging as ds_logging
+
+    from needlebench.dataset.load import load_split  # deferred: only `show` needs the builders (0.15 s)
 
     folder = Path(folder).expanduser()
     if not folder.is_dir():

@@ -196,13 +196,6 @@ def experiment_spec(exp: Experiment) -> ConfigSpec:
     return ConfigSpec(exp.name, exp.kind, exp.language, SIZE_LABEL, grid=experiment_grid(exp))
 
 
-def ExperimentSpec(
-    name: str, family: str, language: str, size: str = SIZE_LABEL, *, experiment: Experiment
-) -> ConfigSpec:
-    """The config of `experiment` named `name` (as :func:`experiment_spec`, for the callers of the former class)."""
-    return ConfigSpec(name, family, language, size, grid=experiment_grid(experiment))
-
-
 def register_experiment(experiment: Experiment) -> ConfigSpec:
     """Register the experiment's config beside the built-in configs (a built-in name is an error) and return it."""
     if experiment.name in registry():

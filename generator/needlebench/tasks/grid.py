@@ -15,71 +15,21 @@ from functools import cache
 
 from needlebench.errors import NeedlebenchError
 from needlebench.tasks.families import FAMILIES as FAMILY_OBJECTS
-from needlebench.tasks.families import family_of
-from needlebench.tasks.families.atc import (
-    ATC_EXTENDED_NEEDLE_COUNTS,
-    ATC_HAYSTACK_TOKENS,
-    ATC_NEEDLE_COUNTS,
-    ATC_ROTATIONS,
-    V2_ATC_QUESTION_TYPES,
-    V2_ATC_RELATION_COUNTS,
-)
-from needlebench.tasks.families.base import (
-    CONTEXT_LENGTHS,
-    DEPTHS_LINEAR_20,
-    DEPTHS_SPARSE_11,
-    EDITIONS,
-    LANGUAGES,
-    SIZES,
-    V2_BUFFER_EN_DEFAULT,
-    V2_BUFFERS_EN,
-    V2_CONTEXT_LENGTHS,
-    V2_DEPTHS,
-    ZH_BUFFER,
-    ConfigSpec,
-    Grid,
-)
-from needlebench.tasks.families.counting_stars import (
-    COUNTING_STARS_LENGTHS,
-    COUNTING_STARS_TASKS,
-    DEFAULT_STARS,
-    MIN_TOKENS_PER_STAR,
-    STAR_COUNTS,
-    counting_stars_lengths,
-)
-from needlebench.tasks.families.multi_reasoning import REASONING_NEEDLE_COUNTS
+from needlebench.tasks.families.atc import ATC_ROTATIONS, V2_ATC_QUESTION_TYPES
+from needlebench.tasks.families.base import EDITIONS, SIZES, ConfigSpec, Grid
+from needlebench.tasks.families.counting_stars import STAR_COUNTS
 
 __all__ = [
-    "ATC_EXTENDED_NEEDLE_COUNTS",
-    "ATC_HAYSTACK_TOKENS",
-    "ATC_NEEDLE_COUNTS",
     "ATC_ROTATIONS",
     "COMPAT_MODES",
     "COMPAT_MODES_BY_FAMILY",
-    "CONTEXT_LENGTHS",
-    "COUNTING_STARS_LENGTHS",
-    "COUNTING_STARS_TASKS",
-    "DEFAULT_STARS",
-    "DEPTHS_LINEAR_20",
-    "DEPTHS_SPARSE_11",
     "EDITIONS",
     "FAMILIES",
-    "LANGUAGES",
-    "MIN_TOKENS_PER_STAR",
-    "REASONING_NEEDLE_COUNTS",
     "SIZES",
     "STAR_COUNTS",
     "V2_ATC_QUESTION_TYPES",
-    "V2_ATC_RELATION_COUNTS",
-    "V2_BUFFERS_EN",
-    "V2_BUFFER_EN_DEFAULT",
-    "V2_CONTEXT_LENGTHS",
-    "V2_DEPTHS",
-    "ZH_BUFFER",
     "ConfigSpec",
     "Grid",
-    "counting_stars_lengths",
-    "family_of",
     "get_config",
     "match_configs",
     "register_config",

@@ -33,7 +33,7 @@ from needlebench.dataset.verify import read_manifest
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import eval_family
 from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
-from needlebench.tasks.experiment import SIZE_LABEL, ExperimentSpec, experiment_from_record
+from needlebench.tasks.experiment import experiment_from_record, experiment_spec
 from needlebench.tasks.grid import ConfigSpec, Grid, registry
 
 SAMPLES_FILE_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
@@ -417,9 +417,7 @@ def experiment_specs(folder: Path) -> dict[str, ConfigSpec]:
     specs: dict[str, ConfigSpec] = {}
     for record in (manifest.get("experiments") or {}).values():
         experiment = experiment_from_record(record)
-        specs[experiment.name] = ExperimentSpec(
-            experiment.name, experiment.kind, experiment.language, SIZE_LABEL, experiment=experiment
-        )
+        specs[experiment.name] = experiment_spec(experiment)
     return specs
 
 
