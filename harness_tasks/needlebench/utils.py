@@ -7,6 +7,4 @@ A thin wrapper: every ``!function utils.<name>`` of the task YAMLs is the functi
 
 from needlebench.evaluation import harness
 
-
-def __getattr__(name: str):
-    return getattr(harness, name)
+globals().update(harness.hooks())

@@ -35,9 +35,8 @@ def utils_py() -> str:
     is :func:`needlebench.evaluation.harness.hooks`' function of that name)."""
     return (
         '"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by `needlebench tasks`)."""\n\n'
-        "from needlebench.evaluation import harness\n\n\n"
-        "def __getattr__(name: str):\n"
-        "    return getattr(harness, name)\n"
+        "from needlebench.evaluation import harness\n\n"
+        "globals().update(harness.hooks())\n"
     )
 
 
