@@ -25,6 +25,7 @@ from needlebench.tasks.counting_stars import (
 )
 from needlebench.tasks.grid import ConfigSpec, get_config, registry
 from needlebench.tasks.schema import columns_for
+from support import A32, R32
 
 SEPARATOR = "\n\n\n\n"
 SMALL = (4000, 8000)
@@ -32,43 +33,6 @@ CONFIGS = [
     f"counting_stars_{task}_{language}_128k" for task in ("acquisition", "reasoning") for language in ("en", "zh")
 ]
 
-# The reference's fixed M=32 lists (nick7nlp/Counting-Stars: gen_test_data.ipynb).
-A32 = [
-    15,
-    117,
-    42,
-    69,
-    58,
-    107,
-    9,
-    49,
-    113,
-    66,
-    26,
-    102,
-    81,
-    94,
-    77,
-    61,
-    5,
-    19,
-    109,
-    3,
-    35,
-    54,
-    86,
-    89,
-    127,
-    21,
-    46,
-    122,
-    38,
-    97,
-    74,
-    29,
-]
-SIGNS = "+-+++----+--+--++--+---+-+--+-++"
-R32 = [a + 1 if s == "+" else a - 1 for a, s in zip(A32, SIGNS)]
 
 # Parser oracle: the exact sentence forms of Table 1 / the reference notebook.
 STAR_PATTERNS = {

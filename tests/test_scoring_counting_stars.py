@@ -9,44 +9,7 @@ from needlebench.evaluation.scoring import (
     predicted_counts,
     star_scores,
 )
-
-# The fixed M=32 star counts and the +/-1 wrong counts (nick7nlp/Counting-Stars: gen_test_data.ipynb).
-A32 = [
-    15,
-    117,
-    42,
-    69,
-    58,
-    107,
-    9,
-    49,
-    113,
-    66,
-    26,
-    102,
-    81,
-    94,
-    77,
-    61,
-    5,
-    19,
-    109,
-    3,
-    35,
-    54,
-    86,
-    89,
-    127,
-    21,
-    46,
-    122,
-    38,
-    97,
-    74,
-    29,
-]
-SIGNS = "+-+++----+--+--++--+---+-+--+-++"
-R32 = [a + 1 if s == "+" else a - 1 for a, s in zip(A32, SIGNS)]
+from support import A32, R32
 
 
 def test_wrong_counts_fixture():

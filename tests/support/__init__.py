@@ -45,6 +45,14 @@ _DEFAULTS: dict[str, Any] = {
 NEEDLE = "\nHidden on Emerald Island is the legendary Stardust Shard.\n"
 KEYWORD = "Stardust Shard"
 STAR_COUNTS = [15, 117, 42, 69]
+#: The reference's fixed M=32 star counts, the sign of each +/-1 wrong count and the wrong counts
+#: (nick7nlp/Counting-Stars: gen_test_data.ipynb), written out here so tests check the package's copies.
+# fmt: off
+A32 = [15, 117, 42, 69, 58, 107, 9, 49, 113, 66, 26, 102, 81, 94, 77, 61, 5, 19, 109, 3, 35, 54, 86, 89, 127, 21, 46,
+       122, 38, 97, 74, 29]
+# fmt: on
+SIGNS = "+-+++----+--+--++--+---+-+--+-++"
+R32 = [a + 1 if s == "+" else a - 1 for a, s in zip(A32, SIGNS)]
 WRONG_COUNTS = [16, 116, 43, 70]
 
 
