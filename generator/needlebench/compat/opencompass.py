@@ -277,6 +277,18 @@ def _reasoning_points(total: int, depth: float, lengths: list[int]) -> list[int]
     return points
 
 
+def insert_reasoning_needles(tokens: list[int], depth: float, needle_tokens: list[list[int]]) -> list[int]:
+    """The haystack `tokens` with the M-RS needles inserted as the reference inserts them: the first at `depth`
+    percent of the haystack, each further one the needle spacing after the end of the one before (capped at the
+    end), every later point moved by the needles inserted before it."""
+    points = _reasoning_points(len(tokens), depth, [len(piece) for piece in needle_tokens])
+    for i, piece in enumerate(needle_tokens):
+        tokens = tokens[: points[i]] + piece + tokens[points[i] :]
+        for j in range(i + 1, len(points)):
+            points[j] += len(piece)
+    return tokens
+
+
 def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) -> Iterator[dict]:
     encoding = get_tokenizer().encoding
     inputs = _inputs(settings.haystack, spec.language)
@@ -297,13 +309,9 @@ def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
                     wrapped = ["\n" + needle + "\n" for needle in record["derivations"]]
                     needle_tokens = [encoding.encode_ordinary(text) for text in wrapped]
                     tokens = _accumulate(inputs, order, max(0, length - buffer - sum(map(len, needle_tokens))))
-                    total = len(tokens)
-                    points = _reasoning_points(total, depth, [len(t) for t in needle_tokens])
-                    for i, piece in enumerate(needle_tokens):
-                        tokens = tokens[: points[i]] + piece + tokens[points[i] :]
-                        for j in range(i + 1, len(points)):
-                            points[j] += len(piece)
+                    tokens = insert_reasoning_needles(tokens, depth, needle_tokens)
                     question = record["question"] + guide_sentence(spec.language)
+                    requested = [min(100.0, depth + REASONING_NEEDLE_SPACING * i) for i in range(count)]
                     yield {
                         "id": f"{spec.name}-L{length}-d{depth:g}-n{count}-r{repeat}",
                         **_row(
@@ -318,11 +326,11 @@ def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
                             {},
                         ),
                         "depth_percent": float(depth),
-                        "needle_depths": [min(100.0, depth + REASONING_NEEDLE_SPACING * i) for i in range(count)],
+                        "needle_depths": requested,
                         "answer": record["answer"],
                         "keywords": [record["answer"]],
                         "needles": list(record["derivations"]),
-                        "requested_depths": [min(100.0, depth + REASONING_NEEDLE_SPACING * i) for i in range(count)],
+                        "requested_depths": requested,
                         "num_needles": count,
                     }
 

@@ -26,9 +26,9 @@ from needlebench.compat.opencompass import (
     MODE,
     _accumulate,
     _inputs,
-    _reasoning_points,
     _row,
     as_generator,
+    insert_reasoning_needles,
 )
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.tokenizer import get_tokenizer
@@ -89,11 +89,7 @@ def multi_reasoning_rows(spec: ConfigSpec, settings: HaystackSettings, lengths) 
                     needles = list(chain.fragments)
                     needle_tokens = [encoding.encode_ordinary("\n" + needle + "\n") for needle in needles]
                     tokens = _accumulate(inputs, order, max(0, length - buffer - sum(map(len, needle_tokens))))
-                    points = _reasoning_points(len(tokens), depth, [len(t) for t in needle_tokens])
-                    for i, piece in enumerate(needle_tokens):
-                        tokens = tokens[: points[i]] + piece + tokens[points[i] :]
-                        for j in range(i + 1, len(points)):
-                            points[j] += len(piece)
+                    tokens = insert_reasoning_needles(tokens, depth, needle_tokens)
                     question = v2_reasoning_question(spec.language, chain.youngest)
                     requested = [min(100.0, depth + REASONING_NEEDLE_SPACING * i) for i in range(len(needles))]
                     row = _row(

@@ -129,10 +129,6 @@ class Atc(EvalFamily):
     variant_budgets = {("v1", "reasoning"): 1024}
     group_metrics = {"v1": ("acc", "perf_4", "score"), "v2": ("accuracy", "weighted")}
 
-    # ------------------------------------------------------------------------------------ end lm-eval task
-
-    #
-
     # ------------------------------------------------------------------------------------ report
 
     #: v1: the open-ended prompt's score (its CircularEval prompts list :data:`CIRCULAR_METRICS`); v2: the boxed
@@ -178,8 +174,6 @@ class Atc(EvalFamily):
 
     def observed_cell(self, doc) -> tuple:
         return (None, None, doc.get("num_needles"))
-
-    # ------------------------------------------------------------------------------------ end report
 
 
 FAMILY = Atc()

@@ -63,10 +63,6 @@ class EvalFamily:
         reported = {name for template in self.templates() for name in template.metric_names()}
         return tuple(reference_metric(metric) for metric in metrics if reference_metric(metric) in reported)
 
-    # ------------------------------------------------------------------------------------ end lm-eval task
-
-    #
-
     # ------------------------------------------------------------------------------------ report
     # (headline metric per edition, grid cell key, paper mean, heatmap points, table rows)
 
@@ -134,5 +130,3 @@ class EvalFamily:
         if metric in metrics and doc.get("depth_percent") is not None:
             return [(float(doc["depth_percent"]), length, float(metrics[metric]))]
         return []
-
-    # ------------------------------------------------------------------------------------ end report

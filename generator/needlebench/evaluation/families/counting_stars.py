@@ -91,10 +91,6 @@ class CountingStars(EvalFamily):
         """Budgets scale with the number of stars."""
         return TOKENS_PER_STAR * int(spec.stars or 0) + STAR_SLACK_TOKENS
 
-    # ------------------------------------------------------------------------------------ end lm-eval task
-
-    #
-
     # ------------------------------------------------------------------------------------ report
 
     headline = {"v1": "star_score"}
@@ -124,8 +120,6 @@ class CountingStars(EvalFamily):
         """Star index x length: each star's score of the row."""
         length = int(sample.doc["context_length"])
         return [(index + 1, length, float(v)) for index, v in enumerate(sample.metrics.get("per_star") or [])]
-
-    # ------------------------------------------------------------------------------------ end report
 
 
 FAMILY = CountingStars()

@@ -69,10 +69,6 @@ class MultiReasoning(EvalFamily):
     edition_templates = {"v1": TEMPLATE, "v2": TEMPLATE_V2}
     group_metrics = {"v1": ("reference", "strict"), "v2": ("exact",)}
 
-    # ------------------------------------------------------------------------------------ end lm-eval task
-
-    #
-
     # ------------------------------------------------------------------------------------ report
 
     #: v1: the reference's keyword match (``strict``, the whole answer, is listed beside it); v2: the boxed exact
@@ -105,8 +101,6 @@ class MultiReasoning(EvalFamily):
     def observed_cell(self, doc) -> tuple:
         depth = doc.get("depth_percent")
         return (doc.get("context_length"), None if depth is None else float(depth), doc.get("num_needles"))
-
-    # ------------------------------------------------------------------------------------ end report
 
 
 FAMILY = MultiReasoning()

@@ -63,10 +63,6 @@ class MultiRetrieval(EvalFamily):
     edition_templates = {"v1": TEMPLATE, "v2": TEMPLATE}
     group_metrics = {"v1": ("recall",), "v2": ("recall",)}
 
-    # ------------------------------------------------------------------------------------ end lm-eval task
-
-    #
-
     # ------------------------------------------------------------------------------------ report
 
     headline = {"v1": "recall", "v2": "recall"}
@@ -105,8 +101,6 @@ class MultiRetrieval(EvalFamily):
         if experiment is not None and doc.get("depth_percent") is not None:
             return [min(100.0, float(doc["depth_percent"]) + experiment.diff * i) for i in range(count)]
         return [float(d) for d in (doc.get("requested_depths") or doc.get("needle_depths") or [])]
-
-    # ------------------------------------------------------------------------------------ end report
 
 
 FAMILY = MultiRetrieval()

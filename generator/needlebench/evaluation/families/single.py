@@ -64,10 +64,6 @@ class Single(EvalFamily):
     edition_templates = {"v1": TEMPLATE, "v2": TEMPLATE_V2}
     group_metrics = {"v1": ("score",), "v2": ("score",)}
 
-    # ------------------------------------------------------------------------------------ end lm-eval task
-
-    #
-
     # ------------------------------------------------------------------------------------ report
 
     headline = {"v1": "score", "v2": "score"}
@@ -88,8 +84,6 @@ class Single(EvalFamily):
     def observed_cell(self, doc) -> tuple:
         depth = doc.get("depth_percent")
         return (doc.get("context_length"), None if depth is None else float(depth), 1)
-
-    # ------------------------------------------------------------------------------------ end report
 
 
 FAMILY = Single()
