@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from support.sandbox import sandbox  # noqa: F401  (the fake HOME the hostile-input tests attack in)
+
 # Keep the tests' caches (tokenised corpora, on-the-fly datasets) apart from a user's, but reuse them across
 # runs on the same machine: the first tokenisation of the default corpora takes a few seconds.
 os.environ.setdefault("NEEDLEBENCH_CACHE", str(Path.home() / ".cache" / "needlebench-tests"))
