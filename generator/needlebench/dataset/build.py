@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -360,8 +361,13 @@ def _worker_lost(pool: ProcessPoolExecutor, shard: Shard) -> BaseException:
     removes the staging folder, so nothing of the build is left."""
     if interrupts.interrupted():
         return KeyboardInterrupt()
-    codes = [process.exitcode for process in (getattr(pool, "_processes", None) or {}).values()]
-    code = next((code for code in codes if code not in (None, 0)), None)
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    deadline = time.monotonic() + 2.0  # the pool's manager thread is reaping the workers meanwhile
+    while any(process.exitcode is None for process in processes) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    codes = [process.exitcode for process in processes if process.exitcode not in (None, 0)]
+    # the pool terminates (SIGTERM) the workers still running once one died: the one that died first is the other
+    code = next((code for code in codes if code != -signal.SIGTERM), codes[0] if codes else None)
     if code is not None and code < 0:
         try:
             name = signal.Signals(-code).name
