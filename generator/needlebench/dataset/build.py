@@ -332,8 +332,8 @@ def _check_writable(out_dir: Path) -> None:
     limit = _path_max()
     if len(os.fsencode(absolute)) >= limit:
         raise NeedlebenchError(
-            f"--out {_shown(out_dir)} is {len(os.fsencode(absolute)):,} bytes long; allowed: at most {limit - 1:,} "
-            "(the system's PATH_MAX); choose a shorter --out"
+            f"--out {_shown(out_dir)} is {len(os.fsencode(absolute)):,} bytes long as an absolute path; allowed: at "
+            f"most {limit - 1:,} (the system's PATH_MAX); choose a shorter --out"
         )
     existing = absolute
     while not _exists(existing) and existing != existing.parent:
