@@ -335,21 +335,44 @@ def test_an_existing_loose_cache_folder_of_ours_is_made_private(sandbox, tmp_pat
 # --- 5. a killed worker -------------------------------------------------------------------------------------------
 
 
+def _kill_first_worker(process: subprocess.Popen, after: float) -> int | None:
+    """SIGKILL the first worker process of the build `process` (a child of it), `after` seconds after it started."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        except OSError:
+            children = []
+        if children:
+            time.sleep(after)
+            os.kill(int(children[0]), 9)
+            return int(children[0])
+        time.sleep(0.01)
+    return None
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a build uses worker processes only with 2 CPUs")
-@pytest.mark.parametrize("existing", [False, True])
-def test_a_killed_build_worker_is_one_line_and_leaves_nothing(dataset, sandbox, existing):
-    """A worker process killed by SIGKILL (what the out-of-memory killer sends): one line naming it, exit 2, and
-    nothing of the build left (no new folder, no staging folder, the old dataset as it was)."""
+@pytest.mark.parametrize("how", ["new", "existing", "from outside"])
+def test_a_killed_build_worker_is_one_line_and_leaves_nothing(dataset, sandbox, how):
+    """A worker process killed by SIGKILL (what the out-of-memory killer sends; by a test hook inside the worker, or
+    from outside while it builds a 32k config): one line naming it, exit 2, and nothing of the build left (no new
+    folder, no staging folder, the old dataset as it was)."""
     out = sandbox / "work" / "ds"
-    if existing:
+    if how != "new":
         shutil.copytree(dataset, out)
     before = snapshot(sandbox)
-    result = _run(
-        sandbox,
-        *("build", "atc_en", "single_en_4k", "--num-proc", "2", "--out", str(out), "--overwrite"),
-        timeout=300,
-        env={"NEEDLEBENCH_TEST_KILL_WORKER": "1"},
-    )
+    if how == "from outside":
+        args = ["build", "single_en_32k", "single_en_8k", "--num-proc", "2", "--out", str(out), "--overwrite"]
+        process = subprocess.Popen(
+            [*CLI, *args], stderr=subprocess.PIPE, text=True, env=_environment(sandbox), cwd=sandbox / "work"
+        )
+        killed = _kill_first_worker(process, after=0.5)
+        stderr = process.communicate(timeout=300)[1]
+        assert killed is not None, stderr[-2000:]
+        result = subprocess.CompletedProcess(args, process.returncode, "", stderr)
+    else:
+        args = ["build", "atc_en", "single_en_4k", "--num-proc", "2", "--out", str(out), "--overwrite"]
+        result = _run(sandbox, *args, timeout=300, env={"NEEDLEBENCH_TEST_KILL_WORKER": "1"})
     line = _stopped(result, "SIGKILL", "worker")
     assert "nothing of this build was written" in line
     assert snapshot(sandbox) == before

@@ -355,7 +355,7 @@ def _check_writable(out_dir: Path) -> None:
         ) from None
 
 
-def _worker_lost(pool: ProcessPoolExecutor, shard: Shard) -> BaseException:
+def _worker_lost(pool: ProcessPoolExecutor) -> BaseException:
     """What to raise when a worker process died without a result (``BrokenProcessPool``): the interruption when
     one is under way (its signal reached the workers too), else a one-line error naming the signal; the caller
     removes the staging folder, so nothing of the build is left."""
@@ -379,8 +379,8 @@ def _worker_lost(pool: ProcessPoolExecutor, shard: Shard) -> BaseException:
     else:
         how = "ended abruptly"
     return NeedlebenchError(
-        f"a build worker process {how} while building {shard.config}; nothing of this build was written; build "
-        "again (with a smaller --num-proc if memory ran out)"
+        f"a build worker process {how}, so the build stopped; nothing of this build was written; build again "
+        "(with a smaller --num-proc if memory ran out)"
     )
 
 
@@ -458,7 +458,7 @@ def _build_shards(
                         try:
                             stats = future.result()
                         except BrokenProcessPool:
-                            raise _worker_lost(pool, shard) from None
+                            raise _worker_lost(pool) from None
                         totals[shard.config].add(stats)
                     bar.update(counter.value - bar.n)
                     if not warming and len(pending) < num_proc:  # a core is free: prepare the card meanwhile
