@@ -334,6 +334,36 @@ def test_an_existing_loose_cache_folder_of_ours_is_made_private(sandbox, tmp_pat
     assert model_tokenizer._sha256(weights) == digest  # read back from the memo
 
 
+def test_the_on_the_fly_dataset_cache_is_private_under_umask_000(tmp_path, monkeypatch):
+    """The loader's on-the-fly build (``data_dir`` unset): its folder ``datasets/`` and everything up to the cache
+    root are made 0700 (they were 0777), its lock and record 0600, under umask 000; the lock is never opened through
+    a planted link."""
+    from needlebench.dataset import load
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("NEEDLEBENCH_CACHE", str(cache))
+    folder = load.built_cache_dir(0)
+    (cache / "datasets").mkdir(parents=True)
+    for path in (cache, cache / "datasets"):  # as an earlier version made them under umask 000
+        path.chmod(0o777)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file")
+    (cache / "datasets" / f"{folder.name}.lock").symlink_to(victim)
+    old = os.umask(0)
+    try:
+        with pytest.raises(OSError):  # a link at the lock's name: refused (ELOOP), never truncating its target
+            load.ensure_built("atc_en", 0)
+        (cache / "datasets" / f"{folder.name}.lock").unlink()
+        assert load.ensure_built("atc_en", 0) == folder
+    finally:
+        os.umask(old)
+    assert victim.read_text() == "the user's file"
+    for path in (cache, cache / "datasets"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+    for path in (cache / "datasets" / f"{folder.name}.lock", cache / "datasets" / f"{folder.name}.record"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
 # --- 5. a killed worker -------------------------------------------------------------------------------------------
 
 
