@@ -123,9 +123,8 @@ def _copy_shards(new: Path):
         totals = {}
         for spec in specs:
             entry = manifest["configs"][spec.name]
-            for name in entry["files"]:
-                (staging / spec.name).mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(new / name, staging / spec.name / Path(name).name)
+            for name in entry["files"]:  # `staging`: the open staging data/ folder (needlebench.safe_fs.Folder)
+                staging.write_bytes(f"{spec.name}/{Path(name).name}", (new / name).read_bytes(), create_parents=True)
             totals[spec.name] = ShardStats(entry["rows"], entry["haystack_tokens"], entry["prompt_tokens"])
         return totals
 

@@ -79,6 +79,8 @@ def test_garbage_and_a_read_only_cache(cache, cl100k, text, capsys, monkeypatch)
     def refuse(*args, **kwargs):  # root ignores mode bits: refuse as a read-only mount would
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(sentence_table.tempfile, "NamedTemporaryFile", refuse)
+    from needlebench.safe_fs import Folder
+
+    monkeypatch.setattr(Folder, "_new_temp", refuse)  # where every temporary file of the cache is created
     assert np.array_equal(sentence_table.sentence_points(_corpus(cl100k, text)), truth)
     assert not list(cache.glob("sentences-*")) and capsys.readouterr().err == ""

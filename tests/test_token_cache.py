@@ -150,16 +150,16 @@ def test_a_file_where_the_cache_folder_should_be(cache, texts, truth, cl100k, ca
 def test_a_read_only_cache(cache, texts, truth, cl100k, capsys, monkeypatch):
     cache.mkdir(parents=True)
     cache.chmod(0o555)
-    real = tokenized.tempfile.NamedTemporaryFile
+    from needlebench.safe_fs import Folder
 
     def refuse(*args, **kwargs):  # root ignores the mode bits: refuse as a read-only mount would
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(tokenized.tempfile, "NamedTemporaryFile", refuse)
+    monkeypatch.setattr(Folder, "_new_temp", refuse)  # where every temporary file of the cache is created
     try:
         assert _same(tokenized._load_or_compute(texts[0], cl100k), truth)
     finally:
-        monkeypatch.setattr(tokenized.tempfile, "NamedTemporaryFile", real)
+        monkeypatch.undo()
         cache.chmod(0o755)
     [line] = _warnings(capsys)
     assert "cannot write the token cache" in line and "Permission denied" in line

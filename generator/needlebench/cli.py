@@ -231,7 +231,7 @@ def build(
         table.add_row(name, f"{entry['rows']:,}", f"{entry['haystack_tokens']:,}", entry["fingerprint"][:16])
     console.print(table)
     for name in names_list:  # share of each boundary kind the needles sit on (configs with needles)
-        if (shares := format_shares(boundary_counts(out, name))) != "-":
+        if (shares := format_shares(boundary_counts(out, name, manifest["configs"][name]["files"]))) != "-":
             console.print(f"needle boundaries of {name}: {shares}", soft_wrap=True)
     _print_counting_note(manifest)
     console.print(f"wrote {out}")

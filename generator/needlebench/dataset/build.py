@@ -8,12 +8,16 @@ written in a staging folder, then swapped in so that the folder is always one wh
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
+import time
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,18 +27,20 @@ from needlebench import __version__, interrupts
 from needlebench.dataset import replace
 from needlebench.dataset.card import warm_up
 from needlebench.dataset.options import BuildOptions
-from needlebench.dataset.replace import CARD, leftovers, recover, report_foreign
+from needlebench.dataset.replace import CARD, recover, report_foreign
 from needlebench.dataset.rows import iter_rows
 from needlebench.dataset.safe_folder import FORMAT, MANIFEST, check_no_links, read_manifest_file
 from needlebench.dataset.size_guard import check_size
 from needlebench.dataset.writer import (
     ShardStats,
     fingerprint_files,
+    fingerprint_folder,
     rows_per_group,
     schema_with_features,
     write_shard,
 )
 from needlebench.errors import NeedlebenchError
+from needlebench.safe_fs import Folder
 from needlebench.sources.haystacks import corpus_for
 from needlebench.tasks.experiment import manifest_experiment_specs
 from needlebench.tasks.grid import ConfigSpec, get_config, register_config, registry
@@ -43,6 +49,8 @@ from needlebench.tasks.sentence_table import sentence_points
 from needlebench.terminal import notice
 
 FORMAT_VERSION = 1
+#: Test hook: ``NEEDLEBENCH_TEST_KILL_WORKER=1`` makes each build worker process kill itself with SIGKILL.
+KILL_WORKER_ENV = "NEEDLEBENCH_TEST_KILL_WORKER"
 _CHARS_PER_TOKEN = {"en": 4, "zh": 2}
 
 __all__ = ["BuildOptions", "build_dataset", "fingerprint_files", "read_manifest", "register_experiments", "shard_plan"]
@@ -105,12 +113,19 @@ def _counted(rows):
                 counter.value += 1
 
 
-def _build_shard(shard: Shard, options: BuildOptions, folder: str, overlap: bool = True) -> ShardStats:
-    """Write one shard; `overlap`: compress in a thread while generating (off in workers that share the cores)."""
+def _build_shard(shard: Shard, options: BuildOptions, folder: Folder | str, overlap: bool = True) -> ShardStats:
+    """Write one shard into `folder` (an open folder: a forked worker inherits its descriptor; or a path);
+    `overlap`: compress in a thread while generating (off in workers that share the cores)."""
+    if os.environ.get(KILL_WORKER_ENV) and multiprocessing.parent_process() is not None:
+        os.kill(os.getpid(), signal.SIGKILL)  # test hook: a worker killed as the out-of-memory killer kills one
     spec = get_config(shard.config)
     rows = _counted(iter_rows(spec, options, shard.lengths, utf8_prompts=True))
-    path = Path(folder) / shard.filename
     group_rows = _group_rows(spec, shard.lengths)
+    if isinstance(folder, Folder):
+        return write_shard(
+            rows, spec.schema_family, shard.filename, group_rows, options.compression, overlap=overlap, folder=folder
+        )
+    path = Path(folder) / shard.filename
     return write_shard(rows, spec.schema_family, path, group_rows, options.compression, overlap=overlap)
 
 
@@ -130,32 +145,30 @@ def register_experiments(manifest: dict | None, keep: Iterable[str] = ()) -> Non
             register_config(spec)
 
 
-def _check_out_dir(out_dir: Path, options: BuildOptions, overwrite: bool) -> dict | None:
-    """The existing manifest (to extend, or to replace with `overwrite`), or None for a new or empty folder.
+def _check_out_dir(out: Folder, options: BuildOptions, overwrite: bool) -> dict | None:
+    """The existing manifest of the open, locked folder `out` (to extend, or to replace with `overwrite`), or None
+    for an empty folder.
 
     A folder that is not a needlebench dataset (no manifest of ours) is never modified, with or without
     `overwrite`; our own leftovers (a killed build's staging folder) are finished or removed first."""
 
-    if not out_dir.exists():
-        return None
-    if not out_dir.is_dir():
-        raise NeedlebenchError(f"--out {out_dir} is an existing file, not a folder; choose another --out")
-    report_foreign(out_dir)
-    ours = set(leftovers(out_dir))
-    if (out_dir / CARD).is_file() and not (out_dir / MANIFEST).exists() and ours:
-        recover(out_dir)  # a first build into the folder was killed after its commit: finish it
-        ours = set(leftovers(out_dir))
+    out_dir = out.path
+    report_foreign(out)
+    ours = set(replace.leftover_names(out))
+    if out.is_file(CARD) and not out.exists(MANIFEST) and ours:
+        recover(out)  # a first build into the folder was killed after its commit: finish it
+        ours = set(replace.leftover_names(out))
     manifest = read_manifest(out_dir)
     if manifest is None:
-        others = sorted(p.name for p in out_dir.iterdir() if p not in ours)
+        others = [name for name in out.listdir() if name not in ours]
         if others:
             raise NeedlebenchError(
                 f"output folder {out_dir} is not a needlebench dataset (no {MANIFEST}; it holds {others[0]!r}), "
                 "so needlebench never writes into it, even with --overwrite; choose another --out"
             )
-        recover(out_dir)
+        recover(out)
         return None
-    recover(out_dir)
+    recover(out)
     manifest = read_manifest(out_dir)
     if overwrite:
         return manifest
@@ -198,41 +211,39 @@ def build_dataset(
     corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
     options = options.pinned(corpora)
 
+    # the folder the user named is opened once (a link they typed is followed) and locked; every file below it is
+    # reached from this descriptor, never by a path looked up again (:mod:`needlebench.safe_fs`)
+    created = False
     try:
-        lock = replace.lock_folder(out_dir) if out_dir.is_dir() else None
+        if not _exists(out_dir):
+            _make_folders(out_dir)
+            created = True
+        out = Folder.open(out_dir)
     except OSError as error:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
         raise NeedlebenchError(
-            f"cannot write output folder {out_dir}: {error.strerror}; choose another --out"
+            f"cannot write output folder {_shown(out_dir)}: {error.strerror}; choose another --out"
         ) from None
-    try:
-        previous = _check_out_dir(out_dir, options, overwrite)
+    with out:
+        try:
+            replace.lock(out)
+            previous = None if created else _check_out_dir(out, options, overwrite)
+        except BaseException:
+            if created:
+                shutil.rmtree(out_dir, ignore_errors=True)
+            raise
         # the card lists the folder's experiment configs by name; the configs of this build are the ones it writes
         register_experiments(previous, keep=[spec.name for spec in specs])
 
         for spec in specs:  # never written through a link: refused before any work
             check_no_links(out_dir, f"data/{spec.name}", f"the build of {spec.name} into {out_dir}")
-        created = not out_dir.exists()
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            if lock is None:
-                lock = replace.lock_folder(out_dir)
-        except OSError as error:
-            if created:
-                shutil.rmtree(out_dir, ignore_errors=True)
-            raise NeedlebenchError(
-                f"cannot write output folder {out_dir}: {error.strerror}; choose another --out"
-            ) from None
-        return _build_into(
-            specs, out_dir, options, corpora, previous, created, num_proc, overwrite, progress, experiments
-        )
-    finally:
-        if lock is not None:
-            os.close(lock)
+        return _build_into(specs, out, options, corpora, previous, created, num_proc, overwrite, progress, experiments)
 
 
 def _build_into(
     specs: list[ConfigSpec],
-    out_dir: Path,
+    out: Folder,
     options: BuildOptions,
     corpora: dict,
     previous: dict | None,
@@ -242,58 +253,135 @@ def _build_into(
     progress: bool,
     experiments: dict | None = None,
 ) -> dict:
-    """Build into a staging folder inside `out_dir` (locked), then swap it in (:func:`.replace.commit`)."""
+    """Build into a staging folder inside the open, locked folder `out`, then swap it in
+    (:func:`.replace.commit`)."""
 
-    staging: Path | None = None
+    staging: Folder | None = None
 
     def discard() -> None:
         if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                out.rmtree(staging.path.name)
         if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
+            shutil.rmtree(out.path, ignore_errors=True)  # the folder this build made (rmtree never follows links)
 
     # registered before the staging folder exists: a signal while it is made and marked still cleans up
     key = interrupts.register(discard)  # also run if a Ctrl-C must end the process before the main thread can
     try:
-        staging = replace.make_staging(out_dir)
-        stats = _build_all(specs, options, staging / "data", num_proc, progress)
-        replace.step()
-        kept = None if overwrite else previous
-        manifest = _merge_manifest(kept, options, corpora, stats, staging / "data")
+        staging = replace.make_staging(out)
+        with staging.sub("data", create=True) as data:
+            stats = _build_all(specs, options, data, num_proc, progress)
+            replace.step()
+            kept = None if overwrite else previous
+            manifest = _merge_manifest(kept, options, corpora, stats, data)
         if experiments or (kept and kept.get("experiments")):
             recorded = {**((kept or {}).get("experiments") or {}), **(experiments or {})}
             manifest["experiments"] = {name: recorded[name] for name in sorted(recorded) if name in manifest["configs"]}
-        replace.prepare(out_dir, staging, manifest, previous)
+        replace.prepare(out, staging, manifest, previous)
     except BaseException:
         discard()
+        if staging is not None:
+            staging.close()
         raise
     finally:
         interrupts.unregister(key)
     # From the commit on the folder is the new dataset; an error after it is finished by the next build.
-    with interrupts.deferred():
-        replace.commit(out_dir, staging)
+    with staging, interrupts.deferred():
+        replace.commit(out, staging)
     return manifest
+
+
+def _shown(path: Path) -> str:
+    """A path as an error line shows it: a path thousands of characters long is cut in the middle."""
+    text = str(path)
+    return text if len(text) <= 200 else f"{text[:90]}…{text[-90:]}"
+
+
+def _path_max() -> int:
+    try:
+        return os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 4096
+
+
+def _exists(path: Path) -> bool:
+    """Whether something (a link included) is at `path`; a component that is not a folder counts as nothing."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
+def _make_folders(path: Path) -> None:
+    """``mkdir -p`` without recursion (``Path.mkdir(parents=True)`` recurses once per missing level, so a deep
+    ``--out`` would end in a RecursionError)."""
+    missing = []
+    probe = path.absolute()
+    while not _exists(probe) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder)
 
 
 def _check_writable(out_dir: Path) -> None:
     """`--out` must be a folder we can create and write in: a one-line error before any work, nothing written."""
-    existing = out_dir.absolute()
-    while not existing.exists() and existing != existing.parent:
+    absolute = out_dir.absolute()
+    limit = _path_max()
+    if len(os.fsencode(absolute)) >= limit:
+        raise NeedlebenchError(
+            f"--out {_shown(out_dir)} is {len(os.fsencode(absolute)):,} bytes long as an absolute path; allowed: at "
+            f"most {limit - 1:,} (the system's PATH_MAX); choose a shorter --out"
+        )
+    existing = absolute
+    while not _exists(existing) and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
         where = (
             "is an existing file, not a folder"
-            if existing == out_dir.absolute()
-            else (f"is below {existing}, which is not a folder")
+            if existing == absolute
+            else (f"is below {_shown(existing)}, which is not a folder")
         )
-        raise NeedlebenchError(f"--out {out_dir} {where}; choose another --out")
+        raise NeedlebenchError(f"--out {_shown(out_dir)} {where}; choose another --out")
     try:
         with tempfile.TemporaryFile(dir=existing):  # unnamed on Linux; removed on close either way
             pass
     except OSError as error:
         raise NeedlebenchError(
-            f"cannot write output folder {out_dir}: {error.strerror} in {existing}; choose another --out"
+            f"cannot write output folder {_shown(out_dir)}: {error.strerror} in {_shown(existing)}; "
+            "choose another --out"
         ) from None
+
+
+def _worker_lost(pool: ProcessPoolExecutor) -> BaseException:
+    """What to raise when a worker process died without a result (``BrokenProcessPool``): the interruption when
+    one is under way (its signal reached the workers too), else a one-line error naming the signal; the caller
+    removes the staging folder, so nothing of the build is left."""
+    if interrupts.interrupted():
+        return KeyboardInterrupt()
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    deadline = time.monotonic() + 2.0  # the pool's manager thread is reaping the workers meanwhile
+    while any(process.exitcode is None for process in processes) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    codes = [process.exitcode for process in processes if process.exitcode not in (None, 0)]
+    # the pool terminates (SIGTERM) the workers still running once one died: the one that died first is the other
+    code = next((code for code in codes if code != -signal.SIGTERM), codes[0] if codes else None)
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        how = f"was killed by {name}" + (" (as the out-of-memory killer kills)" if name == "SIGKILL" else "")
+    elif code is not None:
+        how = f"ended with status {code}"
+    else:
+        how = "ended abruptly"
+    return NeedlebenchError(
+        f"a build worker process {how}, so the build stopped; nothing of this build was written; build again "
+        "(with a smaller --num-proc if memory ran out)"
+    )
 
 
 def _validate(specs: list[ConfigSpec], options: BuildOptions) -> None:
@@ -321,12 +409,21 @@ def _preload(specs: list[ConfigSpec], options: BuildOptions) -> None:
 
 
 def _build_all(
-    specs: list[ConfigSpec], options: BuildOptions, staging: Path, num_proc: int, progress: bool
+    specs: list[ConfigSpec], options: BuildOptions, staging: Folder, num_proc: int, progress: bool
+) -> dict[str, ShardStats]:
+    """Write every shard of `specs` into ``<config>/`` of the open folder `staging` (the staging ``data/``)."""
+    with contextlib.ExitStack() as stack:
+        folders = {}
+        for spec in specs:
+            staging.mkdir(spec.name, mode=0o777, exist_ok=False)
+            folders[spec.name] = stack.enter_context(staging.sub(spec.name))
+        return _build_shards(specs, options, folders, num_proc, progress)
+
+
+def _build_shards(
+    specs: list[ConfigSpec], options: BuildOptions, folders: dict[str, Folder], num_proc: int, progress: bool
 ) -> dict[str, ShardStats]:
     shards = [shard for spec in specs for shard in shard_plan(spec)]
-    folders = {spec.name: staging / spec.name for spec in specs}
-    for folder in folders.values():
-        folder.mkdir(parents=True)
     totals = {spec.name: ShardStats() for spec in specs}
     rows_total = sum(spec.num_rows for spec in specs)
     num_proc = _capped(num_proc, len(shards))
@@ -336,7 +433,7 @@ def _build_all(
             _set_row_counter(bar.update if progress else None)
             try:
                 for shard in shards:
-                    totals[shard.config].add(_build_shard(shard, options, str(folders[shard.config])))
+                    totals[shard.config].add(_build_shard(shard, options, folders[shard.config]))
             finally:
                 _set_row_counter(None)
         else:
@@ -348,15 +445,21 @@ def _build_all(
             key = interrupts.register(lambda: interrupts.terminate_pool(pool))
             try:
                 # largest shards first, so the workers finish together (the bytes do not depend on the order)
+                # the workers are forked after the folders were opened: each inherits their descriptors
                 pending = {
-                    pool.submit(_build_shard, shard, options, str(folders[shard.config]), False): shard
+                    pool.submit(_build_shard, shard, options, folders[shard.config], False): shard
                     for shard in sorted(shards, key=_shard_cost, reverse=True)
                 }
                 warming = False
                 while pending:
                     done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in done:
-                        totals[pending.pop(future).config].add(future.result())
+                        shard = pending.pop(future)
+                        try:
+                            stats = future.result()
+                        except BrokenProcessPool:
+                            raise _worker_lost(pool) from None
+                        totals[shard.config].add(stats)
                     bar.update(counter.value - bar.n)
                     if not warming and len(pending) < num_proc:  # a core is free: prepare the card meanwhile
                         warming = _warm_card_in_background()
@@ -410,21 +513,27 @@ def _shard_cost(shard: Shard) -> int:
 
 
 def _merge_manifest(
-    previous: dict | None, options: BuildOptions, corpora: dict, stats: dict[str, ShardStats], staging: Path
+    previous: dict | None, options: BuildOptions, corpora: dict, stats: dict[str, ShardStats], staging: Folder
 ) -> dict:
-    """The manifest after this build: the previous configs (same recipe) plus the ones just built."""
+    """The manifest after this build: the previous configs (same recipe) plus the ones just built (the Parquet
+    files of ``<config>/`` in the open staging ``data/`` folder)."""
     configs = dict(previous["configs"]) if previous else {}
-    files = {name: sorted((staging / name).glob("*.parquet")) for name in stats}
-    # one config's files are hashed in order, but configs in parallel (hashlib and reads release the GIL)
-    with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1) or 1) as pool:
-        fingerprints = dict(zip(files, pool.map(fingerprint_files, files.values())))
+    with contextlib.ExitStack() as stack:
+        folders = {name: stack.enter_context(staging.sub(name)) for name in stats}
+        files = {
+            name: sorted(file for file in folder.listdir() if file.endswith(".parquet") and not file.startswith("."))
+            for name, folder in folders.items()
+        }
+        # one config's files are hashed in order, but configs in parallel (hashlib and reads release the GIL)
+        with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1) or 1) as pool:
+            fingerprints = dict(zip(files, pool.map(fingerprint_folder, folders.values(), files.values())))
     for name, stat in stats.items():
         configs[name] = {
             "rows": stat.rows,
             "haystack_tokens": stat.haystack_tokens,
             "prompt_tokens": stat.prompt_tokens,
             "fingerprint": fingerprints[name],
-            "files": [f"data/{name}/{file.name}" for file in files[name]],
+            "files": [f"data/{name}/{file}" for file in files[name]],
         }
     recipe = options.to_recipe()
     recorded = dict(previous["recipe"].get("corpora", {})) if previous else {}

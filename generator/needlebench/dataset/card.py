@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path, PurePosixPath
@@ -24,6 +23,7 @@ from needlebench.dataset.experiment_card import experiments_markdown
 from needlebench.dataset.safe_folder import check_name
 from needlebench.errors import NeedlebenchError
 from needlebench.resources import card_template
+from needlebench.safe_fs import write_file
 from needlebench.tasks.families import FAMILIES
 from needlebench.tasks.grid import EDITIONS, ConfigSpec, get_config, registry
 from needlebench.tasks.schema import features_yaml
@@ -395,17 +395,10 @@ def warm_up() -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write a text file through a temporary file in the same folder and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
-        os.chmod(temp_name, 0o644)
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+    """Write a text file (UTF-8, mode 0644) through a temporary file of :mod:`needlebench.safe_fs` in the same folder
+    (an unpredictable name, ``O_EXCL | O_NOFOLLOW``) and an atomic rename by descriptors: a link planted at `path` or
+    at any temporary name is replaced, never written through. The folder is opened as given (created if missing)."""
+    write_file(path, text.encode("utf-8"), mode=0o644)
 
 
 def write_card(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from needlebench.dataset.safe_folder import MANIFEST, MAX_MANIFEST_BYTES, open_n
 from needlebench.dataset.verify import file_difference
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED
-from needlebench.sources.cache import cache_root, read_checked, write_checked
+from needlebench.sources.cache import cache_folder, cache_root, read_checked, write_checked
 from needlebench.sources.hub import REPO_ID, check_revision, hub_error_message, hub_errors, resolve_dataset
 from needlebench.tasks.grid import get_config
 from needlebench.terminal import warn
@@ -82,8 +83,10 @@ def ensure_built(config: str, release_seed: int = RELEASE_SEED) -> Path:
     folder that does not match is removed and built again, with a one-line warning."""
     get_config(config)
     folder = built_cache_dir(release_seed)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+    with cache_folder(folder.parent) as parent:  # 0700 whatever the umask; the lock never opened through a link
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        descriptor = os.open(f"{folder.name}.lock", flags, 0o600, dir_fd=parent.fd)
+    with os.fdopen(descriptor, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         problem = _cache_problem(folder, config)
         if problem is not None:

@@ -24,19 +24,22 @@ files, ``replaces.json``) is checked by :mod:`needlebench.dataset.safe_folder` b
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
 import re
-import shutil
-from collections.abc import Iterable
+import secrets
+import stat
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
 from needlebench.dataset import card as dataset_card
-from needlebench.dataset.safe_folder import check_manifest, check_targets, manifest_files, open_no_follow, parse_json
+from needlebench.dataset.safe_folder import check_manifest, check_targets, manifest_files, parse_json
 from needlebench.errors import NeedlebenchError
 from needlebench.interrupts import pid_alive
+from needlebench.safe_fs import Folder
 from needlebench.sources.cache import same_tag, sign
 from needlebench.terminal import warn
 
@@ -48,11 +51,13 @@ REPLACES = "replaces.json"
 MARKER = ".needlebench-build"
 #: Largest card, manifest or ``replaces.json`` read back from a staging folder.
 _MAX_STAGED_BYTES = 64 * 2**20
-#: Temporary files of :func:`write_atomic`: ``.<name>.<pid>.tmp``.
-_TEMP = re.compile(r"^\.(README\.md|needlebench\.json)\.(\d+)\.tmp$")
+#: Temporary card and manifest files: ``.<name>.<16 hex digits>.tmp`` (:meth:`Folder.atomic`), or
+#: ``.<name>.<pid>.tmp`` of earlier versions.
+_TEMP = re.compile(r"^\.(README\.md|needlebench\.json)\.(?:(\d{1,10})|([0-9a-f]{16}))\.tmp$")
 #: ``tempfile.mkdtemp`` adds 8 characters of ``[a-z0-9_]``; earlier versions named the folder ``.building-XXXXXXXX``.
 _STAGING = re.compile(r"^\.building-(\d+)-[a-z0-9_]{8}$")
 _LEGACY_STAGING = re.compile(r"^\.building-[a-z0-9_]{8}$")
+_STAGING_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 
 #: Test hook: ``NEEDLEBENCH_TEST_KILL_AT=k`` makes the process exit abruptly (``os._exit``) at the k-th step.
 KILL_ENV = "NEEDLEBENCH_TEST_KILL_AT"
@@ -71,14 +76,25 @@ def step() -> None:
         os._exit(KILL_STATUS)
 
 
-def staging_name(path: Path) -> bool:
+def staging_name(path: Path | str) -> bool:
     """Named like a staging folder (of this version, or ``.building-XXXXXXXX`` of earlier ones)."""
-    return bool(_STAGING.match(path.name) or _LEGACY_STAGING.match(path.name))
+    name = path if isinstance(path, str) else path.name
+    return bool(_STAGING.match(name) or _LEGACY_STAGING.match(name))
+
+
+@contextlib.contextmanager
+def opened(folder: Folder | Path) -> Iterator[Folder]:
+    """`folder` as an open :class:`Folder` (a path is opened as given, and closed after the block)."""
+    if isinstance(folder, Folder):
+        yield folder
+        return
+    with Folder.open(folder) as handle:
+        yield handle
 
 
 def _boot_id() -> str:
     try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:  # a kernel file, read only
             return handle.read().strip()
     except OSError:
         return ""
@@ -95,46 +111,60 @@ def _marker_tag(record: dict) -> str:
     return sign(json.dumps(record, sort_keys=True).encode("utf-8")).hex()
 
 
-def make_staging(out_dir: Path) -> Path:
-    """A new staging folder in `out_dir` with this machine's marker: host, boot id and pid, tagged with the user's
-    secret (:func:`needlebench.sources.cache.sign`), so that only a build of this user on this machine can have
-    made it. Nothing else (a folder of the same name from a clone) is ever recovered."""
-    import tempfile
+def make_staging(out: Folder) -> Folder:
+    """A new staging folder in `out` (created by ``mkdirat`` under an unpredictable name, mode 0700, as
+    ``tempfile.mkdtemp`` makes it) with this machine's marker: host, boot id and pid, tagged with the user's secret
+    (:func:`needlebench.sources.cache.sign`), so that only a build of this user on this machine can have made it.
+    Nothing else (a folder of the same name from a clone) is ever recovered."""
+    for _ in range(100):
+        name = f"{STAGING_PREFIX}{os.getpid()}-{''.join(secrets.choice(_STAGING_CHARS) for _ in range(8))}"
+        try:
+            os.mkdir(name, 0o700, dir_fd=out.fd)
+        except FileExistsError:
+            continue
+        staging = out.sub(name)
+        try:
+            write_marker(staging, os.getpid())
+        except BaseException:
+            staging.close()
+            out.rmtree(name)
+            raise
+        return staging
+    raise FileExistsError(errno.EEXIST, "no unused staging folder name", str(out.path))
 
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
-    write_marker(staging, os.getpid())
-    return staging
 
-
-def write_marker(staging: Path, pid: int) -> None:
+def write_marker(staging: Folder | Path, pid: int) -> None:
     """Mark `staging` as made by the build `pid` of this user on this machine."""
-    record = _marker_record(staging.name, pid)
-    (staging / MARKER).write_text(json.dumps({**record, "tag": _marker_tag(record)}), encoding="utf-8")
+    with opened(staging) as folder:
+        record = _marker_record(folder.path.name, pid)
+        folder.write_text(MARKER, json.dumps({**record, "tag": _marker_tag(record)}))
 
 
-def staging_state(path: Path) -> tuple[str, str]:
-    """("ours" | "running" | "foreign", why) of a folder named like a staging folder: ours is a leftover of a
-    build of this user on this machine that no longer runs (recovered), running is such a build still running
-    (left alone), foreign is anything else (reported, never used or deleted)."""
+def staging_state(out: Folder, name: str) -> tuple[str, str]:
+    """("ours" | "running" | "foreign", why) of the entry `name` of `out` named like a staging folder: ours is a
+    leftover of a build of this user on this machine that no longer runs (recovered), running is such a build still
+    running (left alone), foreign is anything else (reported, never used or deleted)."""
 
-    if path.is_symlink() or not path.is_dir():
+    if not out.is_dir(name):
         return "foreign", "it is not a folder (a symbolic link?)"
-    match = _STAGING.match(path.name)
+    match = _STAGING.match(name)
     if not match:
         return "foreign", "it has no marker of this machine (an earlier version's or another's)"
     try:
-        marker = parse_json(open_no_follow(path, MARKER, str(path / MARKER), 4096), path / MARKER)
+        with out.sub(name) as staging:
+            data = staging.read_bytes(MARKER, limit=4096)
+        marker = parse_json(data, out.path / name / MARKER)
     except FileNotFoundError:
         return "foreign", "it has no marker of this machine"
-    except NeedlebenchError:
+    except (NeedlebenchError, OSError):
         return "foreign", "its marker is unreadable"
     if not isinstance(marker, dict) or not isinstance(marker.get("tag"), str):
         return "foreign", "its marker is unreadable"
     pid = int(match.group(1))
     record = {key: marker.get(key) for key in ("host", "boot_id", "pid", "staging")}
-    if not same_tag(marker["tag"], _marker_tag(record)) or record["staging"] != path.name or record["pid"] != pid:
+    if not same_tag(marker["tag"], _marker_tag(record)) or record["staging"] != name or record["pid"] != pid:
         return "foreign", "its marker was not made by this user's needlebench"
-    here = _marker_record(path.name, pid)
+    here = _marker_record(name, pid)
     if record["host"] != here["host"]:
         return "foreign", f"it was made on the host {record['host']!r}"
     if record["boot_id"] == here["boot_id"] and pid != os.getpid() and pid_alive(pid):
@@ -142,40 +172,55 @@ def staging_state(path: Path) -> tuple[str, str]:
     return "ours", ""
 
 
-def _temp_leftover(path: Path) -> bool:
-    """A temporary card or manifest file of a build no longer running (a regular file, never a link)."""
-    match = _TEMP.match(path.name)
-    if not match or path.is_symlink() or not path.is_file():
+def _temp_leftover(out: Folder, name: str) -> bool:
+    """A temporary card or manifest file a build left (a regular file, never a link): of a process no longer
+    running (``.<name>.<pid>.tmp``, earlier versions), or under the random names of :meth:`Folder.atomic`, which
+    only a build writes here and only under the folder's lock (:func:`lock`)."""
+    match = _TEMP.match(name)
+    if not match or not out.is_file(name):
         return False
+    if match.group(3) is not None:
+        return True
     pid = int(match.group(2))
     return pid == os.getpid() or not pid_alive(pid)
 
 
-def is_leftover(path: Path) -> bool:
-    """A staging folder made by a build of this machine that no longer runs, or a temporary card/manifest file of
-    such a build. Builds lock the folder (:func:`lock_folder`), so under the lock this process's own names are
-    leftovers of an earlier failed build."""
-    if staging_name(path):
-        return staging_state(path)[0] == "ours"
-    return _temp_leftover(path)
+def _is_leftover(out: Folder, name: str) -> bool:
+    if staging_name(name):
+        return staging_state(out, name)[0] == "ours"
+    return _temp_leftover(out, name)
 
 
-def leftovers(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if is_leftover(p)) if folder.is_dir() else []
+def leftover_names(out: Folder) -> list[str]:
+    """The names in `out` of staging folders made by builds of this machine that no longer run, and of temporary
+    card/manifest files of such builds. Builds lock the folder (:func:`lock`), so under the lock this process's own
+    names are leftovers of an earlier failed build."""
+    return [name for name in out.listdir() if _is_leftover(out, name)]
 
 
-def foreign_staging(folder: Path) -> list[tuple[Path, str]]:
-    """Folders named like staging folders that no build of this machine made: (path, why)."""
+def leftovers(folder: Folder | Path) -> list[Path]:
+    with opened(folder) as out:
+        return [out.path / name for name in leftover_names(out)]
+
+
+def foreign_staging(folder: Folder | Path) -> list[tuple[Path, str]]:
+    """Entries named like staging folders that no build of this machine made: (path, why)."""
     found = []
-    for path in sorted(folder.iterdir()) if folder.is_dir() else ():
-        if staging_name(path) or (path.is_symlink() and path.name.startswith(STAGING_PREFIX)):
-            state, why = staging_state(path)
-            if state == "foreign":
-                found.append((path, why))
+    with opened(folder) as out:
+        for name in out.listdir():
+            if staging_name(name) or (name.startswith(STAGING_PREFIX) and _is_link(out, name)):
+                state, why = staging_state(out, name)
+                if state == "foreign":
+                    found.append((out.path / name, why))
     return found
 
 
-def report_foreign(folder: Path) -> list[Path]:
+def _is_link(out: Folder, name: str) -> bool:
+    info = out.lstat(name)
+    return info is not None and stat.S_ISLNK(info.st_mode)
+
+
+def report_foreign(folder: Folder | Path) -> list[Path]:
     """Warn (one line each) about staging folders this machine did not make; they are left untouched."""
 
     found = foreign_staging(folder)
@@ -184,48 +229,27 @@ def report_foreign(folder: Path) -> list[Path]:
     return [path for path, _ in found]
 
 
-def lock_folder(folder: Path) -> int:
-    """Lock `folder` against other builds (an advisory lock on the folder itself, no file added); returns the
-    descriptor to close. Another build writing into it is a one-line error."""
-
-    descriptor = os.open(folder, os.O_RDONLY)
+def lock(out: Folder) -> None:
+    """Lock the open folder `out` against other builds (an advisory ``flock`` on its descriptor, no file added),
+    held until `out` is closed. Another build writing into it is a one-line error."""
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(out.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        os.close(descriptor)
         raise NeedlebenchError(
-            f"another needlebench build is writing into {folder}; wait for it to finish or choose another --out"
+            f"another needlebench build is writing into {out.path}; wait for it to finish or choose another --out"
         ) from None
-    return descriptor
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `path` through ``.<name>.<pid>.tmp`` beside it and an atomic rename."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def lock_folder(folder: Path) -> int:
+    """Lock `folder` against other builds (see :func:`lock`); returns the descriptor to close."""
+
+    out = Folder.open(folder)
     try:
-        with open(temp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
+        lock(out)
     except BaseException:
-        temp.unlink(missing_ok=True)
+        out.close()
         raise
-
-
-def _place(source: Path, target: Path) -> None:
-    """Put `source`'s bytes at `target` (a hard link, or a copy where links are not supported)."""
-    if target.exists() and os.path.samefile(source, target):
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source, target)
-    except OSError as error:
-        if error.errno not in (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EMLINK, errno.EOPNOTSUPP):
-            raise
-        shutil.copyfile(source, target)
+    return out.fd
 
 
 def files_of(manifest: dict | None) -> list[str]:
@@ -249,127 +273,143 @@ def staging_card(card: str, staging: str, configs: Iterable[str]) -> str:
     return header + body
 
 
-def prepare(out_dir: Path, staging: Path, manifest: dict, previous: dict | None) -> None:
-    """Complete the staging folder: kept configs linked in, the final card and manifest, the files to remove.
-    Every name is checked against both folders first (:mod:`.safe_folder`); nothing is placed before."""
+def _missing(out: Folder, name: str, manifest_path: Path) -> NeedlebenchError:
+    return NeedlebenchError(
+        f"{out.path / name}, listed by {manifest_path}, is missing; rebuild its config too or pass --overwrite"
+    )
 
-    where = str(out_dir / MANIFEST)
+
+def prepare(out: Folder, staging: Folder, manifest: dict, previous: dict | None) -> None:
+    """Complete the staging folder: kept configs linked in, the final card and manifest, the files to remove.
+    Every name is checked against both folders first (:mod:`.safe_folder`); nothing is placed before. Both folders
+    are open descriptors: every file is reached from them, never by a path looked up again."""
+
+    where = str(out.path / MANIFEST)
     names = files_of(manifest)
-    check_targets(out_dir, [*names, *files_of(previous), MANIFEST, CARD], where)
-    check_targets(staging, names, where)
-    kept = [name for name in names if not (staging / name).exists()]  # configs kept from the previous dataset
+    check_targets(out.path, [*names, *files_of(previous), MANIFEST, CARD], where)
+    check_targets(staging.path, names, where)
+    kept = [name for name in names if not staging.exists(name)]  # configs kept from the previous dataset
     for name in kept:
-        if not (out_dir / name).is_file():
-            raise NeedlebenchError(
-                f"{out_dir / name}, listed by {out_dir / MANIFEST}, is missing; rebuild its config too "
-                "or pass --overwrite"
-            )
+        if not out.is_file(name):
+            raise _missing(out, name, out.path / MANIFEST)
     for name in kept:
-        _place(out_dir / name, staging / name)
+        try:
+            staging.place_from(out, name, name)
+        except FileNotFoundError:
+            raise _missing(out, name, out.path / MANIFEST) from None
     step()
-    card = dataset_card.render_card(manifest, staging)
-    (staging / CARD).write_text(card, encoding="utf-8", newline="\n")
+    card = dataset_card.render_card(manifest, staging.path)
+    staging.write_text(CARD, card)
     text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
-    (staging / MANIFEST).write_text(text, encoding="utf-8", newline="\n")
+    staging.write_text(MANIFEST, text)
     new = set(names)
     replaces = sorted(name for name in files_of(previous) if name not in new)
-    (staging / REPLACES).write_text(json.dumps(replaces), encoding="utf-8")
+    staging.write_text(REPLACES, json.dumps(replaces))
     # the commit's card is checked now, so that the rename below cannot fail on it
-    staging_card(card, staging.name, manifest["configs"])
+    staging_card(card, staging.path.name, manifest["configs"])
     step()
 
 
-def commit(out_dir: Path, staging: Path) -> None:
+def commit(out: Folder, staging: Folder) -> None:
     """Make the new dataset current (one rename), then move it to its final place; see the module docstring."""
-    card = (staging / CARD).read_text(encoding="utf-8")
-    manifest = json.loads((staging / MANIFEST).read_text(encoding="utf-8"))
-    write_atomic(out_dir / CARD, staging_card(card, staging.name, manifest["configs"]).encode("utf-8"))
+    card = staging.read_text(CARD, limit=_MAX_STAGED_BYTES)
+    manifest = json.loads(staging.read_text(MANIFEST, limit=_MAX_STAGED_BYTES))
+    out.write_bytes(CARD, staging_card(card, staging.path.name, manifest["configs"]).encode("utf-8"))
     step()
-    finish(out_dir, staging)
+    finish(out, staging)
 
 
-def _card_points_into(out_dir: Path, staging: Path) -> bool:
+def _card_points_into(out: Folder, name: str) -> bool:
 
     try:
-        card = open_no_follow(out_dir, CARD, str(out_dir / CARD), _MAX_STAGED_BYTES).decode("utf-8")
-    except (OSError, UnicodeDecodeError, NeedlebenchError):
+        card = out.read_text(CARD, limit=_MAX_STAGED_BYTES)
+    except (OSError, NeedlebenchError):
         return False
-    return f"path: {staging.name}/data/" in card
+    return f"path: {name}/data/" in card
 
 
-def _finish_plan(out_dir: Path, staging: Path) -> tuple[bytes, dict, list[str], bytes]:
+def _finish_plan(out: Folder, staging: Folder) -> tuple[bytes, dict, list[str], bytes]:
     """Everything :func:`finish` will act on, read from the staging folder and checked first: its manifest (schema,
     files inside the staging folder, regular files, no links), the files to remove (Parquet files of the output
-    folder's ``data/``), and the final places of the new files (no links on the way)."""
+    folder's ``data/``), and the final places of the new files (no links on the way). The actions that follow go
+    through the same descriptors, so a link swapped in after these checks is refused, never followed."""
 
-    where = str(staging / MANIFEST)
-    manifest_bytes = open_no_follow(staging, MANIFEST, where, _MAX_STAGED_BYTES)
-    manifest = check_manifest(parse_json(manifest_bytes, staging / MANIFEST), where, staging)
+    where = str(staging.path / MANIFEST)
+    manifest_bytes = staging.read_bytes(MANIFEST, limit=_MAX_STAGED_BYTES)
+    manifest = check_manifest(parse_json(manifest_bytes, staging.path / MANIFEST), where, staging.path)
     names = files_of(manifest)
     for name in names:
-        if not (staging / name).is_file():
-            raise NeedlebenchError(f"{where} lists the file {name!r}, which is not a file in {staging}")
-    check_targets(staging, names, where)
-    replaces_path = staging / REPLACES
-    replaces = parse_json(open_no_follow(staging, REPLACES, str(replaces_path), _MAX_STAGED_BYTES), replaces_path)
+        if not staging.is_file(name):
+            raise NeedlebenchError(f"{where} lists the file {name!r}, which is not a file in {staging.path}")
+    check_targets(staging.path, names, where)
+    replaces_path = staging.path / REPLACES
+    replaces = parse_json(staging.read_bytes(REPLACES, limit=_MAX_STAGED_BYTES), replaces_path)
     if not isinstance(replaces, list):
         raise NeedlebenchError(f"{replaces_path} is not a list of file names")
     for name in replaces:
         parts = PurePosixPath(name).parts if isinstance(name, str) else ()
         if len(parts) < 3 or parts[0] != "data" or not name.endswith(".parquet"):
             raise NeedlebenchError(
-                f"{replaces_path} names the file {name!r}; allowed: Parquet files under data/ inside {out_dir}"
+                f"{replaces_path} names the file {name!r}; allowed: Parquet files under data/ inside {out.path}"
             )
-    check_targets(out_dir, [*replaces, *names, MANIFEST, CARD], str(replaces_path))
-    card = open_no_follow(staging, CARD, str(staging / CARD), _MAX_STAGED_BYTES)
+    check_targets(out.path, [*replaces, *names, MANIFEST, CARD], str(replaces_path))
+    card = staging.read_bytes(CARD, limit=_MAX_STAGED_BYTES)
     return manifest_bytes, manifest, replaces, card
 
 
-def finish(out_dir: Path, staging: Path) -> None:
+def finish(out: Folder, staging: Folder) -> None:
     """Steps 2-3 of the replace (idempotent: a kill at any point is finished by running it again). Every name is
-    checked before anything changes (:func:`_finish_plan`)."""
-    manifest_bytes, manifest, replaces, card = _finish_plan(out_dir, staging)
+    checked before anything changes (:func:`_finish_plan`); each file is removed or placed relative to the open
+    descriptor of its folder (``data/<config>`` opened without following a link), never by a path."""
+    manifest_bytes, manifest, replaces, card = _finish_plan(out, staging)
     for name in replaces:
-        (out_dir / name).unlink(missing_ok=True)
-        _remove_empty_parents(out_dir / name, out_dir)
+        _remove(out, name)
         step()
     for entry in manifest["configs"].values():
         for name in entry["files"]:
-            _place(staging / name, out_dir / name)
+            parent, leaf = name.rsplit("/", 1)
+            with out.sub(parent, create=True) as target, staging.sub(parent) as source:
+                target.place_from(source, leaf, leaf)
         step()
-    write_atomic(out_dir / MANIFEST, manifest_bytes)
+    out.write_bytes(MANIFEST, manifest_bytes)
     step()
-    write_atomic(out_dir / CARD, card)
+    out.write_bytes(CARD, card)
     step()
-    shutil.rmtree(staging, ignore_errors=True)
+    out.rmtree(staging.path.name)
 
 
-def _remove_empty_parents(path: Path, root: Path) -> None:
-    """Remove the now empty folders above a removed file, up to (not including) `root`/data."""
-    parent = path.parent
-    while parent != root and parent != root / "data" and root in parent.parents:
-        try:
-            parent.rmdir()
-        except OSError:
-            return
-        parent = parent.parent
+def _remove(out: Folder, name: str) -> None:
+    """Remove the file `name` (``data/<config>/...``) of `out` and the folders it leaves empty, up to (not
+    including) ``data/``; a link on the way is refused, never followed."""
+    parent, leaf = name.rsplit("/", 1)
+    try:
+        folder = out.sub(parent)
+    except FileNotFoundError:
+        return
+    with folder:
+        folder.unlink(leaf)
+    parts = parent.split("/")
+    while len(parts) > 1 and out.rmdir("/".join(parts)):
+        parts.pop()
 
 
-def recover(out_dir: Path) -> list[str]:
+def recover(folder: Folder | Path) -> list[str]:
     """Finish a replace a killed build of this machine committed, and remove its other leftovers; returns what was
     done. Staging folders this machine did not make are left untouched (callers report them once with
     :func:`report_foreign`)."""
     done = []
-    for path in leftovers(out_dir):
-        if path.is_dir() and _card_points_into(out_dir, path) and (path / MANIFEST).is_file():
-            finish(out_dir, path)
-            done.append(f"finished the interrupted build {path.name}")
-        elif path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-            done.append(f"removed {path.name}")
-        else:
-            path.unlink(missing_ok=True)
-            done.append(f"removed {path.name}")
+    with opened(folder) as out:
+        for name in leftover_names(out):
+            if out.is_dir(name):
+                with out.sub(name) as staging:
+                    if _card_points_into(out, name) and staging.is_file(MANIFEST):
+                        finish(out, staging)
+                        done.append(f"finished the interrupted build {name}")
+                        continue
+                out.rmtree(name)
+            else:
+                out.unlink(name)
+            done.append(f"removed {name}")
     return done
 
 
@@ -379,11 +419,9 @@ def recover_before_reading(folder: Path) -> list[str]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    report_foreign(folder)
-    if not leftovers(folder):
-        return []
-    lock = lock_folder(folder)
-    try:
-        return recover(folder)
-    finally:
-        os.close(lock)
+    with Folder.open(folder) as out:
+        report_foreign(out)
+        if not leftover_names(out):
+            return []
+        lock(out)
+        return recover(out)

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from needlebench.safe_fs import Folder
 from needlebench.sources.tokenized import Utf8Text
 from needlebench.tasks.schema import arrow_schema, check_row, features_dict
 
@@ -195,10 +196,20 @@ class _InlineExecutor(Executor):
 
 
 def write_shard(
-    rows: Iterable[dict], family: str, path: Path, group_rows: int, compression: str = "zstd", *, overlap: bool = True
+    rows: Iterable[dict],
+    family: str,
+    path: Path | str,
+    group_rows: int,
+    compression: str = "zstd",
+    *,
+    overlap: bool = True,
+    folder: Folder | None = None,
 ) -> ShardStats:
-    """Write `rows` to `path` (via a temporary file renamed at the end) in row groups of `group_rows`, or of about
-    `LONG_PROMPT_GROUP_BYTES` when the first prompt is longer than `ZSTD_WINDOW`.
+    """Write `rows` to `path` (the file name `path` inside the open `folder` when given) in row groups of
+    `group_rows`, or of about `LONG_PROMPT_GROUP_BYTES` when the first prompt is longer than `ZSTD_WINDOW`. pyarrow
+    writes into a file object on a new temporary file of :meth:`Folder.atomic` (an unpredictable name created with
+    ``O_EXCL | O_NOFOLLOW``), renamed over `path` at the end and removed on an error: nothing planted in the folder is
+    ever written through.
 
     The file is opened with the first row group (zstd's level and the layout depend on the first prompt's size,
     see :func:`zstd_level` and :func:`long_prompt_options`). With `overlap`,
@@ -207,78 +218,70 @@ def write_shard(
     2-core benchmark machine: a tenth less CPU and wall time for `single_en_128k` with two workers)."""
     schema = schema_with_features(family)
     stats = ShardStats()
-    path = Path(path).absolute()  # pyarrow expands a leading "~" of a relative path: a folder named "~" stays one
-    temporary = path.with_name(f".{path.name}.tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    batch: list[dict] = []
-    try:
-        with contextlib.ExitStack() as stack:
-            sink = stack.enter_context(_sink(temporary))
-            # pyarrow encodes and compresses a row group without the GIL: the next group is generated meanwhile
-            compressor = stack.enter_context(ThreadPoolExecutor(max_workers=1) if overlap else _InlineExecutor())
-            writer: pq.ParquetWriter | None = None
-            pending: Future | None = None
-
-            def close(writer: pq.ParquetWriter) -> None:
-                if pending is not None:
-                    wait([pending])  # never close the file under a row group being written (an error path)
-                writer.close()
-
-            def flush(table: pa.Table) -> Future:
-                nonlocal writer
-                if writer is None:
-                    writer = pq.ParquetWriter(
-                        sink,
-                        schema,
-                        compression=compression,
-                        compression_level=zstd_level(first_bytes) if compression == "zstd" else None,
-                        use_dictionary=[name for name in _DICTIONARY_COLUMNS if name in schema.names],
-                        write_statistics=False,
-                        store_schema=True,
-                        **long_prompt_options(first_bytes),
-                    )
-                    stack.callback(close, writer)  # runs before the compressor's shutdown (exits are LIFO)
-                if pending is not None:
-                    pending.result()
-                return compressor.submit(writer.write_table, table, row_group_size=max(1, table.num_rows))
-
-            first_bytes = 0  # the first prompt's size sets the level and the layout of the whole file
-            batch_bytes = 0
-            for row in rows:
-                check_row(family, row)
-                if stats.rows == 0:
-                    first_bytes = _prompt_bytes(row)
-                batch.append(row)
-                stats.rows += 1
-                stats.haystack_tokens += int(row["haystack_tokens"] or 0)
-                stats.prompt_tokens += int(row["prompt_tokens"] or 0)
-                if first_bytes > ZSTD_WINDOW:  # long prompts: row groups by bytes (see long_prompt_options)
-                    batch_bytes += _prompt_bytes(row)
-                    full = batch_bytes >= LONG_PROMPT_GROUP_BYTES or len(batch) >= MAX_ROW_GROUP_ROWS
-                else:
-                    full = len(batch) >= group_rows
-                if full:
-                    pending = flush(rows_to_table(batch, schema))
-                    batch, batch_bytes = [], 0
-            if batch or stats.rows == 0:
-                pending = flush(rows_to_table(batch, schema))
-            if pending is not None:
-                pending.result()
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
+    with contextlib.ExitStack() as outer:
+        if folder is None:  # a path the caller chose: its folder opened as given, created when missing
+            folder = outer.enter_context(Folder.open(Path(path).parent, create=True))
+            name = Path(path).name
+        else:
+            name = os.fspath(path)
+        sink = outer.enter_context(folder.atomic(name))
+        _write_rows(rows, family, schema, sink, stats, group_rows, compression, overlap)
     return stats
 
 
-def _sink(path: Path):
-    """Where pyarrow writes: the path, or an open file when the path is not UTF-8 (an ASCII locale holding a
-    non-ASCII folder name as surrogate escapes, which pyarrow cannot encode)."""
-    try:
-        os.fspath(path).encode("utf-8")
-    except UnicodeEncodeError:
-        return open(path, "wb")
-    return contextlib.nullcontext(path)
+def _write_rows(rows, family, schema, sink, stats, group_rows, compression, overlap) -> None:
+    batch: list[dict] = []
+    with contextlib.ExitStack() as stack:
+        # pyarrow encodes and compresses a row group without the GIL: the next group is generated meanwhile
+        compressor = stack.enter_context(ThreadPoolExecutor(max_workers=1) if overlap else _InlineExecutor())
+        writer: pq.ParquetWriter | None = None
+        pending: Future | None = None
+
+        def close(writer: pq.ParquetWriter) -> None:
+            if pending is not None:
+                wait([pending])  # never close the file under a row group being written (an error path)
+            writer.close()
+
+        def flush(table: pa.Table) -> Future:
+            nonlocal writer
+            if writer is None:
+                writer = pq.ParquetWriter(
+                    sink,
+                    schema,
+                    compression=compression,
+                    compression_level=zstd_level(first_bytes) if compression == "zstd" else None,
+                    use_dictionary=[name for name in _DICTIONARY_COLUMNS if name in schema.names],
+                    write_statistics=False,
+                    store_schema=True,
+                    **long_prompt_options(first_bytes),
+                )
+                stack.callback(close, writer)  # runs before the compressor's shutdown (exits are LIFO)
+            if pending is not None:
+                pending.result()
+            return compressor.submit(writer.write_table, table, row_group_size=max(1, table.num_rows))
+
+        first_bytes = 0  # the first prompt's size sets the level and the layout of the whole file
+        batch_bytes = 0
+        for row in rows:
+            check_row(family, row)
+            if stats.rows == 0:
+                first_bytes = _prompt_bytes(row)
+            batch.append(row)
+            stats.rows += 1
+            stats.haystack_tokens += int(row["haystack_tokens"] or 0)
+            stats.prompt_tokens += int(row["prompt_tokens"] or 0)
+            if first_bytes > ZSTD_WINDOW:  # long prompts: row groups by bytes (see long_prompt_options)
+                batch_bytes += _prompt_bytes(row)
+                full = batch_bytes >= LONG_PROMPT_GROUP_BYTES or len(batch) >= MAX_ROW_GROUP_ROWS
+            else:
+                full = len(batch) >= group_rows
+            if full:
+                pending = flush(rows_to_table(batch, schema))
+                batch, batch_bytes = [], 0
+        if batch or stats.rows == 0:
+            pending = flush(rows_to_table(batch, schema))
+        if pending is not None:
+            pending.result()
 
 
 def fingerprint_files(paths: Iterable[Path]) -> str:
@@ -286,6 +289,20 @@ def fingerprint_files(paths: Iterable[Path]) -> str:
     digest = hashlib.sha256()
     for path in sorted(Path(p) for p in paths):
         with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
+            _digest_into(digest, handle)
     return digest.hexdigest()
+
+
+def fingerprint_folder(folder: Folder, names: Iterable[str]) -> str:
+    """:func:`fingerprint_files` of the regular files `names` of the open `folder` (read without following a link;
+    sorted by name, the order of their paths)."""
+    digest = hashlib.sha256()
+    for name in sorted(names):
+        with folder.open_read(name) as handle:
+            _digest_into(digest, handle)
+    return digest.hexdigest()
+
+
+def _digest_into(digest, handle) -> None:
+    for chunk in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(chunk)

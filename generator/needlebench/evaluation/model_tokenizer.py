@@ -15,18 +15,19 @@ modification time, so a large GGUF is not hashed on every run).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
-import shutil
-import tempfile
+import secrets
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
-from needlebench.sources.cache import cache_root
+from needlebench.safe_fs import Folder
+from needlebench.sources.cache import cache_folder, cache_root, read_private
 from needlebench.sources.hf_tokenizer import load_transformers_tokenizer
 
 #: Files whose presence makes a folder a tokenizer folder (then any ``.gguf`` beside them is not guessed at).
@@ -87,23 +88,20 @@ def _sha256(path: Path) -> str:
     key = hashlib.sha256(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()
     memo = cache_root() / "gguf-tokenizers" / "sha256" / key
     try:
-        known = memo.read_text(encoding="ascii").strip()
+        known = read_private(memo.parent, memo.name, 128).decode("ascii").strip()
         if len(known) == 64:
             return known
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, NeedlebenchError):
         pass
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     value = digest.hexdigest()
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        handle_fd, temporary = tempfile.mkstemp(dir=memo.parent, prefix=".sha-")
-        with os.fdopen(handle_fd, "w", encoding="ascii") as out:
-            out.write(value + "\n")
-        os.replace(temporary, memo)
-    except OSError:  # a cache that cannot be written only costs the hashing next time
+    try:  # 0600 in a private cache folder (0700 whatever the umask), through a temporary file of the layer
+        with cache_folder(memo.parent) as folder:
+            folder.write_text(memo.name, value + "\n", mode=0o600)
+    except (OSError, NeedlebenchError):  # a cache that cannot be written only costs the hashing next time
         pass
     return value
 
@@ -126,8 +124,8 @@ def _load_gguf(source: TokenizerSource) -> Any:
     if (cached / MARKER).is_file():
         try:
             return auto.from_pretrained(str(cached), local_files_only=True)
-        except (OSError, ValueError):  # a damaged entry: converted again below
-            shutil.rmtree(cached, ignore_errors=True)
+        except (OSError, ValueError):  # a damaged entry: converted again below (and replaced by _save)
+            pass
     try:
         tokenizer = auto.from_pretrained(source.path, gguf_file=source.gguf_file, local_files_only=True)
     except ImportError as exc:  # transformers reads GGUF with the `gguf` package
@@ -140,21 +138,43 @@ def _load_gguf(source: TokenizerSource) -> Any:
 
 
 def _save(tokenizer: Any, cached: Path, name: str) -> None:
-    """Save a converted tokenizer under ``cached``: a temporary folder renamed into place, best effort."""
+    """Save a converted tokenizer under ``cached``: a new folder (0700, unpredictable name) in the private cache
+    folder, its files made 0600 whatever the umask, renamed into place by descriptors; best effort."""
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=".tok-", dir=cached.parent))
-    except OSError:
+        parent = cache_folder(cached.parent)
+    except (OSError, NeedlebenchError):
         return
-    try:
-        tokenizer.save_pretrained(str(work))
-        (work / MARKER).write_text(json.dumps({"gguf_file": name}) + "\n", encoding="utf-8")
-        shutil.rmtree(cached, ignore_errors=True)
-        os.replace(work, cached)
-    except OSError:  # a cache that cannot be written only costs the conversion next time
-        pass
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with parent:
+        try:
+            work = _new_folder(parent, ".tok-")
+        except OSError:
+            return
+        try:
+            tokenizer.save_pretrained(str(parent.path / work))  # transformers writes by path, into our new folder
+            with parent.sub(work) as folder:
+                folder.write_text(MARKER, json.dumps({"gguf_file": name}) + "\n", mode=0o600)
+                for entry in folder.listdir():
+                    if folder.is_file(entry):
+                        os.chmod(entry, 0o600, dir_fd=folder.fd, follow_symlinks=False)
+            parent.rmtree(cached.name)
+            parent.replace_from(parent, work, cached.name)
+        except (OSError, NeedlebenchError):  # a cache that cannot be written only costs the conversion next time
+            pass
+        finally:
+            parent.rmtree(work)
+
+
+def _new_folder(parent: Folder, prefix: str) -> str:
+    """A new folder (0700) in `parent` under an unpredictable name (``mkdirat``, as ``tempfile.mkdtemp`` does)."""
+    for _ in range(100):
+        name = f"{prefix}{secrets.token_hex(8)}"
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent.fd)
+        except FileExistsError:
+            continue
+        os.chmod(name, 0o700, dir_fd=parent.fd, follow_symlinks=False)
+        return name
+    raise FileExistsError(errno.EEXIST, "no unused folder name", str(parent.path))
 
 
 @lru_cache(maxsize=4)

@@ -8,13 +8,19 @@ digest stored beside it.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import hashlib
 import hmac
 import os
+import secrets
 import stat
 import sys
 from pathlib import Path
+
+from needlebench.errors import NeedlebenchError
+from needlebench.safe_fs import Folder, private_folder
 
 #: Bytes of the per-user secret.
 _SECRET_BYTES = 32
@@ -36,33 +42,78 @@ def secret_path() -> Path:
     return Path(base) / "needlebench" / "secret.key"
 
 
+def _private(path: Path) -> Folder:
+    """:func:`needlebench.safe_fs.private_folder` (created 0700 whatever the umask); an existing folder of this user
+    that others may write (made under a loose umask by an earlier version) is made private first (``fchmod``)."""
+    try:
+        return private_folder(path)
+    except NeedlebenchError:
+        with contextlib.suppress(OSError, NeedlebenchError), Folder.open(path) as folder:
+            info = os.fstat(folder.fd)
+            if info.st_uid == os.getuid() and stat.S_ISDIR(info.st_mode):
+                os.fchmod(folder.fd, stat.S_IMODE(info.st_mode) & ~0o077)
+        return private_folder(path)
+
+
+def cache_folder(path: Path) -> Folder:
+    """The open cache folder `path`, private whatever the umask: it and each folder from the cache root down to it
+    are this user's, mode 0700 (created so, or made so), so no other local user can plant a link or a file in them.
+    A one-line :class:`NeedlebenchError` when one is another user's; callers treat that as a cache that cannot be
+    written (a warning, or nothing)."""
+    path = Path(path)
+    root = cache_root()
+    try:
+        relative = path.relative_to(root)
+    except ValueError:
+        return _private(path)
+    current = root
+    for part in ("", *relative.parts[:-1]):
+        current = current / part if part else current
+        _private(current).close()
+    return _private(path)
+
+
+def read_private(folder: Path, name: str, limit: int) -> bytes:
+    """The bytes of the regular file `name` of the cache folder `folder` (never a link, FIFO or device; at most
+    `limit` bytes); OSError or :class:`NeedlebenchError` otherwise."""
+    with Folder.open(folder) as handle:
+        return handle.read_bytes(name, limit=limit)
+
+
 def _read_secret(path: Path) -> bytes | None:
     """The secret at `path` if it is a regular file of this user that nobody else may read, else None."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO never blocks
     with os.fdopen(descriptor, "rb") as handle:
         info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            return None
         data = handle.read(_SECRET_BYTES + 1)
-    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        return None
     return data if len(data) == _SECRET_BYTES else None
 
 
 def _create_secret(path: Path) -> None:
-    """Write a new random secret at `path` (0600), never replacing one another process wrote meanwhile."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    """Write a new random secret at `path` (0600, its folder 0700 whatever the umask), never replacing one another
+    process wrote meanwhile: written whole under an unpredictable name (``O_EXCL | O_NOFOLLOW``), then hard-linked
+    to `path` by descriptors (``linkat`` fails when `path` exists: the first process's secret wins)."""
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(os.urandom(_SECRET_BYTES))
-            handle.flush()
-            os.fsync(handle.fileno())
+        folder = _private(path.parent)
+    except NeedlebenchError:
+        raise PermissionError(errno.EPERM, "its folder is another user's or others may write it") from None
+    with folder:
+        temporary = f".{path.name}.{secrets.token_hex(8)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        descriptor = os.open(temporary, flags, 0o600, dir_fd=folder.fd)
         try:
-            os.link(temporary, path)  # fails if the file exists: the first process's secret wins
-        except FileExistsError:
-            pass
-    finally:
-        temporary.unlink(missing_ok=True)
+            with os.fdopen(descriptor, "wb") as handle:
+                os.fchmod(handle.fileno(), 0o600)
+                handle.write(os.urandom(_SECRET_BYTES))
+                handle.flush()
+                os.fsync(handle.fileno())
+            with contextlib.suppress(FileExistsError):
+                os.link(temporary, path.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=folder.fd)
 
 
 @functools.cache
@@ -112,25 +163,22 @@ def same_tag(tag: bytes | str, expected: bytes | str) -> bool:
 
 
 def read_checked(path: Path) -> memoryview | None:
-    """The payload of a file written by :func:`write_checked`, or None when it is missing, unreadable, damaged or
-    not tagged with this user's secret."""
+    """The payload of a file written by :func:`write_checked`, or None when it is missing, unreadable (a link, a
+    FIFO, a device), damaged or not tagged with this user's secret."""
     try:
-        data = memoryview(path.read_bytes())
-    except OSError:
+        with Folder.open(path.parent) as folder:
+            data = memoryview(folder.read_bytes(path.name))
+    except (OSError, NeedlebenchError):
         return None
     return data[32:] if len(data) >= 32 and hmac.compare_digest(sign(data[32:]), data[:32]) else None
 
 
 def write_checked(path: Path, payload: bytes) -> None:
-    """Write `payload` after its HMAC tag, through a temporary file and an atomic rename; best effort (a cache
-    that cannot be written only costs the recomputation)."""
-    import tempfile
-
+    """Write `payload` after its HMAC tag (0600, in a private cache folder: :func:`cache_folder`), through a
+    temporary file and an atomic rename by descriptors; best effort (a cache that cannot be written only costs the
+    recomputation)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-        with os.fdopen(handle, "wb") as out:
-            out.write(sign(payload) + payload)
-        os.replace(temporary, path)
-    except OSError:
+        with cache_folder(path.parent) as folder:
+            folder.write_bytes(path.name, sign(payload) + payload, mode=0o600)
+    except (OSError, NeedlebenchError):
         return

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tempfile
 from functools import cache
 from pathlib import Path
 
 from needlebench.errors import NeedlebenchError
-from needlebench.sources.cache import tokens_dir
+from needlebench.sources.cache import cache_folder, read_private, tokens_dir
 
 #: Build options that may name a local file (or folder), and the option that re-points them in `verify`.
 LOCAL_INPUT_OPTIONS = {
@@ -31,6 +30,8 @@ LOCAL_INPUT_OPTIONS = {
     "names": "--names",
 }
 _INDEX = "local-inputs.json"
+#: Largest index read back (a few hundred bytes per input).
+_MAX_INDEX_BYTES = 16 * 2**20
 _RECORD_KEYS = {"file", "kind", "size", "sha256"}
 
 
@@ -110,30 +111,25 @@ def _index_path() -> Path:
 
 
 def _read_index() -> dict:
+    """The index (empty when it is missing or unreadable: a link, a FIFO, beyond its size limit, not JSON)."""
     try:
-        index = json.loads(_index_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        index = json.loads(read_private(tokens_dir(), _INDEX, _MAX_INDEX_BYTES).decode("utf-8"))
+    except (OSError, ValueError, RecursionError, NeedlebenchError):
         return {}
     return index if isinstance(index, dict) else {}
 
 
 def _remember(sha256: str, path: Path) -> None:
-    """Note where a hashed input was read (best effort: an unwritable cache only loses the hint)."""
+    """Note where a hashed input was read (best effort: an unwritable cache only loses the hint). The index is
+    written 0600 in the private token cache folder, through a temporary file of :mod:`needlebench.safe_fs`."""
     index = _read_index()
     paths = [p for p in index.get(sha256, []) if isinstance(p, str) and p != str(path)]
     index[sha256] = [str(path), *paths][:5]
-    target = _index_path()
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(prefix=f".{_INDEX}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                json.dump(index, stream, indent=1, ensure_ascii=False)
-            os.replace(temp, target)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
-    except (OSError, UnicodeError):
+        text = json.dumps(index, indent=1, ensure_ascii=False)
+        with cache_folder(tokens_dir()) as folder:
+            folder.write_text(_INDEX, text, mode=0o600)
+    except (OSError, UnicodeError, NeedlebenchError):
         return
 
 

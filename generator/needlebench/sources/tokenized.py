@@ -22,25 +22,29 @@ warning) whatever does not pass.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
-import os
 import re
+import stat
 import sys
-import tempfile
+import time
 import zipfile
 import zlib
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from needlebench.errors import NeedlebenchError
 from needlebench.interrupts import pid_alive
-from needlebench.sources.cache import same_tag, signer, tokens_dir
+from needlebench.safe_fs import Folder
+from needlebench.sources.cache import cache_folder, same_tag, signer, tokens_dir
 from needlebench.sources.corpus import Corpus
 from needlebench.sources.tokenizer import TextTokenizer
 from needlebench.sources.utf8 import utf8_offsets
@@ -344,9 +348,13 @@ _DTYPES = {"tokens": np.uint32, "hard_chars": np.int64, "hard_tokens": np.int64,
 #: Spans of the cached tables re-encoded on every load (random hard-boundary spans of about this many chars).
 _SPOT_CHECKS = 6
 _SPOT_CHARS = 1500
-#: Our temporary cache files: ``.<key>.<pid>.<random>.tmp``; earlier versions wrote ``tmp<random>.tmp``.
+#: Temporary cache files of earlier versions: ``.<key>.<pid>.<random>.tmp`` and ``tmp<random>.tmp``.
 _TEMP_NAME = re.compile(r"^\.[0-9a-f]{64}\.(\d+)\.[a-z0-9_]{8}\.tmp$")
 _LEGACY_TEMP_NAME = re.compile(r"^tmp[a-z0-9_]{8}\.tmp$")
+#: Temporary files of :meth:`needlebench.safe_fs.Folder.atomic`: ``.<entry name>.<16 hex digits>.tmp``; one older
+#: than :data:`_STALE_SECONDS` was left by a killed process (a live one writes its entry in seconds).
+_ATOMIC_TEMP_NAME = re.compile(r"^\.(?:sentences-)?[0-9a-f]{64}\.npz\.[0-9a-f]{16}\.tmp$")
+_STALE_SECONDS = 3600
 #: What reading a damaged cache entry can raise.
 _READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
@@ -415,17 +423,23 @@ def check_tables(
 
 
 def _read_entry(path: Path, text: str, tokenizer: TextTokenizer) -> tuple[dict | None, str | None]:
-    """(tables, None) for a trustworthy entry; (None, why) for an unusable one; (None, None) when absent."""
+    """(tables, None) for a trustworthy entry; (None, why) for an unusable one; (None, None) when absent. The entry
+    is read only when it is a regular file (never through a link, never a FIFO: :meth:`Folder.open_read`)."""
     try:
-        if not path.exists() and not path.is_symlink():
-            return None, None
-        if not path.is_file():
-            return None, "is not a file"
-        with np.load(path, allow_pickle=False) as data:
-            if not set(_TABLES) | {"meta"} <= set(data.files):
-                return None, "is incomplete"
-            meta = json.loads(bytes(data["meta"]).decode("utf-8"))
-            tables = {key: data[key] for key in _TABLES}
+        folder = Folder.open(path.parent)
+    except (OSError, NeedlebenchError):  # no cache folder (or a file there): no entry
+        return None, None
+    try:
+        with folder, folder.open_read(path.name) as handle:
+            with np.load(handle, allow_pickle=False) as data:
+                if not set(_TABLES) | {"meta"} <= set(data.files):
+                    return None, "is incomplete"
+                meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+                tables = {key: data[key] for key in _TABLES}
+    except FileNotFoundError:
+        return None, None
+    except NeedlebenchError:
+        return None, "is not a file"
     except _READ_ERRORS as error:
         return None, f"is unreadable ({type(error).__name__})"
     if not isinstance(meta, dict) or {k: meta.get(k) for k in _entry_meta(text, tokenizer)} != _entry_meta(
@@ -442,16 +456,19 @@ def _write_entry(path: Path, text: str, tokenizer: TextTokenizer, tables: dict[s
     meta = _entry_meta(text, tokenizer)
     meta = {**meta, "tag": _tables_tag(tables, meta)}
     encoded = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(
-        dir=path.parent, prefix=f".{path.stem}.{os.getpid()}.", suffix=".tmp", delete=False
-    )
+    write_cache_entry(path, lambda handle: np.savez(handle, **tables, meta=encoded))
+
+
+def write_cache_entry(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write the cache entry `path` with `write(handle)`: 0600 in its private folder (0700 whatever the umask,
+    :func:`needlebench.sources.cache.cache_folder`), through a temporary file of :meth:`Folder.atomic` renamed over
+    it by descriptors. OSError when the cache cannot be written (a folder of another user included)."""
     try:
-        with handle:
-            np.savez(handle, **tables, meta=encoded)
-        os.replace(handle.name, path)
-    finally:
-        Path(handle.name).unlink(missing_ok=True)
+        folder = cache_folder(path.parent)
+    except NeedlebenchError as error:  # a folder of another user, or that others may write: not our cache
+        raise PermissionError(errno.EPERM, str(error)) from None
+    with folder, folder.atomic(path.name, mode=0o600) as handle:
+        write(handle)
 
 
 @functools.cache
@@ -459,17 +476,25 @@ def remove_cache_leftovers(folder: Path) -> list[str]:
     """Remove the temporary files killed processes left in the cache folder (once per process)."""
     removed = []
     try:
-        entries = list(folder.iterdir()) if folder.is_dir() else []
-    except OSError:
+        handle = Folder.open(folder)
+    except (OSError, NeedlebenchError):
         return removed
-    for path in entries:
-        match = _TEMP_NAME.match(path.name)
-        if (match and not pid_alive(int(match.group(1)))) or _LEGACY_TEMP_NAME.match(path.name):
+    with handle:
+        try:
+            names = handle.listdir()
+        except OSError:
+            return removed
+        for name in names:
+            match = _TEMP_NAME.match(name)
             try:
-                if path.is_file() and not path.is_symlink():
-                    path.unlink()
-                    removed.append(path.name)
-            except OSError:
+                stale = (match and not pid_alive(int(match.group(1)))) or _LEGACY_TEMP_NAME.match(name)
+                info = handle.lstat(name)
+                if info is None or not stat.S_ISREG(info.st_mode):  # never a link, never a folder
+                    continue
+                if stale or (_ATOMIC_TEMP_NAME.match(name) and time.time() - info.st_mtime > _STALE_SECONDS):
+                    handle.unlink(name)
+                    removed.append(name)
+            except (OSError, OverflowError, NeedlebenchError):
                 pass
     return removed
 

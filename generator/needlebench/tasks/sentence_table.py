@@ -11,16 +11,16 @@ warning). A cache that cannot be written is not an error (the token cache has al
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
-import tempfile
 import zipfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 
-from needlebench.sources.tokenized import TokenizedCorpus, cache_dir
+from needlebench.errors import NeedlebenchError
+from needlebench.safe_fs import Folder
+from needlebench.sources.tokenized import TokenizedCorpus, cache_dir, write_cache_entry
 from needlebench.tasks import boundaries
 
 FORMAT = 1
@@ -66,10 +66,14 @@ def _digest(key: str, table: np.ndarray) -> str:
 
 def _read(path: Path, text: str, key: str) -> np.ndarray | None:
     """The cached table, or None when there is none or it is not trustworthy (then with one warning)."""
-    try:
-        with np.load(path, allow_pickle=False) as entry:
-            table, digest = entry["points"], str(entry["digest"])
+    try:  # a regular file only: never through a link, never a FIFO (:meth:`Folder.open_read`)
+        with Folder.open(path.parent) as folder, folder.open_read(path.name) as handle:
+            with np.load(handle, allow_pickle=False) as entry:
+                table, digest = entry["points"], str(entry["digest"])
     except FileNotFoundError:
+        return None
+    except NeedlebenchError:
+        _warn(f"sentence table {path} is not a regular file; recomputed")
         return None
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as error:
         _warn(f"sentence table {path} is unreadable ({type(error).__name__}); recomputed")
@@ -81,15 +85,9 @@ def _read(path: Path, text: str, key: str) -> np.ndarray | None:
 
 
 def _write(path: Path, key: str, table: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # the token cache's temporary-name form, so a killed process' leftovers are cleaned up with its own
-    handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{key}.{os.getpid()}.", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            np.savez(handle, points=table, digest=np.array(_digest(key, table)))
-        os.replace(handle.name, path)
-    finally:
-        Path(handle.name).unlink(missing_ok=True)
+    """Written as a token cache entry (0600 in the private cache folder, through a temporary file of the layer whose
+    leftovers the token cache removes: :func:`needlebench.sources.tokenized.write_cache_entry`)."""
+    write_cache_entry(path, lambda handle: np.savez(handle, points=table, digest=np.array(_digest(key, table))))
 
 
 def _warn(message: str) -> None:
