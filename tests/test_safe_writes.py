@@ -10,6 +10,7 @@ cannot reach a folder from someone else."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import needlebench
@@ -64,10 +65,49 @@ def _names_in(node: ast.AST) -> set[str]:
     }
 
 
+#: Calls that give a :class:`needlebench.safe_fs.Folder` (its methods act on a descriptor, not a path).
+_FOLDER_CALL = re.compile(r"(\bFolder\.open\(|\.sub\(|\bprivate_folder\(|\bcache_folder\(|\bopened\(|\bmake_staging\()")
+
+
+def _folder_names(tree: ast.AST) -> set[str]:
+    """Names and attributes that hold a Folder in this module: annotated ``Folder``, or bound (assignment, ``with ...
+    as``) to a call that gives one. Per module, not per scope: a name is a Folder wherever the module makes it one."""
+    names: set[str] = set()
+
+    def bind(target: ast.AST) -> None:
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+        elif isinstance(target, ast.Attribute):
+            names.add(target.attr)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None and "Folder" in ast.unparse(node.annotation):
+            names.add(node.arg)
+        elif isinstance(node, ast.AnnAssign) and "Folder" in ast.unparse(node.annotation):
+            bind(node.target)
+        elif isinstance(node, ast.Assign) and _FOLDER_CALL.search(ast.unparse(node.value)):
+            for target in node.targets:
+                bind(target)
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            if _FOLDER_CALL.search(ast.unparse(node.context_expr)):
+                bind(node.optional_vars)
+    return names
+
+
+def _receiver(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
 def findings(source: str) -> list[tuple[int, str]]:
     """(line, what) for each write, rename, link or removal by path in `source`."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    folders = _folder_names(tree)
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
@@ -78,6 +118,10 @@ def findings(source: str) -> list[tuple[int, str]]:
                 found.append((node.lineno, f"open(..., {mode!r})"))
         elif isinstance(func, ast.Attribute):
             owner = func.value.id if isinstance(func.value, ast.Name) else None
+            if _receiver(func.value) in folders or (
+                isinstance(func.value, ast.Call) and _FOLDER_CALL.search(ast.unparse(func.value))
+            ):
+                continue  # a Folder's method: relative to its descriptor
             if owner == "os" and func.attr in OS_FUNCTIONS:
                 if not keywords & {"dir_fd", "src_dir_fd", "dst_dir_fd"}:
                     found.append((node.lineno, f"os.{func.attr}"))
@@ -149,5 +193,9 @@ os.open(p, os.O_WRONLY | os.O_CREAT); p.open("w")
     fine = """
 open(p); open(p, "rb"); os.replace(a, b, src_dir_fd=f, dst_dir_fd=f); os.unlink(n, dir_fd=f)
 shutil.rmtree(n, dir_fd=f); tempfile.mkdtemp(); os.open(p, os.O_RDONLY | os.O_NOFOLLOW); text.replace("a", "b")
+def f(out: Folder, path: Path):
+    out.write_text("x", "y"); out.unlink("x")
+    with Folder.open(path) as handle, handle.sub("data") as data:
+        handle.write_bytes("a", b""); data.rmdir("b")
 """
     assert findings(fine) == []
