@@ -149,6 +149,17 @@ def build(
         Path | None,
         typer.Option("--experiment", help="Experiment YAML: your own needle test as a named config (see README)."),
     ] = None,
+    allow_path: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--allow-path",
+            help=(
+                "With --experiment: a file or folder outside the experiment file's folder that it may read (its "
+                "haystack, needles_file or hf: tokenizer). Its paths are taken relative to its own folder; one "
+                "leading outside it (absolute, ~, .., a link) is refused unless given here. Repeatable."
+            ),
+        ),
+    ] = None,
 ) -> None:
     """Build configs into a dataset folder (Parquet + card), byte-identical for the same version and seed."""
     if experiment is None and tokenizer == "cl100k_base":
@@ -194,12 +205,15 @@ def build(
             compression=compression,
             tokenizer=None if tokenizer == "cl100k_base" else tokenizer,
             max_tokens=max_tokens,
+            allowed_paths=tuple(allow_path or ()),
         )
         entry = manifest["configs"][spec.name]
         say(f"{spec.name}: {entry['rows']:,} rows, {entry['haystack_tokens']:,} haystack tokens")
         _print_counting_note(manifest)
         say(f"wrote {out}")
         return
+    if allow_path:
+        raise NeedlebenchError("--allow-path applies only with --experiment (paths given as options are read as given)")
     if all_configs:
         names_list = list(registry())
     elif configs:

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from needlebench.terminal import printable
+
 
 class FunctionRef(str):
     """A ``!function module.name`` scalar of an lm-eval YAML."""
@@ -48,9 +50,14 @@ def load_yaml(text: str) -> dict[str, Any]:
 
 
 def dump_yaml(data: Mapping[str, Any], *comments: str) -> str:
-    """``data`` as YAML in insertion order, after ``comments`` (one ``# `` line each)."""
+    """``data`` as YAML in insertion order, after ``comments`` (one ``# `` line each).
+
+    Every value goes through PyYAML's safe dumper, which quotes and escapes what a plain scalar cannot hold (a
+    newline, ``: ``, a quote, a control character: YAML 1.1 section 5.7), so a value never adds a key. A comment
+    holds names too (a folder's path): its control characters (newlines and the YAML line breaks U+0085, U+2028,
+    U+2029 among them) are written as escapes, so it stays one comment line."""
     body = yaml.dump(dict(data), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1 << 16)
-    return "".join(f"# {comment}\n" for comment in comments) + body
+    return "".join(f"# {printable(comment)}\n" for comment in comments) + body
 
 
 def function_refs(data: Any) -> list[str]:

@@ -1,0 +1,193 @@
+"""Hostile names and files against the task folders, experiment files and terminal output (issue 33).
+
+Each attack runs the `needlebench` command (a subprocess) in the sandbox of ``tests/support/sandbox.py``: a fake
+HOME with the user's files, hashed before and after, so a refused attack that touched anything fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support.sandbox import refused, run, snapshot, warnings_of
+
+NEEDLE = {"needle": "The vault code is 4711.", "question": "What is the vault code?", "keyword": "4711"}
+#: Some sentences of a haystack (a few thousand tokens once cycled: enough for 1,000-token prompts).
+TEXT = " ".join(f"The river stone number {i} rested in the quiet garden by the window." for i in range(300))
+
+
+def experiment(**changes) -> dict:
+    data = {"name": "hostile", "kind": "single", "language": "en", "lengths": [1000], "depths": [50]}
+    data["needles"] = [NEEDLE]
+    data.update(changes)
+    return data
+
+
+def write_experiment(folder: Path, data: dict | str, name: str = "exp.yaml") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def build(home: Path, path: Path, *extra: str):
+    return run(home, "build", "--experiment", str(path), "--out", str(home / "work" / "out"), *extra)
+
+
+# --------------------------------------------------------------------------------- experiment files: YAML
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("name: !!binary aGVsbG8=\n", ["field name", "!!binary"]),
+        (
+            "name: x\nneedles:\n  - {needle: a, question: b, keyword: !!python/name:os.system x}\n",
+            ["needles.0.keyword"],
+        ),
+        ("name: x\nruns: " + "9" * 5000 + "\n", ["field runs", "5,000 characters", "at most 40 digits"]),
+        ("name: x\ndepths: " + "[" * 200 + "]" * 200 + "\n", ["field depths.0", "deeper than 32 levels"]),
+        ("name: &n x\nkind: *n\n", ["field kind", "alias *n"]),
+        (yaml.safe_dump(experiment()).replace("name: hostile", "name: 2024-01-01"), ["key name", "2024-01-01"]),
+    ],
+    ids=["binary", "python-tag", "5000-digits", "deep", "alias", "date"],
+)
+def test_hostile_yaml_in_an_experiment_file_is_one_line(sandbox: Path, text: str, names: list[str]) -> None:
+    path = write_experiment(sandbox / "shared", text)
+    before = snapshot(sandbox)
+    refused(build(sandbox, path), "exp.yaml", *names)
+    assert snapshot(sandbox) == before
+
+
+# --------------------------------------------------------------------------- experiment files: local paths
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["haystack", "needles_file"],
+)
+@pytest.mark.parametrize("form", ["home", "absolute", "dotdot", "link"])
+def test_an_experiment_file_reads_nothing_outside_its_folder(sandbox: Path, field: str, form: str) -> None:
+    shared = sandbox / "Downloads" / "shared"
+    shared.mkdir(parents=True)
+    secret = sandbox / "notes.txt" if field == "haystack" else sandbox / "needles.jsonl"
+    if field == "needles_file":
+        record = {"needle": "My PIN is 1234.", "retrieval_question": "PIN?", "arg1": "", "arg2": "1234"}
+        secret.write_text(json.dumps({**record, "language": "English"}) + "\n")
+    value = {
+        "home": f"~/{secret.name}",
+        "absolute": str(secret),
+        "dotdot": f"../../{secret.name}",
+        "link": "inside" + secret.suffix,
+    }[form]
+    if form == "link":
+        (shared / value).symlink_to(secret)
+    data = experiment(**{field: value})
+    if field == "needles_file":
+        del data["needles"]
+    path = write_experiment(shared, data)
+    before = snapshot(sandbox)
+    line = refused(build(sandbox, path), "exp.yaml", f"key {field}", "outside the experiment file's folder")
+    assert "--allow-path" in line
+    assert snapshot(sandbox) == before
+    assert not (sandbox / "work" / "out").exists()
+
+
+def test_allow_path_and_a_relative_haystack_build(sandbox: Path) -> None:
+    """A haystack inside the file's folder is read relative to it (whatever the working folder); one outside it
+    is read when the command line names it."""
+    shared = sandbox / "shared"
+    shared.mkdir()
+    (shared / "essays.txt").write_text(TEXT)
+    result = build(sandbox, write_experiment(shared, experiment(haystack="essays.txt")))
+    assert result.returncode == 0, result.stderr
+    assert "river stone" in _first_prompt(sandbox / "work" / "out")
+    result = build(sandbox, write_experiment(shared, experiment(haystack="~/notes.txt")), "--overwrite")
+    refused(result, "key haystack")
+    (sandbox / "notes.txt").write_text(TEXT.replace("river", "brook"))
+    result = build(
+        sandbox,
+        shared / "exp.yaml",
+        "--overwrite",
+        "--allow-path",
+        str(sandbox / "notes.txt"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "brook stone" in _first_prompt(sandbox / "work" / "out")
+
+
+def _first_prompt(folder: Path) -> str:
+    import pyarrow.parquet as pq
+
+    (shard,) = sorted(folder.rglob("*.parquet"))
+    return pq.read_table(shard).column("prompt")[0].as_py()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+@pytest.mark.parametrize("field", ["haystack", "needles_file", "experiment"])
+def test_a_fifo_or_device_named_by_an_experiment_is_refused_at_once(sandbox: Path, kind: str, field: str) -> None:
+    shared = sandbox / "shared"
+    shared.mkdir()
+    target = shared / ("needles.jsonl" if field == "needles_file" else "hay.txt")
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to("/dev/zero")
+    data = experiment(**{field: target.name}) if field != "experiment" else experiment()
+    if field == "needles_file":
+        del data["needles"]
+    path = write_experiment(shared, data) if field != "experiment" else target
+    before = snapshot(sandbox, skip=shared)  # (the snapshot itself would wait on the FIFO)
+    start = time.monotonic()
+    # the link leads outside the folder: allowed here, to reach the regular-file check
+    extra = ("--allow-path", "/dev/zero") if kind == "dev-zero" and field != "experiment" else ()
+    line = refused(build(sandbox, path, *extra), target.name)
+    assert time.monotonic() - start < 30
+    assert "FIFO" in line or "regular file" in line or "existing" in line
+    assert snapshot(sandbox, skip=shared) == before
+
+
+def test_a_fifo_given_as_haystack_on_the_command_line_is_refused(sandbox: Path) -> None:
+    (sandbox / "pipes").mkdir()
+    fifo = sandbox / "pipes" / "hay.txt"
+    os.mkfifo(fifo)
+    before = snapshot(sandbox, skip=fifo.parent)
+    result = run(sandbox, "build", "single_en_4k", "--haystack-en", str(fifo), "--out", str(sandbox / "work" / "o"))
+    refused(result, "hay.txt", "not a regular file")
+    assert snapshot(sandbox, skip=fifo.parent) == before
+
+
+# ------------------------------------------------------------------------------------------ terminal output
+
+
+def test_escapes_in_names_never_reach_the_terminal(sandbox: Path) -> None:
+    shared = sandbox / "evil\x1b]0;pwned\x07\x1b[2J\nname"
+    path = write_experiment(shared, experiment(haystack="missing.txt"))
+    before = snapshot(sandbox)
+    result = build(sandbox, path)
+    line = refused(result, "missing.txt")
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+    assert "evil\\x1b]0;pwned\\x07\\x1b[2J" in line
+    assert snapshot(sandbox) == before
+
+
+def test_escapes_in_a_haystack_name_are_escaped_in_warnings_and_output(sandbox: Path) -> None:
+    """A short haystack gets the "repeated" warning naming it, and `build` prints the folder it wrote."""
+    shared = sandbox / "shared"
+    shared.mkdir()
+    name = "hay\x1b[31m\x1b]0;pwned\x07.txt"
+    (shared / name).write_text(TEXT)
+    out = sandbox / "work" / "out\x1b[2J"
+    result = run(
+        sandbox, "build", "--experiment", str(write_experiment(shared, experiment(haystack=name))), "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stderr + result.stdout and "\x07" not in result.stderr + result.stdout
+    (warning,) = [line for line in warnings_of(result) if "repeated" in line]
+    assert "hay\\x1b[31m\\x1b]0;pwned\\x07.txt" in warning
+    assert "out\\x1b[2J" in result.stdout
