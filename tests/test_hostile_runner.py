@@ -191,3 +191,100 @@ def test_escapes_in_a_haystack_name_are_escaped_in_warnings_and_output(sandbox: 
     (warning,) = [line for line in warnings_of(result) if "repeated" in line]
     assert "hay\\x1b[31m\\x1b]0;pwned\\x07.txt" in warning
     assert "out\\x1b[2J" in result.stdout
+
+
+# ------------------------------------------------------------------------------------------ task folders
+
+
+@pytest.fixture(scope="module")
+def honest_dataset(tmp_path_factory) -> Path:
+    from needlebench.dataset.build import build_dataset
+    from needlebench.dataset.options import BuildOptions
+
+    out = tmp_path_factory.mktemp("honest") / "ds"
+    build_dataset(["atc_en"], out, BuildOptions(), progress=False)
+    return out
+
+
+def _task_yamls(folder: Path) -> dict[str, dict]:
+    from needlebench.evaluation.task_yaml import load_yaml
+
+    return {p.name: load_yaml(p.read_text(encoding="utf-8")) for p in sorted(folder.iterdir()) if "yaml" in p.name}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ds\nnum_fewshot: 3\ntest_split: train",
+        "ds\rnum_fewshot: 3",
+        "ds\u2028num_fewshot: 3\u0085test_split: train",
+        "ds'\": #num_fewshot: 3 {a: b} [c]",
+    ],
+    ids=["newline", "cr", "yaml-line-breaks", "quotes-colon"],
+)
+def test_a_folder_name_never_adds_keys_to_a_task_yaml(sandbox: Path, honest_dataset: Path, name: str) -> None:
+    import shutil
+
+    hostile = sandbox / "work" / name
+    shutil.copytree(honest_dataset, hostile)
+    honest_tasks = sandbox / "work" / "honest-tasks"
+    assert run(sandbox, "tasks", str(honest_dataset), "--out", str(honest_tasks)).returncode == 0
+    before = snapshot(sandbox, skip=sandbox / "work")
+    result = run(sandbox, "tasks", str(hostile), "--out", str(sandbox / "work" / "tasks"))
+    assert result.returncode == 0, result.stderr
+    assert snapshot(sandbox, skip=sandbox / "work") == before
+    assert result.stdout.replace("\n", "").isprintable()
+    written, honest = _task_yamls(sandbox / "work" / "tasks"), _task_yamls(honest_tasks)
+    assert written.keys() == honest.keys()
+    for file, data in written.items():
+        assert data.keys() == honest[file].keys(), file
+        if "metadata" in data and "data_dir" in data["metadata"]:
+            assert data["metadata"]["data_dir"] == str(hostile)
+            data["metadata"]["data_dir"] = honest[file]["metadata"]["data_dir"]
+        assert data == honest[file], file
+
+
+def test_tasks_leave_what_they_did_not_write(sandbox: Path, honest_dataset: Path) -> None:
+    out = sandbox / "work" / "tasks"
+    (out / "__pycache__").mkdir(parents=True)
+    (out / "__pycache__" / "mine.cpython-311.pyc").write_bytes(b"the user's bytecode")
+    before = snapshot(out)
+    result = run(sandbox, "tasks", str(honest_dataset), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    after = snapshot(out)
+    assert {k: v for k, v in after.items() if k.startswith("__pycache__")} == before  # kept as it was
+    assert run(sandbox, "tasks", str(honest_dataset), "--out", str(out)).returncode == 0  # a rerun replaces its own
+    assert (out / "__pycache__" / "mine.cpython-311.pyc").read_bytes() == b"the user's bytecode"
+    # a file of ours the user changed, a file of the user's, a link planted at a name we write: refused, untouched
+    for plant in ("changed", "own", "link"):
+        target = out / ("atc_en.yaml" if plant != "own" else "notes.yaml")
+        saved = target.read_bytes() if target.exists() else None
+        if plant == "changed":
+            target.write_text(saved.decode() + "num_fewshot: 3\n")
+        elif plant == "own":
+            target.write_text("# Written by `needlebench tasks` (a copy the user keeps)\n")
+        else:
+            target.unlink()
+            target.symlink_to(sandbox / ".bashrc")
+        before = snapshot(sandbox)
+        result = run(sandbox, "tasks", str(honest_dataset), "--out", str(out))
+        refused(result, str(out), target.name, "did not write")
+        assert snapshot(sandbox) == before
+        target.unlink()
+        if saved is not None:
+            target.write_bytes(saved)
+    assert run(sandbox, "tasks", str(honest_dataset), "--out", str(out)).returncode == 0
+
+
+def test_a_stale_task_file_is_removed_only_when_it_is_ours(sandbox: Path, honest_dataset: Path) -> None:
+    out = sandbox / "work" / "tasks"
+    assert run(sandbox, "tasks", str(honest_dataset), "--out", str(out)).returncode == 0
+    record = json.loads((out / ".needlebench-written.json").read_text())
+    # an earlier generation wrote gone.yaml (recorded with its hash); this one does not: it is removed
+    (out / "gone.yaml").write_text("# Written by `needlebench tasks`\n")
+    from hashlib import sha256
+
+    record["files"]["gone.yaml"] = sha256((out / "gone.yaml").read_bytes()).hexdigest()
+    (out / ".needlebench-written.json").write_text(json.dumps(record))
+    assert run(sandbox, "tasks", str(honest_dataset), "--out", str(out)).returncode == 0
+    assert not (out / "gone.yaml").exists() and (out / "atc_en.yaml").is_file()

@@ -33,6 +33,11 @@ class _Dumper(yaml.SafeDumper):
         # ``!function utils.name`` unquoted, as lm-eval's own YAMLs write it (PyYAML quotes tagged scalars)
         if self.event.tag == "!function" and re.fullmatch(r"[A-Za-z_][\w.]*", self.event.value):
             return ""
+        # a control character or a YAML line break other than a newline (U+0085, U+2028, U+2029, a CR) in a
+        # single-quoted or plain scalar is folded into a space when read back (YAML 1.1 sections 5.4 and 9.1.3):
+        # double quotes write each as an escape (\N, \L, \r), so the value reads back as it was
+        if isinstance(self.event.value, str) and not self.event.value.replace("\n", "").isprintable():
+            return '"'
         return super().choose_scalar_style()
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
