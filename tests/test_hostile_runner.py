@@ -288,3 +288,75 @@ def test_a_stale_task_file_is_removed_only_when_it_is_ours(sandbox: Path, honest
     (out / ".needlebench-written.json").write_text(json.dumps(record))
     assert run(sandbox, "tasks", str(honest_dataset), "--out", str(out)).returncode == 0
     assert not (out / "gone.yaml").exists() and (out / "atc_en.yaml").is_file()
+
+
+# ------------------------------------------------------------------------------------- the runner's own writes
+
+
+def test_eval_resume_never_follows_a_link_in_a_results_folder(sandbox: Path, honest_dataset: Path) -> None:
+    results = sandbox / "work" / "results"
+    results.mkdir()
+    (results / ".needlebench-cache").symlink_to(sandbox / "mydata")
+    before = snapshot(sandbox)
+    result = run(
+        sandbox,
+        "eval",
+        "run",
+        "--model",
+        "needlebench-oracle",
+        "--tasks",
+        "needlebench_atc_en",
+        "--limit",
+        "2",
+        "--metadata",
+        json.dumps({"data_dir": str(honest_dataset)}),
+        "--output_path",
+        str(results),
+        "--resume",
+    )
+    refused(result, ".needlebench-cache", "symbolic link")
+    assert snapshot(sandbox) == before
+
+
+def test_the_chunk_store_never_writes_or_reads_through_a_link(sandbox: Path) -> None:
+    from needlebench.errors import NeedlebenchError
+    from needlebench.evaluation.chunked import ChunkStore
+
+    cache = sandbox / "work" / "out" / ".needlebench-cache"
+    cache.mkdir(parents=True)
+    (cache / "m-chunks").symlink_to(sandbox / "mydata")
+    store = ChunkStore(cache / "m-chunks", object(), {}, {})
+    store._path = lambda task, positions: store.folder / "c.json"
+    before = snapshot(sandbox)
+    with pytest.raises(NeedlebenchError, match="m-chunks"):
+        store.save(None, [0], [{"doc_id": 0}])
+    assert store.load(None, [0]) is None
+    assert snapshot(sandbox) == before
+    (cache / "m-chunks").unlink()
+    (cache / "m-chunks").mkdir()
+    (cache / "m-chunks" / "c.json").symlink_to(sandbox / ".bashrc")
+    assert store.load(None, [0]) is None  # a link is no chunk
+    store.save(None, [0], [{"doc_id": 0}])  # the link is replaced, ~/.bashrc untouched
+    assert not (cache / "m-chunks" / "c.json").is_symlink() and store.load(None, [0]) == [{"doc_id": 0}]
+    assert snapshot(sandbox, skip=sandbox / "work") == {k: v for k, v in before.items() if not k.startswith("work")}
+
+
+def test_reasoning_task_folder_copies_no_link(sandbox: Path, tmp_path: Path) -> None:
+    from needlebench.evaluation.eval_guard import reasoning_task_dir
+
+    source = sandbox / "work" / "tasks"
+    source.mkdir()
+    (source / "_needlebench_mine.yaml").write_text("group: mine\ntask: [needlebench_atc_en]\n")
+    (source / "_needlebench_key.yaml").symlink_to(sandbox / ".ssh" / "id_rsa")
+    (source / "atc_en.yaml").write_text("task: needlebench_atc_en\n")
+    (source / "single_en_4k.yaml").symlink_to(sandbox / "notes.txt")
+    target = tmp_path / "reasoning"
+    target.mkdir()
+    (target / "needlebench").mkdir()
+    (target / "needlebench" / "atc_en.yaml").symlink_to(sandbox / ".bashrc")  # replaced, never written through
+    before = snapshot(sandbox)
+    reasoning_task_dir(source, "double", target)
+    assert snapshot(sandbox) == before
+    written = sorted(p.name for p in (target / "needlebench").iterdir())
+    assert written == ["_needlebench_mine.yaml", "atc_en.yaml"]
+    assert not (target / "needlebench" / "atc_en.yaml").is_symlink()
