@@ -98,6 +98,17 @@ def test_an_experiment_file_reads_nothing_outside_its_folder(sandbox: Path, fiel
     assert not (sandbox / "work" / "out").exists()
 
 
+def test_a_link_in_an_experiment_haystack_folder_leads_nowhere_outside(sandbox: Path) -> None:
+    shared = sandbox / "shared"
+    (shared / "hay").mkdir(parents=True)
+    (shared / "hay" / "a.txt").write_text(TEXT)
+    (shared / "hay" / "b.txt").symlink_to(sandbox / "notes.txt")
+    path = write_experiment(shared, experiment(haystack="hay"))
+    before = snapshot(sandbox)
+    refused(build(sandbox, path), "b.txt", "outside")
+    assert snapshot(sandbox) == before
+
+
 def test_allow_path_and_a_relative_haystack_build(sandbox: Path) -> None:
     """A haystack inside the file's folder is read relative to it (whatever the working folder); one outside it
     is read when the command line names it."""
@@ -360,3 +371,19 @@ def test_reasoning_task_folder_copies_no_link(sandbox: Path, tmp_path: Path) -> 
     written = sorted(p.name for p in (target / "needlebench").iterdir())
     assert written == ["_needlebench_mine.yaml", "atc_en.yaml"]
     assert not (target / "needlebench" / "atc_en.yaml").is_symlink()
+
+
+def test_export_tasks_leaves_a_users_pycache(sandbox: Path) -> None:
+    out = sandbox / "work" / "export"
+    (out / "__pycache__").mkdir(parents=True)
+    (out / "__pycache__" / "mine.cpython-311.pyc").write_bytes(b"the user's bytecode")
+    args = ("export-tasks", "--repo", "needlebench/NeedleBench", "--revision", "v1.0.0", "--out", str(out))
+    for _ in range(2):  # written, then replaced by a rerun
+        result = run(sandbox, *args)
+        assert result.returncode == 0, result.stderr
+        assert (out / "__pycache__" / "mine.cpython-311.pyc").read_bytes() == b"the user's bytecode"
+    (out / "README.md").unlink()
+    (out / "README.md").symlink_to(sandbox / "notes.txt")
+    before = snapshot(sandbox)
+    refused(run(sandbox, *args), "README.md", "did not write")
+    assert snapshot(sandbox) == before

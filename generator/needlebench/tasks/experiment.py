@@ -358,6 +358,10 @@ def _local_haystack(value: object, where: str, base: Path | None, allowed: tuple
         return str(path)  # missing: the corpus loader says so
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise _fail(where, "haystack", value, "a .txt or .jsonl file or a folder (not a FIFO, device or socket)")
+    if stat.S_ISDIR(mode):  # its .txt files are read (corpus.load_local): a link among them must not lead out
+        for entry in sorted(path.iterdir()):
+            if entry.suffix == ".txt" and entry.is_symlink():
+                local_path(str(entry), f"haystack ({entry.name})", where, base, allowed)
     return str(path)
 
 
