@@ -79,17 +79,17 @@ def _check_events(text: str) -> None:
                 path = [*top[1], top[3]]
                 top[2] = True
         line = event.start_mark.line + 1
-        where = f"line {line}: field {_field(path)}"
+        where, field = f"line {line}", f"field {_field(path)}"
         if isinstance(event, yaml.AliasEvent):
             raise UserYamlError(
-                f"{where}: alias *{event.anchor} is not allowed (YAML anchors and aliases are refused: a small "
-                "file could expand without bound); write the value out"
+                f"{where}: alias *{event.anchor} is not allowed in {field} (YAML anchors and aliases are refused: a "
+                "small file could expand without bound); write the value out"
             )
         if event.tag is not None:  # set only when the file writes a tag (``!!binary``, ``!x``, ``!``)
             shown = event.tag.replace("tag:yaml.org,2002:", "!!")
             raise UserYamlError(
-                f"{where}: the tag {shown[:40]!r} is not allowed; allowed: plain YAML values (strings, numbers, "
-                "true/false, lists, mappings) without tags"
+                f"{where}: the tag {shown[:40]!r} is not allowed in {field}; allowed: plain YAML values (strings, "
+                "numbers, true/false, lists, mappings) without tags"
             )
         if isinstance(event, yaml.ScalarEvent):
             if (
@@ -98,12 +98,14 @@ def _check_events(text: str) -> None:
                 and resolver.resolve(yaml.ScalarNode, event.value, (True, False)) == _INT_TAG
             ):
                 raise UserYamlError(
-                    f"{where}: an integer of {len(event.value):,} characters is not allowed; allowed: at most "
-                    f"{MAX_DIGITS} digits"
+                    f"{where}: an integer of {len(event.value):,} characters is not allowed in {field}; allowed: "
+                    f"at most {MAX_DIGITS} digits"
                 )
             continue
         if len(stack) >= MAX_DEPTH:
-            raise UserYamlError(f"{where}: lists and mappings nested deeper than {MAX_DEPTH} levels are not allowed")
+            raise UserYamlError(
+                f"{where}: lists and mappings nested deeper than {MAX_DEPTH} levels are not allowed ({field})"
+            )
         kind = "seq" if isinstance(event, yaml.SequenceStartEvent) else "map"
         stack.append([kind, path, 0 if kind == "seq" else True, None])
 

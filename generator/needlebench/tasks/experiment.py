@@ -338,8 +338,8 @@ def local_path(value: str, key: str, where: str, base: Path | None, allowed: tup
     if _within(real, base.resolve()) or any(_within(real, Path(a).expanduser().resolve()) for a in allowed):
         return path
     raise NeedlebenchError(
-        f"{where}: key {key}: {value!r} leads outside the experiment file's folder {base}; allowed: a path inside "
-        f"that folder (relative to it), or one you pass on the command line with --allow-path {value}"
+        f"{where}: key {key}: {value!r} leads outside the experiment file's folder {base} (to {real}); allowed: a "
+        f"path inside that folder (relative to it), or one you pass on the command line with --allow-path {real}"
     )
 
 
