@@ -395,13 +395,18 @@ def reasoning_task_dir(source: Path, reasoning: str, target: Path) -> Path:
     included (a group YAML linked to a file of the user's would be copied into the run's folder), and nothing
     in ``target`` is written through a link."""
     names = set(all_task_names())
-    with Folder.open(source) as given, Folder.open(target) as root, root.sub("needlebench", create=True) as folder:
-        for name in given.listdir():
-            if not name.endswith(".yaml") or not given.is_file(name):
-                continue
+    with Folder.open(target) as root, root.sub("needlebench", create=True) as folder:
+        if not source.is_dir():  # no task folder there: an empty one (lm-eval then names the unknown tasks)
+            return target
+        with Folder.open(source) as given:
+            entries = [name for name in given.listdir() if name.endswith(".yaml") and given.is_file(name)]
+            copies = {
+                name: given.read_bytes(name, limit=MAX_TASK_YAML_BYTES) for name in entries if name.startswith("_")
+            }
+        for name in entries:
             stem = name.removesuffix(".yaml")
-            if name.startswith("_"):  # groups name tasks only
-                folder.write_bytes(name, given.read_bytes(name, limit=MAX_TASK_YAML_BYTES))
+            if name in copies:  # groups name tasks only
+                folder.write_bytes(name, copies[name])
                 continue
             if TASK_PREFIX + stem not in names:
                 continue
