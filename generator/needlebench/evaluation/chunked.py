@@ -53,6 +53,7 @@ from needlebench.evaluation.eval_guard import cache_path
 from needlebench.evaluation.lean_samples import lean_sample
 from needlebench.evaluation.thinking import think_end_marker, unclosed_policy
 from needlebench.safe_fs import Folder
+from needlebench.terminal import printable
 
 #: Context tokens per chunk (rows of a config are cut where the sum of their ``context_length`` passes it): about
 #: 32 MB of English prompt text, a few hundred MB of lm-eval's copies of it.
@@ -254,7 +255,7 @@ def _filter_order(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _note(text: str) -> None:
-    print(f"needlebench: {text}", file=sys.stderr, flush=True)
+    print(f"needlebench: {printable(text)}", file=sys.stderr, flush=True)
 
 
 def evaluate_in_chunks(
