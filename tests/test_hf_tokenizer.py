@@ -77,7 +77,11 @@ def build_experiment_file(tmp_path: Path, experiment: dict, out: Path, tokenizer
 
     path = tmp_path / f"{experiment['name']}.yaml"
     path.write_text(yaml.safe_dump(experiment, allow_unicode=True), encoding="utf-8")
-    return build_experiment(path, out, tokenizer=tokenizer, progress=False)[1]
+    # the haystack and tokenizer folders lie outside the file's folder: allowed as `--allow-path` would
+    allowed = [experiment["haystack"]] if "haystack" in experiment else []
+    if str(experiment.get("tokenizer", "")).startswith("hf:"):
+        allowed.append((tmp_path / experiment["tokenizer"][3:]).resolve())
+    return build_experiment(path, out, tokenizer=tokenizer, progress=False, allowed_paths=tuple(allowed))[1]
 
 
 @pytest.fixture(scope="module")
@@ -364,7 +368,8 @@ def test_experiments_en_single_and_zh_multi_in_smollm_tokens(tmp_path, smollm, s
     path = tmp_path / "multi.yaml"
     path.write_text(yaml.safe_dump(multi, allow_unicode=True), encoding="utf-8")
     out_zh = tmp_path / "ds_zh"
-    result = run("build", "--experiment", str(path), "--tokenizer", f"hf:{smollm}", "--out", str(out_zh))
+    allow = ["--allow-path", str(haystacks["zh"])]
+    result = run("build", "--experiment", str(path), "--tokenizer", f"hf:{smollm}", "--out", str(out_zh), *allow)
     assert result.returncode == 0, result.stderr  # the command line's tokenizer for a file that names none
     assert f"lengths counted in {recorded}: exact" in " ".join(result.stdout.split())
     rows = rows_of(out_zh, "smol_multi_zh")
@@ -372,7 +377,7 @@ def test_experiments_en_single_and_zh_multi_in_smollm_tokens(tmp_path, smollm, s
     check_rows(rows, count, frame, recorded)
     assert verify_folder(out) == {} and verify_folder(out_zh) == {}
     rebuilt = tmp_path / "again"
-    result = run("build", "--experiment", str(path), "--tokenizer", f"hf:{smollm}", "--out", str(rebuilt))
+    result = run("build", "--experiment", str(path), "--tokenizer", f"hf:{smollm}", "--out", str(rebuilt), *allow)
     assert result.returncode == 0, result.stderr
     for file in sorted(out_zh.rglob("*")):
         if file.is_file():

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from needlebench import __version__, interrupts, resources
 from needlebench.errors import NeedlebenchError
-from needlebench.terminal import make_streams_safe, plain_rows, working
+from needlebench.terminal import make_streams_safe, markup_safe, plain_rows, printable, working
 
 app = typer.Typer(
     add_completion=False,
@@ -30,6 +30,12 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 console = Console()
+
+
+def say(text: object, **options) -> None:
+    """Print a line on stdout that may hold names from folders and files: control characters escaped
+    (:func:`~needlebench.terminal.printable`), no rich markup read from it."""
+    console.print(printable(text), markup=False, **options)
 
 
 def _version(value: bool) -> None:
@@ -143,6 +149,17 @@ def build(
         Path | None,
         typer.Option("--experiment", help="Experiment YAML: your own needle test as a named config (see README)."),
     ] = None,
+    allow_path: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--allow-path",
+            help=(
+                "With --experiment: a file or folder outside the experiment file's folder that it may read (its "
+                "haystack, needles_file or hf: tokenizer). Its paths are taken relative to its own folder; one "
+                "leading outside it (absolute, ~, .., a link) is refused unless given here. Repeatable."
+            ),
+        ),
+    ] = None,
 ) -> None:
     """Build configs into a dataset folder (Parquet + card), byte-identical for the same version and seed."""
     if experiment is None and tokenizer == "cl100k_base":
@@ -188,12 +205,15 @@ def build(
             compression=compression,
             tokenizer=None if tokenizer == "cl100k_base" else tokenizer,
             max_tokens=max_tokens,
+            allowed_paths=tuple(allow_path or ()),
         )
         entry = manifest["configs"][spec.name]
-        console.print(f"{spec.name}: {entry['rows']:,} rows, {entry['haystack_tokens']:,} haystack tokens")
+        say(f"{spec.name}: {entry['rows']:,} rows, {entry['haystack_tokens']:,} haystack tokens")
         _print_counting_note(manifest)
-        console.print(f"wrote {out}")
+        say(f"wrote {out}")
         return
+    if allow_path:
+        raise NeedlebenchError("--allow-path applies only with --experiment (paths given as options are read as given)")
     if all_configs:
         names_list = list(registry())
     elif configs:
@@ -228,20 +248,22 @@ def build(
     table = Table("config", "rows", "haystack tokens", "fingerprint")
     for name in names_list:
         entry = manifest["configs"][name]
-        table.add_row(name, f"{entry['rows']:,}", f"{entry['haystack_tokens']:,}", entry["fingerprint"][:16])
+        table.add_row(
+            markup_safe(name), f"{entry['rows']:,}", f"{entry['haystack_tokens']:,}", entry["fingerprint"][:16]
+        )
     console.print(table)
     for name in names_list:  # share of each boundary kind the needles sit on (configs with needles)
         if (shares := format_shares(boundary_counts(out, name, manifest["configs"][name]["files"]))) != "-":
-            console.print(f"needle boundaries of {name}: {shares}", soft_wrap=True)
+            say(f"needle boundaries of {name}: {shares}", soft_wrap=True)
     _print_counting_note(manifest)
-    console.print(f"wrote {out}")
+    say(f"wrote {out}")
 
 
 def _print_counting_note(manifest: dict) -> None:
     from needlebench.sources.tokenizer import counting_note  # deferred: numpy, tiktoken; list, --help need none
 
     if note := counting_note(manifest["recipe"]["tokenizer"]):
-        console.print(note, soft_wrap=True)
+        say(note, soft_wrap=True)
 
 
 def _parse_depths(text: str | None) -> tuple[float, ...] | None:
@@ -293,9 +315,7 @@ def tasks(
     from needlebench.evaluation.task_export import write_task_folder  # deferred: pyarrow; list, --help need none
 
     files = write_task_folder(folder, out)
-    console.print(
-        f"wrote {len(files)} files to {out}; run: lm_eval --include_path {out} --tasks needlebench_<config> ..."
-    )
+    say(f"wrote {len(files)} files to {out}; run: lm_eval --include_path {out} --tasks needlebench_<config> ...")
 
 
 @app.command("export-tasks", short_help="Write an lm-eval task folder (in-tree form) that needs no needlebench.")
@@ -319,7 +339,7 @@ def export_tasks(
     )
 
     files = write_export(out, repo, revision)
-    console.print(
+    say(
         f"wrote {len(files)} files to {out}; copy it to lm_eval/tasks/needlebench (or pass --include_path {out}); "
         "the scorers need: pip install " + " ".join(f"'{requirement}'" for requirement in TASK_REQUIREMENTS.values()),
         soft_wrap=True,
@@ -354,14 +374,15 @@ def judge(
 
     config = JudgeConfig(base_url, model, os.environ.get(api_key_env) or None, concurrency, retries, timeout)
     counts = judge_results(results, config)
-    console.print(
+    say(
         f"judged {counts['samples'] - counts['failed']} samples in {counts['files']} files ({counts['requested']} "
         f"requested, {counts['cached']} from cache, {counts['unrated']} without a usable rating)",
         soft_wrap=True,
     )
     if counts["failed"]:
         print(
-            f"needlebench judge: {counts['failed']} of {counts['samples']} rows got no verdict ({counts['failure']}); "
+            f"needlebench judge: {counts['failed']} of {counts['samples']} rows got no verdict "
+            f"({printable(counts['failure'])}); "
             "their files' judged_samples_*.jsonl were not written; rerun to retry them",
             file=sys.stderr,
         )
@@ -512,7 +533,7 @@ def report(
         data_dirs=data_dir or [],
         scoring=scoring,
     ):
-        console.print(str(path))
+        say(str(path))
 
 
 @app.command(short_help="Publish a dataset folder as a tagged, versioned Hub dataset.")
@@ -535,7 +556,7 @@ def publish(
         result = publish_to_git(folder, to_git, version=version)
     else:
         result = publish_folder(folder, repo_id=repo, version=version, private=private, token=token)
-    console.print(result.how_to_load)
+    say(result.how_to_load)
 
 
 @app.command(short_help="Rebuild configs from the recorded recipe and compare.")
@@ -595,7 +616,7 @@ def verify(
         differing = verify_folder(folder, config, inputs=inputs)
     if differing:
         for name, reason in differing.items():
-            console.print(f"[red]differs[/red] {name}: {reason}")
+            console.print(f"[red]differs[/red] {markup_safe(name)}: {markup_safe(reason)}")
         raise typer.Exit(1)
     console.print("all configs match their fingerprints")
 
@@ -609,7 +630,7 @@ def main() -> None:
     except KeyboardInterrupt:  # the message was printed when Ctrl-C arrived; the cleanup is done
         interrupts.exit_now()
     except NeedlebenchError as error:
-        print(f"needlebench: error: {error}", file=sys.stderr)
+        print(f"needlebench: error: {printable(error)}", file=sys.stderr)
         sys.exit(error.exit_code)
     except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
@@ -623,11 +644,11 @@ def main() -> None:
             print(error.format_message(), file=sys.stderr)
             sys.exit(2)
         message = error.format_message() if hasattr(error, "format_message") else str(error)
-        print(f"needlebench: error: {message}", file=sys.stderr)
+        print(f"needlebench: error: {printable(message)}", file=sys.stderr)
         sys.exit(getattr(error, "exit_code", 2))
     except OSError as error:  # the system refused (disk full, permissions): one line, not a traceback
         where = f" ({error.filename})" if getattr(error, "filename", None) else ""
-        print(f"needlebench: error: {error.strerror or error}{where}", file=sys.stderr)
+        print(f"needlebench: error: {printable(error.strerror or error)}{printable(where)}", file=sys.stderr)
         sys.exit(1)
     except Exception as error:  # a bug: one line and a saved traceback, never a traceback
         _report_crash(error)
@@ -666,7 +687,7 @@ def _report_crash(error: BaseException) -> None:
     from needlebench.sources.cache import cache_root  # deferred: hashlib, hmac (4 ms); only a crash needs it
 
     command = _command_name(sys.argv[1:])
-    summary = " ".join(f"{type(error).__name__}: {error}".split())
+    summary = printable(" ".join(f"{type(error).__name__}: {error}".split()))
     if len(summary) > 300:
         summary = summary[:299] + "…"
     text = "".join(traceback.format_exception(error))

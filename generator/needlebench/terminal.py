@@ -2,6 +2,9 @@
 
 Every message of needlebench goes through here or through rich / tqdm on streams made safe by
 :func:`make_streams_safe`, so an ASCII locale (``LC_ALL=C PYTHONUTF8=0``) never raises ``UnicodeEncodeError``.
+Every message shows its control characters escaped (:func:`printable`): a folder or file name holding an escape
+sequence (``ESC ] 0 ; ... BEL`` sets the window title, ``ESC [ 2 J`` clears the screen; ECMA-48) or a newline
+prints as ``\x1b]0;...`` or ``\n`` and never acts on the terminal or adds a line.
 """
 
 from __future__ import annotations
@@ -11,6 +14,24 @@ from collections.abc import Iterable
 from typing import TextIO
 
 PREFIX = "needlebench"
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: object) -> str:
+    """`text` with every character Python does not call printable (``str.isprintable``: the control characters
+    C0, DEL and C1, format characters such as the bidi overrides, line and paragraph separators) written as its
+    escape (``\\n``, ``\\x1b``, ``\\u202e``); a space and any printable letter of any script are kept."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _ESCAPES.get(char) or ascii(char)[1:-1] for char in text)
+
+
+def markup_safe(text: object) -> str:
+    """`text` made :func:`printable`, with rich's markup brackets escaped (for a rich console, table or status)."""
+    from rich.markup import escape
+
+    return escape(printable(text))
 
 
 def make_streams_safe() -> None:
@@ -27,13 +48,13 @@ def make_streams_safe() -> None:
 
 def warn(message: str, stream: TextIO | None = None) -> None:
     """Print a one-line warning on stderr (the work goes on)."""
-    text = " ".join(str(message).split())
+    text = printable(" ".join(str(message).split()))
     print(f"{PREFIX}: warning: {text}", file=stream or sys.stderr, flush=True)
 
 
 def notice(message: str, stream: TextIO | None = None) -> None:
     """Print a one-line notice on stderr (not a problem, just what the tool decided)."""
-    text = " ".join(str(message).split())
+    text = printable(" ".join(str(message).split()))
     print(f"{PREFIX}: {text}", file=stream or sys.stderr, flush=True)
 
 
@@ -49,7 +70,7 @@ def progress_enabled(stream: TextIO | None = None) -> bool:
 
 def plain_rows(rows: Iterable[Iterable[object]]) -> str:
     """Rows as plain text for pipes: tab-separated columns, one row a line, nothing cut."""
-    return "".join("\t".join(str(cell) for cell in row) + "\n" for row in rows)
+    return "".join("\t".join(printable(cell) for cell in row) + "\n" for row in rows)
 
 
 def working(message: str):
@@ -61,4 +82,4 @@ def working(message: str):
         return contextlib.nullcontext()
     from rich.console import Console
 
-    return Console(stderr=True).status(message)
+    return Console(stderr=True).status(markup_safe(message))

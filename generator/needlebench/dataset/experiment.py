@@ -57,10 +57,12 @@ def build_experiment(
     progress: bool = True,
     tokenizer: str | None = None,
     max_tokens: int | None = None,
+    allowed_paths: tuple[str | Path, ...] = (),
 ) -> tuple[Experiment, dict]:
     """Validate the experiment file at `path` and build its config into `out_dir`; returns it and the manifest.
-    `tokenizer` (``--tokenizer``) counts the lengths in another tokenizer when the file names none."""
-    experiment = with_tokenizer(load_experiment(path), str(path), tokenizer)
+    `tokenizer` (``--tokenizer``) counts the lengths in another tokenizer when the file names none; the file may
+    read local paths outside its folder only inside `allowed_paths` (``--allow-path``)."""
+    experiment = with_tokenizer(load_experiment(path, allowed_paths), str(path), tokenizer)
     register_experiment(experiment)
     manifest = build_dataset(
         [experiment.name],

@@ -39,7 +39,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import pickle
 import sys
 from collections import defaultdict
@@ -49,9 +48,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.eval_guard import cache_path
 from needlebench.evaluation.lean_samples import lean_sample
 from needlebench.evaluation.thinking import think_end_marker, unclosed_policy
+from needlebench.safe_fs import Folder
+from needlebench.terminal import printable
 
 #: Context tokens per chunk (rows of a config are cut where the sum of their ``context_length`` passes it): about
 #: 32 MB of English prompt text, a few hundred MB of lm-eval's copies of it.
@@ -217,24 +219,28 @@ class ChunkStore:
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
         return self.folder / f"{task.task_name}-{positions[0]}-{positions[-1]}-{digest}.json"
 
+    def _open(self, create: bool) -> Folder:
+        """The store folder, opened by descriptors from the run's output folder (the one the user named, two
+        levels up: ``<output>/.needlebench-cache/<model>-chunks``, :func:`chunk_store`), each folder below it
+        with ``O_NOFOLLOW``: a link planted in a results folder is refused, never written through."""
+        with Folder.open(self.folder.parent.parent, create=create) as root:
+            return root.sub(f"{self.folder.parent.name}/{self.folder.name}", create=create)
+
     def load(self, task: Any, positions: Sequence[int]) -> list[dict[str, Any]] | None:
         path = self._path(task, positions)
-        if not path.is_file():
-            return None
         try:
-            return list(json.loads(path.read_text(encoding="utf-8"))["samples"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # a damaged chunk file is run again
+            with self._open(create=False) as folder:
+                if not folder.is_file(path.name):
+                    return None
+                text = folder.read_text(path.name)
+            return list(json.loads(text)["samples"])
+        except (OSError, ValueError, KeyError, TypeError, RecursionError, NeedlebenchError):
+            return None  # a damaged chunk file (or one that is no regular file) is run again
 
     def save(self, task: Any, positions: Sequence[int], samples: list[dict[str, Any]]) -> None:
         path = self._path(task, positions)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_suffix(".tmp")
-        temp.write_text(
-            json.dumps({"samples": _jsonable(samples)}, ensure_ascii=False),
-            encoding="utf-8",
-        )
-        os.replace(temp, path)
+        with self._open(create=True) as folder:
+            folder.write_text(path.name, json.dumps({"samples": _jsonable(samples)}, ensure_ascii=False))
 
 
 # --------------------------------------------------------------------------------------------- evaluate
@@ -249,7 +255,7 @@ def _filter_order(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _note(text: str) -> None:
-    print(f"needlebench: {text}", file=sys.stderr, flush=True)
+    print(f"needlebench: {printable(text)}", file=sys.stderr, flush=True)
 
 
 def evaluate_in_chunks(

@@ -31,7 +31,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import tempfile
 import urllib.error
 import urllib.request
@@ -58,6 +57,7 @@ from needlebench.evaluation.thinking import (
     THINK_UNCLOSED_ENV,
     has_final_answer,
 )
+from needlebench.safe_fs import Folder
 from needlebench.tasks.grid import get_config, registry
 
 #: Models with no context window (answers do not depend on the prompt length).
@@ -384,21 +384,35 @@ def cache_path(output: Path, args: EvalArgs) -> Path:
     return output / ".needlebench-cache" / f"{model_kind(args).replace('/', '_')}-{digest}"
 
 
+#: Largest task YAML of a task folder copied for ``--reasoning``.
+MAX_TASK_YAML_BYTES = 16 * 1024 * 1024
+
+
 def reasoning_task_dir(source: Path, reasoning: str, target: Path) -> Path:
-    """A task folder whose YAMLs include those of ``source`` with ``max_gen_toks`` changed by ``--reasoning``."""
-    folder = target / "needlebench"
-    folder.mkdir(parents=True, exist_ok=True)
+    """A task folder whose YAMLs include those of ``source`` with ``max_gen_toks`` changed by ``--reasoning``.
+
+    Read and written by descriptors (:mod:`needlebench.safe_fs`): a link in ``source`` is neither copied nor
+    included (a group YAML linked to a file of the user's would be copied into the run's folder), and nothing
+    in ``target`` is written through a link."""
     names = set(all_task_names())
-    for path in sorted(source.glob("*.yaml")):
-        stem = path.stem
-        if path.name.startswith("_"):
-            shutil.copyfile(path, folder / path.name)  # groups name tasks only
-            continue
-        if TASK_PREFIX + stem not in names:
-            continue
-        budget = reasoning_budget(max_gen_toks_for(get_config(stem)), reasoning)
-        override = {"include": str(path.resolve()), "generation_kwargs": generation_kwargs(budget)}
-        (folder / path.name).write_text(dump_yaml(override), encoding="utf-8")
+    with Folder.open(target) as root, root.sub("needlebench", create=True) as folder:
+        if not source.is_dir():  # no task folder there: an empty one (lm-eval then names the unknown tasks)
+            return target
+        with Folder.open(source) as given:
+            entries = [name for name in given.listdir() if name.endswith(".yaml") and given.is_file(name)]
+            copies = {
+                name: given.read_bytes(name, limit=MAX_TASK_YAML_BYTES) for name in entries if name.startswith("_")
+            }
+        for name in entries:
+            stem = name.removesuffix(".yaml")
+            if name in copies:  # groups name tasks only
+                folder.write_bytes(name, copies[name])
+                continue
+            if TASK_PREFIX + stem not in names:
+                continue
+            budget = reasoning_budget(max_gen_toks_for(get_config(stem)), reasoning)
+            override = {"include": str(source.resolve() / name), "generation_kwargs": generation_kwargs(budget)}
+            folder.write_text(name, dump_yaml(override))
     return target
 
 
@@ -445,18 +459,21 @@ def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
         namespace.limit = None
         namespace.samples = samples
         if output is not None:
-            output.mkdir(parents=True, exist_ok=True)
             skipped = {
                 task: {"skipped": len(ids), "ids": ids, **({"task_skipped": True} if task in dropped else {})}
                 for task, ids in check.too_long.items()
             }
-            (output / SKIPPED_FILE).write_text(json.dumps(skipped, indent=1) + "\n", encoding="utf-8")
+            with Folder.open(output, create=True) as folder:  # a link planted at the name is replaced
+                folder.write_text(SKIPPED_FILE, json.dumps(skipped, indent=1) + "\n")
     if args.resume:
         if output is None:
             raise NeedlebenchError("--resume needs --output_path (the response cache is kept under it)")
         if args.value("use_cache"):
             raise NeedlebenchError("give --resume or --use_cache, not both")
-        namespace.use_cache = str(cache_path(output, args))
+        cache = cache_path(output, args)
+        with Folder.open(output, create=True) as folder, folder.sub(cache.parent.name, create=True):
+            pass  # a link planted at .needlebench-cache is refused, never followed by lm-eval's cache
+        namespace.use_cache = str(cache)
     if args.reasoning is not None and include_path is not None:
         temp = Path(tempfile.mkdtemp(prefix="needlebench-reasoning-"))
         prepared.cleanup.append(temp)
@@ -541,7 +558,13 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
     from needlebench.evaluation.report import health_path  # deferred: the report loads dataset (0.15 s)
 
     target = health_path(results_path)
-    temp = target.with_name(target.name + ".tmp")
-    temp.write_text(json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    os.replace(temp, target)
+    text = json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n"
+    # written by descriptors from the output folder down: no link on the way or at the name is followed
+    inside = target.parent.relative_to(prepared.output).as_posix()
+    with Folder.open(prepared.output) as root:
+        if inside == ".":
+            root.write_text(target.name, text)
+        else:
+            with root.sub(inside) as folder:
+                folder.write_text(target.name, text)
     return health

@@ -29,6 +29,8 @@ from needlebench.evaluation.eval_guard import prepare, write_health
 from needlebench.evaluation.harness import loaded_rows, oracle_answer
 from needlebench.evaluation.servers import model_classes
 from needlebench.resources import tasks_path
+from needlebench.safe_fs import Folder
+from needlebench.terminal import printable
 
 #: Registered name of the oracle model (``--model needlebench-oracle``).
 ORACLE_MODEL = "needlebench-oracle"
@@ -63,7 +65,6 @@ def run_eval(argv: list[str]) -> int:
     parsed options, the project's task folder included.
     """
     import os
-    import shutil
     import time
 
     if _lm_eval_missing():
@@ -90,7 +91,7 @@ def run_eval(argv: list[str]) -> int:
         chunking.store = chunk_store(prepared)
     env = prepared.env if prepared is not None else {}
     for note in prepared.notes if prepared is not None else []:
-        print(f"needlebench: {note}", file=sys.stderr)
+        print(f"needlebench: {printable(note)}", file=sys.stderr)
     saved_env = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     started = time.time()
@@ -117,10 +118,17 @@ def run_eval(argv: list[str]) -> int:
             else:
                 os.environ[key] = value
         for path in prepared.cleanup if prepared is not None else []:
-            shutil.rmtree(path, ignore_errors=True)
+            _remove_folder(path)
     if prepared is not None and status == 0:
         write_health(prepared, started)
     return status
+
+
+def _remove_folder(path: Path) -> None:
+    """Remove a folder the run made (the ``--reasoning`` task folder), by descriptors from its parent: a link
+    at its name is removed itself, nothing reached through a link is (:meth:`needlebench.safe_fs.Folder.rmtree`)."""
+    with contextlib.suppress(OSError, NeedlebenchError), Folder.open(path.parent) as parent:
+        parent.rmtree(path.name)
 
 
 def _only_known_tasks(args: Any) -> bool:
@@ -292,8 +300,9 @@ def _oracle_class() -> type:
                     time.sleep(self.delay)
                 if self.request_log is not None:
                     doc = getattr(request, "doc", None) or {}
-                    with self.request_log.open("a", encoding="utf-8") as handle:
-                        handle.write(f"{doc.get('id', '')}\n")
+                    # appended by descriptor: a link at the name is refused, never written through
+                    with Folder.open(self.request_log.parent) as folder:
+                        folder.append_bytes(self.request_log.name, f"{doc.get('id', '')}\n".encode(), mode=0o644)
                 # lm-eval's --use_cache stores each answer as it is produced, so a killed run keeps them
                 self.cache_hook.add_partial("generate_until", request.args, answer)
             return answers

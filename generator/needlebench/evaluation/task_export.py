@@ -3,14 +3,14 @@
 TASKDIR gets, for ``lm_eval --include_path TASKDIR``: the families' base templates and hooks (the same files as
 ``harness_tasks/needlebench``), one ``<config>.yaml`` per config of the folder (task ``needlebench_<config>``, its
 ``data_dir`` pointing at the folder), and one group ``needlebench_experiment_<name>`` per experiment of the folder.
-Only files this command writes are replaced; a TASKDIR holding other files is refused.
+Only files this command wrote are replaced or removed (recorded by name and sha256); a TASKDIR holding other files
+is refused.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from needlebench.evaluation.harness import (
     template_of,
 )
 from needlebench.evaluation.task_yaml import dump_yaml
+from needlebench.safe_fs import Folder
 from needlebench.tasks.grid import get_config
 
 
@@ -74,48 +75,90 @@ def task_files_for_folder(folder: Path) -> dict[str, str]:
 
 def write_task_folder(folder: Path, out: Path) -> dict[str, str]:
     """Write the task folder; returns what was written. Each file is replaced atomically."""
-    return write_generated_folder(out, task_files_for_folder(folder), _ours, "needlebench")
+    return dict(write_generated_folder(out, task_files_for_folder(folder), _ours, "needlebench"))
 
 
-def write_generated_folder(
-    out: Path, files: Mapping[str, str], ours: Callable[[Path], bool], writer: str
-) -> Mapping[str, str]:
-    """Write generated `files` into the folder `out`, which must be new, empty or hold only files `ours` recognises
-    (else a one-line refusal naming one, nothing written). Each file is replaced atomically; files of an earlier
-    generation that are not written again are removed afterwards, so the folder never lacks a current file."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise NeedlebenchError(f"--out {out} exists and is not a folder; choose a new or empty folder")
-    if out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if not ours(p))
-        if foreign:
-            raise NeedlebenchError(
-                f"--out {out} holds files {writer} did not write (e.g. {foreign[0]}); choose a new or empty folder"
-            )
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        handle, temp = tempfile.mkstemp(dir=out, prefix=f".{name}.")
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.chmod(temp, 0o644)
-        os.replace(temp, out / name)
-    for stale in [p for p in out.iterdir() if p.name not in files and ours(p)]:
-        if stale.is_dir():
-            shutil.rmtree(stale)
-        else:
-            stale.unlink()
+#: The record of what a generated folder's files are: name -> sha256 of the bytes written (written last).
+RECORD = ".needlebench-written.json"
+#: Largest file of a generated folder read back to recognise it.
+_MAX_OURS = 16 * 1024 * 1024
+#: What Python itself writes beside a module lm-eval imports (``utils.py``): kept, never removed or refused.
+_PYCACHE = "__pycache__"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_record(handle: Folder) -> dict[str, str] | None:
+    """The record of an earlier generation (None when there is none or it is not one)."""
+    try:
+        data = json.loads(handle.read_text(RECORD, limit=_MAX_OURS))
+    except (FileNotFoundError, NeedlebenchError, ValueError, RecursionError):
+        return None
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return None
     return files
 
 
-def _ours(path: Path) -> bool:
-    if path.name == "__pycache__":
-        return True
-    if not path.is_file():
+def _written_by_us(handle: Folder, name: str, record: dict[str, str] | None, ours: Callable[[str], bool]) -> bool:
+    """Whether the entry `name` of the folder is a file an earlier run wrote and nobody changed since: its bytes
+    have the sha256 the record holds (a folder of an older needlebench, without a record, is recognised by the
+    head `ours` knows). A link, a folder or any other kind of file never is (read without following a link)."""
+    if not handle.is_file(name):
         return False
     try:
-        head = path.read_text(encoding="utf-8")[:200]
-    except (OSError, UnicodeDecodeError):
+        data = handle.read_bytes(name, limit=_MAX_OURS)
+    except (OSError, NeedlebenchError):
         return False
+    if record is not None:
+        return record.get(name) == _digest(data)
+    try:
+        return ours(data[:400].decode("utf-8", errors="strict"))
+    except UnicodeDecodeError:
+        return False
+
+
+def write_generated_folder(
+    out: Path, files: Mapping[str, str], ours: Callable[[str], bool], writer: str
+) -> Mapping[str, str]:
+    """Write generated `files` into the folder `out`, which must be new, empty or hold only files an earlier run
+    wrote (recorded by name and sha256 in :data:`RECORD`; ``__pycache__`` that Python adds is left alone), else a
+    one-line refusal naming one, nothing written. Every write goes through :class:`~needlebench.safe_fs.Folder`
+    (a link planted in `out` is replaced, never written through); each file is replaced atomically; files of the
+    earlier generation that are not written again are removed afterwards (only those: never a folder, never a
+    file that changed since), so the folder never lacks a current file."""
+    out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise NeedlebenchError(f"--out {out} is a link to nothing; choose a new or empty folder")
+    if out.exists() and not out.is_dir():
+        raise NeedlebenchError(f"--out {out} exists and is not a folder; choose a new or empty folder")
+    with Folder.open(out, create=True) as handle:
+        record = _read_record(handle)
+        earlier = [name for name in handle.listdir() if name not in (RECORD, _PYCACHE)]
+        if handle.lstat(_PYCACHE) is not None and not handle.is_dir(_PYCACHE):
+            earlier.append(_PYCACHE)
+        foreign = [name for name in earlier if not _written_by_us(handle, name, record, ours)]
+        if foreign:
+            raise NeedlebenchError(
+                f"--out {out} holds files {writer} did not write or that changed since (e.g. {foreign[0]}); "
+                "choose a new or empty folder"
+            )
+        written = {}
+        for name, text in files.items():
+            data = text.encode("utf-8")
+            handle.write_bytes(name, data)
+            written[name] = _digest(data)
+        record_text = json.dumps({"writer": writer, "files": written}, indent=1, sort_keys=True) + "\n"
+        handle.write_text(RECORD, record_text)
+        for stale in earlier:
+            if stale not in files:
+                handle.unlink(stale)
+    return files
+
+
+def _ours(head: str) -> bool:
     return head.startswith("# Written by `needlebench tasks`") or head.startswith(
         '"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by'
     )

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from needlebench.terminal import printable
+
 
 class FunctionRef(str):
     """A ``!function module.name`` scalar of an lm-eval YAML."""
@@ -31,6 +33,11 @@ class _Dumper(yaml.SafeDumper):
         # ``!function utils.name`` unquoted, as lm-eval's own YAMLs write it (PyYAML quotes tagged scalars)
         if self.event.tag == "!function" and re.fullmatch(r"[A-Za-z_][\w.]*", self.event.value):
             return ""
+        # a control character or a YAML line break other than a newline (U+0085, U+2028, U+2029, a CR) in a
+        # single-quoted or plain scalar is folded into a space when read back (YAML 1.1 sections 5.4 and 9.1.3):
+        # double quotes write each as an escape (\N, \L, \r), so the value reads back as it was
+        if isinstance(self.event.value, str) and not self.event.value.replace("\n", "").isprintable():
+            return '"'
         return super().choose_scalar_style()
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
@@ -48,9 +55,14 @@ def load_yaml(text: str) -> dict[str, Any]:
 
 
 def dump_yaml(data: Mapping[str, Any], *comments: str) -> str:
-    """``data`` as YAML in insertion order, after ``comments`` (one ``# `` line each)."""
+    """``data`` as YAML in insertion order, after ``comments`` (one ``# `` line each).
+
+    Every value goes through PyYAML's safe dumper, which quotes and escapes what a plain scalar cannot hold (a
+    newline, ``: ``, a quote, a control character: YAML 1.1 section 5.7), so a value never adds a key. A comment
+    holds names too (a folder's path): its control characters (newlines and the YAML line breaks U+0085, U+2028,
+    U+2029 among them) are written as escapes, so it stays one comment line."""
     body = yaml.dump(dict(data), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1 << 16)
-    return "".join(f"# {comment}\n" for comment in comments) + body
+    return "".join(f"# {printable(comment)}\n" for comment in comments) + body
 
 
 def function_refs(data: Any) -> list[str]:

@@ -154,16 +154,7 @@ def export_files(repo: str, revision: str) -> dict[str, str]:
     return files
 
 
-def _ours(path: Path) -> bool:
-    if path.name == "__pycache__" and path.is_dir():
-        return True
-    if not path.is_file():
-        return False
-    try:
-        with path.open(encoding="utf-8") as stream:
-            head = stream.read(400)
-    except (OSError, UnicodeDecodeError):
-        return False
+def _ours(head: str) -> bool:
     return NOTE in head
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import re
 import sqlite3
+import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -214,13 +216,50 @@ def _normalise_document(text: str) -> str:
     return text.strip()
 
 
+def read_regular(path: str | os.PathLike[str], what: str, limit: int | None = None) -> bytes:
+    """The bytes of the regular file at `path`, a path the user gave (a link there is followed: it is theirs), at
+    most `limit` bytes. A FIFO, device, socket or folder is a one-line error before anything is read: the file is
+    opened with ``O_NONBLOCK`` (opening a FIFO never waits for a writer; open(2)) and checked with ``fstat`` on the
+    descriptor that is then read (a link to ``/dev/zero`` is a character device, refused)."""
+    shown = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read {what} {shown}: {error.strerror or error}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NeedlebenchError(
+                f"{what} {shown} is not a regular file (a FIFO, device, socket or folder); give a file"
+            )
+        if limit is not None and info.st_size > limit:
+            raise NeedlebenchError(f"{what} {shown} has {info.st_size:,} bytes; allowed: at most {limit:,}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
+            data = handle.read() if limit is None else handle.read(limit + 1)
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read {what} {shown}: {error.strerror or error}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if limit is not None and len(data) > limit:
+        raise NeedlebenchError(f"{what} {shown} has more than {limit:,} bytes")
+    return data
+
+
+def read_regular_text(path: str | os.PathLike[str], what: str, limit: int | None = None) -> str:
+    """:func:`read_regular` decoded as UTF-8 (a one-line error naming the file otherwise)."""
+    try:
+        return read_regular(path, what, limit).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise NeedlebenchError(f"cannot read {what} {os.fspath(path)}: not UTF-8 text ({error.reason})") from None
+
+
 def read_jsonl_documents(path: Path, field_name: str = "text") -> list[str]:
     """Documents of a JSONL file with a `text` field (the reference haystack format)."""
     documents = []
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines: JSON may hold U+2028
-    except (OSError, UnicodeDecodeError) as error:
-        raise NeedlebenchError(f"cannot read haystack file {path}: {error}") from error
+    lines = read_regular_text(path, "haystack file").split("\n")  # not splitlines: JSON may hold U+2028
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -235,10 +274,7 @@ def read_jsonl_documents(path: Path, field_name: str = "text") -> list[str]:
 
 
 def read_text_file(path: Path) -> list[str]:
-    try:
-        return [path.read_text(encoding="utf-8")]
-    except (OSError, UnicodeDecodeError) as error:
-        raise NeedlebenchError(f"cannot read haystack file {path}: {error}") from error
+    return [read_regular_text(path, "haystack file")]
 
 
 #: Largest local haystack read (bytes of its files). The whole corpus is tokenised at once and tiktoken's

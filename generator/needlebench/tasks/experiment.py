@@ -217,7 +217,8 @@ def manifest_experiment_specs(manifest: dict) -> list[ConfigSpec]:
 
 
 def _fail(where: str, key: str, value: object, allowed: str) -> NeedlebenchError:
-    shown = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    # default=str: a YAML date (``2024-01-01`` is one) or bytes is shown, not a TypeError
+    shown = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
     return NeedlebenchError(f"{where}: key {key}: {shown} is not allowed; allowed: {allowed}")
@@ -294,18 +295,16 @@ def _schema_check(data: object, where: str) -> None:
 MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment YAML file (strictly: no aliases, no key given twice)."""
+def load_experiment(path: str | Path, allowed: tuple[str | Path, ...] = ()) -> Experiment:
+    """Read and validate an experiment YAML file (strictly: no aliases, tags, key given twice, deep nesting or long
+    integers). Its local paths (haystack, needles_file, a tokenizer folder) are taken relative to its folder and
+    must stay inside it, or inside a path of `allowed` (the user's ``--allow-path``)."""
     import yaml
 
+    from needlebench.sources.corpus import read_regular_text  # deferred: the corpus module's imports
+
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise NeedlebenchError(f"experiment file {path} has {size:,} bytes; allowed: at most {MAX_FILE_BYTES:,}")
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise NeedlebenchError(f"cannot read experiment file {path}: {error}") from None
+    text = read_regular_text(path, "experiment file", MAX_FILE_BYTES)
     try:
         data = load_user_yaml(text)
     except UserYamlError as error:
@@ -318,11 +317,59 @@ def load_experiment(path: str | Path) -> Experiment:
         raise NeedlebenchError(
             f"{path}: an experiment file is a YAML mapping of keys (name, kind, ...), not {type(data).__name__}"
         )
-    return parse_experiment(data, str(path), base=path.parent)
+    return parse_experiment(data, str(path), base=path.parent, allowed=tuple(allowed))
 
 
-def parse_experiment(data: dict, where: str = "experiment", base: Path | None = None) -> Experiment:
-    """Validate an experiment mapping against the schema and the rules the schema cannot say."""
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def local_path(value: str, key: str, where: str, base: Path | None, allowed: tuple[str | Path, ...] = ()) -> Path:
+    """A local path an experiment file names: relative to the file's folder `base`. A shared file must not read
+    the reader's own files into prompts (``haystack: ~/notes.txt``), so a path that leads outside `base` (absolute,
+    ``~``, ``..`` or a link pointing out) is a one-line error unless it lies inside a path of `allowed` (given on
+    the command line). Without `base` (a mapping given in code) the path is taken as it is."""
+    path = Path(value).expanduser()
+    if base is None:
+        return path
+    if not path.is_absolute():
+        path = base / path
+    real = path.resolve()
+    if _within(real, base.resolve()) or any(_within(real, Path(a).expanduser().resolve()) for a in allowed):
+        return path
+    raise NeedlebenchError(
+        f"{where}: key {key}: {value!r} leads outside the experiment file's folder {base} (to {real}); allowed: a "
+        f"path inside that folder (relative to it), or one you pass on the command line with --allow-path {real}"
+    )
+
+
+def _local_haystack(value: object, where: str, base: Path | None, allowed: tuple[str | Path, ...]) -> object:
+    """The haystack of an experiment file: a local one inside its folder (:func:`local_path`) that is a regular
+    file or a folder (a FIFO or device is refused before anything reads it), other specs unchanged."""
+    import os
+    import stat
+
+    if base is None or not is_local_spec(value):
+        return value
+    path = local_path(value, "haystack", where, base, allowed)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return str(path)  # missing: the corpus loader says so
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise _fail(where, "haystack", value, "a .txt or .jsonl file or a folder (not a FIFO, device or socket)")
+    if stat.S_ISDIR(mode):  # its .txt files are read (corpus.load_local): a link among them must not lead out
+        for entry in sorted(path.iterdir()):
+            if entry.suffix == ".txt" and entry.is_symlink():
+                local_path(str(entry), f"haystack ({entry.name})", where, base, allowed)
+    return str(path)
+
+
+def parse_experiment(
+    data: dict, where: str = "experiment", base: Path | None = None, allowed: tuple[str | Path, ...] = ()
+) -> Experiment:
+    """Validate an experiment mapping against the schema and the rules the schema cannot say. Local paths are taken
+    relative to `base` (the file's folder) and must stay inside it or inside a path of `allowed`."""
     _schema_check(data, where)
     kind = data["kind"]
     language = data["language"]
@@ -359,7 +406,7 @@ def parse_experiment(data: dict, where: str = "experiment", base: Path | None = 
     if prompt != "default" and (prompt.count(CONTEXT_SLOT) != 1 or "{question}" not in prompt):
         raise _fail(where, "prompt", prompt, "'default' or a template with {context} once and {question}")
     family = family_of(kind)
-    needles = _parse_needles(data, kind, language, where, base)
+    needles = _parse_needles(data, kind, language, where, base, allowed)
     sample_method = data.get("sample_method", "fixed")
     fixed_index = data.get("fixed_index", 0)
     n_needles = data.get("n_needles", 1)
@@ -387,7 +434,7 @@ def parse_experiment(data: dict, where: str = "experiment", base: Path | None = 
         lengths=lengths,
         depths=depths,
         needles=needles,
-        haystack=data.get("haystack"),
+        haystack=_local_haystack(data.get("haystack"), where, base, allowed),
         question=data.get("question", ""),
         answer=data.get("answer", data.get("keyword", "")),
         keyword=data.get("keyword", ""),
@@ -403,20 +450,27 @@ def parse_experiment(data: dict, where: str = "experiment", base: Path | None = 
         question_position=data.get("question_position", "end"),
         prompt=prompt,
         seed=data.get("seed", RELEASE_SEED),
-        tokenizer=_tokenizer_spec(data.get("tokenizer", DEFAULT_TOKENIZER), base),
+        tokenizer=_tokenizer_spec(data.get("tokenizer", DEFAULT_TOKENIZER), base, where, allowed),
     )
 
 
-def _tokenizer_spec(spec: str, base: Path | None) -> str:
-    """The file's tokenizer, a relative ``hf:`` folder read from the experiment file's folder."""
+def _tokenizer_spec(spec: str, base: Path | None, where: str = "", allowed: tuple[str | Path, ...] = ()) -> str:
+    """The file's tokenizer, a relative ``hf:`` folder read from the experiment file's folder; a folder outside it
+    (absolute, ``~``, ``..``) only when the command line allows it (:func:`local_path`)."""
     if spec.startswith("hf:") and base is not None:
-        folder = Path(spec[3:]).expanduser()
-        if not folder.is_absolute() and (base / folder).is_dir():
-            return f"hf:{(base / folder).resolve()}"
+        text = spec[3:]
+        folder = Path(text).expanduser()
+        if folder.is_absolute() or text.startswith("~") or ".." in Path(text).parts:
+            local_path(text, "tokenizer", where, base, allowed)
+            return spec
+        if (base / folder).is_dir():
+            return f"hf:{local_path(text, 'tokenizer', where, base, allowed).resolve()}"
     return spec
 
 
-def _parse_needles(data: dict, kind: str, language: str, where: str, base: Path | None) -> tuple[ExperimentNeedle, ...]:
+def _parse_needles(
+    data: dict, kind: str, language: str, where: str, base: Path | None, allowed: tuple[str | Path, ...] = ()
+) -> tuple[ExperimentNeedle, ...]:
     has_inline, has_file = "needles" in data, "needles_file" in data
     if has_inline == has_file:
         raise NeedlebenchError(f"{where}: give exactly one of the keys needles, needles_file")
@@ -431,9 +485,7 @@ def _parse_needles(data: dict, kind: str, language: str, where: str, base: Path 
                 raise _fail(where, f"needles.{i}", item, f"a needle sentence (string) for {kind}")
         return tuple(ExperimentNeedle(text.strip(), "", "", "") for text in data["needles"])
     if has_file:
-        path = Path(data["needles_file"])
-        if not path.is_absolute() and base is not None:
-            path = base / path
+        path = local_path(data["needles_file"], "needles_file", where, base, allowed)
         if not path.is_file():
             raise _fail(where, "needles_file", data["needles_file"], "an existing needles.jsonl file")
         loaded = load_needles_file(path, language)
@@ -475,6 +527,12 @@ def experiment_from_record(record: dict) -> Experiment:
 
     data = dict(record)
     recorded = data.get("haystack")
+    # a manifest records needles inline and a local haystack as {file, kind, size, sha256}, never as a path: a
+    # path there came from someone else's folder and would read this machine's files
+    if "needles_file" in data:
+        raise _fail("manifest experiment", "needles_file", data["needles_file"], "inline needles (as recorded)")
+    if is_local_spec(recorded):
+        raise _fail("manifest experiment", "haystack", recorded, "a recorded local input {file, kind, size, sha256}")
     if not is_input_record(recorded):
         return parse_experiment(data, "manifest experiment")
     del data["haystack"]

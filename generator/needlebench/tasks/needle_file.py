@@ -12,13 +12,17 @@ from needlebench.tasks.needles import LANGUAGE_NAMES, RetrievalNeedle, language_
 NEEDLE_FIELDS = ("needle", "retrieval_question", "arg1", "arg2", "language")
 
 
+#: Largest needles file read (the reference's needles.jsonl is 4 KB).
+MAX_NEEDLES_BYTES = 16 * 1024 * 1024
+
+
 def _read_lines(path: str | os.PathLike[str]) -> list[str]:
-    """The lines of a UTF-8 text file, or a NeedlebenchError naming the file."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().split("\n")  # JSON strings may hold U+2028 etc.: split on newlines only
-    except (OSError, UnicodeDecodeError) as error:
-        raise NeedlebenchError(f"cannot read needles file {os.fspath(path)!r}: {error}") from error
+    """The lines of a UTF-8 text file (a regular file: a FIFO or device is refused before it is read), or a
+    NeedlebenchError naming the file."""
+    from needlebench.sources.corpus import read_regular_text  # deferred: the corpus module's imports
+
+    # JSON strings may hold U+2028 etc.: split on newlines only
+    return read_regular_text(path, "needles file", MAX_NEEDLES_BYTES).split("\n")
 
 
 def _parse_record(line: str, where: str) -> dict[str, str]:
