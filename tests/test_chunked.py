@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -191,6 +192,33 @@ def test_resume_reads_finished_chunks(data_dir: Path, group_dir: Path, tmp_path:
     _run(data_dir, group_dir, tmp_path / "out", *args, model_args=model_args, tasks=TASKS[0], rows=10)
     assert log.read_text(encoding="utf-8").split() == first  # no row asked again: every chunk was read back
     assert _results(tmp_path / "out") == before
+
+
+def test_resume_never_takes_chunks_this_user_did_not_write(data_dir: Path, group_dir: Path, tmp_path: Path):
+    """A results folder from someone else (copied here), its resume store pre-filled with perfect answers (an honest
+    run's chunk files, samples edited, one with its tag removed) and a response database of lm-eval's beside them:
+    every row is asked of the model again, and the scores are the model's."""
+    log = tmp_path / "requests.log"
+    model_args = f"wrong=0.3,request_log={log}"
+    args = ("--chunk-rows", "4", "--resume")
+    _run(data_dir, group_dir, tmp_path / "theirs", *args, model_args=model_args, tasks=TASKS[0], rows=10)
+    honest = _results(tmp_path / "theirs")
+    shutil.copytree(tmp_path / "theirs", tmp_path / "shared")
+    chunks = sorted((tmp_path / "shared").rglob(".needlebench-cache/*/*.json"))
+    assert len(chunks) == 3
+    for number, path in enumerate(chunks):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if number == 0:
+            del record["tag"]
+        for sample in record["samples"]:
+            sample["score"] = 1.0  # the forger's perfect answers
+        path.write_text(json.dumps(record), encoding="utf-8")
+    (chunks[0].parent.parent / f"{chunks[0].parent.name.removesuffix('-chunks')}_rank0.db").write_bytes(b"pickles")
+    log.unlink()
+    _run(data_dir, group_dir, tmp_path / "shared", *args, model_args=model_args, tasks=TASKS[0], rows=10)
+    assert len(log.read_text(encoding="utf-8").split()) == 10  # every row asked again
+    assert _results(tmp_path / "shared") == honest
+    assert not list((tmp_path / "theirs").rglob("*.db"))  # lm-eval's response database is never in the output
 
 
 def test_resume_runs_a_chunk_again_when_scoring_options_change(

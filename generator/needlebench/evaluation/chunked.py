@@ -49,10 +49,11 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.eval_guard import cache_path
+from needlebench.evaluation.eval_guard import CHUNKS_FOLDER, run_key
 from needlebench.evaluation.lean_samples import lean_sample
 from needlebench.evaluation.thinking import think_end_marker, unclosed_policy
 from needlebench.safe_fs import Folder
+from needlebench.sources.cache import same_tag, sign
 from needlebench.terminal import printable
 
 #: Context tokens per chunk (rows of a config are cut where the sum of their ``context_length`` passes it): about
@@ -177,6 +178,10 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str, ensure_ascii=False))
 
 
+#: A chunk file is at most this large (a chunk's logged samples; the largest at 1M tokens are a few MB).
+MAX_CHUNK_BYTES = 1 << 30
+
+
 class ChunkStore:
     """Finished chunks of a run (``--resume``): one JSON file per chunk, keyed by everything that decides its
     answers and its logged samples (task config, model, chat and system settings, think-end marker and unclosed
@@ -227,20 +232,36 @@ class ChunkStore:
             return root.sub(f"{self.folder.parent.name}/{self.folder.name}", create=create)
 
     def load(self, task: Any, positions: Sequence[int]) -> list[dict[str, Any]] | None:
+        """The chunk's samples when this user's run wrote them (HMAC tag keyed by the per-user secret of
+        :func:`needlebench.sources.cache.sign`): a chunk file from a shared results folder that this user did not
+        write (pre-filled answers) is run again, never taken."""
         path = self._path(task, positions)
         try:
             with self._open(create=False) as folder:
                 if not folder.is_file(path.name):
                     return None
-                text = folder.read_text(path.name)
-            return list(json.loads(text)["samples"])
+                text = folder.read_text(path.name, limit=MAX_CHUNK_BYTES)
+            record = json.loads(text)
+            samples = record["samples"]
+            payload = json.dumps(samples, ensure_ascii=False, sort_keys=True)
+            if not same_tag(record["tag"], _tag(path.name, payload)) or not isinstance(samples, list):
+                return None
+            return list(samples)
         except (OSError, ValueError, KeyError, TypeError, RecursionError, NeedlebenchError):
-            return None  # a damaged chunk file (or one that is no regular file) is run again
+            return None  # a damaged, unsigned or foreign chunk file (or one that is no regular file) is run again
 
     def save(self, task: Any, positions: Sequence[int], samples: list[dict[str, Any]]) -> None:
         path = self._path(task, positions)
+        samples = _jsonable(samples)
+        payload = json.dumps(samples, ensure_ascii=False, sort_keys=True)
+        record = {"samples": samples, "tag": _tag(path.name, payload)}
         with self._open(create=True) as folder:
-            folder.write_text(path.name, json.dumps({"samples": _jsonable(samples)}, ensure_ascii=False))
+            folder.write_text(path.name, json.dumps(record, ensure_ascii=False))
+
+
+def _tag(name: str, payload: str) -> str:
+    """The chunk file's tag: its name (which carries the key of everything that decides its answers) and samples."""
+    return sign(name.encode("utf-8") + b"\0" + payload.encode("utf-8")).hex()
 
 
 # --------------------------------------------------------------------------------------------- evaluate
@@ -395,9 +416,8 @@ def chunked_evaluation(options: ChunkOptions) -> Iterator[None]:
 
 
 def chunk_store(prepared: Any) -> Path | None:
-    """Where ``--resume`` keeps finished chunks: beside the response cache under the output folder (None
-    without ``--resume``)."""
+    """Where ``--resume`` keeps finished chunks: ``<output>/.needlebench-cache/<model>-<digest>-chunks``, each chunk
+    file signed by this user (:meth:`ChunkStore.load`); None without ``--resume``."""
     if not prepared.args.resume or prepared.output is None:
         return None
-    cache = cache_path(prepared.output, prepared.args)
-    return cache.with_name(cache.name + "-chunks")
+    return prepared.output / CHUNKS_FOLDER / f"{run_key(prepared.args)}-chunks"

@@ -14,9 +14,9 @@
   ``generation_kwargs``. ``--think-end MARK`` sets the end-of-reasoning marker stripped before scoring
   (default ``</think>``) and ``--think-unclosed keep|empty`` what the default metrics score of a reasoning block
   never closed (default ``keep``: the whole output); see :mod:`needlebench.evaluation.thinking`.
-* **Resume.** ``--resume`` adds lm-eval's ``--use_cache`` with a database under the output folder keyed by the
-  model and its arguments (lm-eval keys each entry by the request: prompt and generation settings), so a killed
-  run, started again with the same command, only computes the rows it had not finished.
+* **Resume.** ``--resume`` adds lm-eval's ``--use_cache`` with a database in this user's private cache keyed by
+  the output folder, the model and its arguments (lm-eval keys each entry by the request: prompt and generation
+  settings), so a killed run, started again with the same command, only computes the rows it had not finished.
 * **Health.** After the run, ``needlebench_health_<date>.json`` beside the newest ``results_<date>.json`` gives
   every needlebench task ``output_truncated`` (rows whose output used all of ``max_gen_toks``),
   ``no_final_answer`` (share of rows whose reasoning block was never closed) and ``skipped_too_long``, and the
@@ -58,6 +58,7 @@ from needlebench.evaluation.thinking import (
     has_final_answer,
 )
 from needlebench.safe_fs import Folder
+from needlebench.sources.cache import cache_folder, cache_root
 from needlebench.tasks.grid import get_config, registry
 
 #: Models with no context window (answers do not depend on the prompt length).
@@ -377,12 +378,24 @@ def _other_tasks(tasks: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------------------------- the run's options
 
 
-def cache_path(output: Path, args: EvalArgs) -> Path:
-    """lm-eval ``--use_cache`` database of a run: one per model and model args, under the output folder."""
+def run_key(args: EvalArgs) -> str:
+    """``<model>-<digest of the model and its args>``: the name of a run's resume stores."""
     key = json.dumps([model_kind(args), args.model_args], sort_keys=True, default=str)
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
-    return output / ".needlebench-cache" / f"{model_kind(args).replace('/', '_')}-{digest}"
+    return f"{model_kind(args).replace('/', '_')}-{digest}"
 
+
+def cache_path(output: Path, args: EvalArgs) -> Path:
+    """lm-eval ``--use_cache`` database of a run: one per output folder, model and model args, in this user's
+    private cache (``$NEEDLEBENCH_CACHE/responses``, 0700), never in the output folder. lm-eval keeps it in a
+    ``SqliteDict`` whose values are pickles (``CachingLM`` in lm_eval/api/model.py), so a database planted in a
+    results folder from someone else would run its code when read."""
+    where = hashlib.sha256(os.fsencode(output.absolute())).hexdigest()[:16]
+    return cache_root() / "responses" / where / run_key(args)
+
+
+#: The output folder's folder of ``--resume``'s finished chunks (:class:`needlebench.evaluation.chunked.ChunkStore`).
+CHUNKS_FOLDER = ".needlebench-cache"
 
 #: Largest task YAML of a task folder copied for ``--reasoning``.
 MAX_TASK_YAML_BYTES = 16 * 1024 * 1024
@@ -471,8 +484,9 @@ def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
         if args.value("use_cache"):
             raise NeedlebenchError("give --resume or --use_cache, not both")
         cache = cache_path(output, args)
-        with Folder.open(output, create=True) as folder, folder.sub(cache.parent.name, create=True):
-            pass  # a link planted at .needlebench-cache is refused, never followed by lm-eval's cache
+        with Folder.open(output, create=True) as folder, folder.sub(CHUNKS_FOLDER, create=True):
+            pass  # a link planted at .needlebench-cache (the chunk store's folder) is refused, never followed
+        cache_folder(cache.parent).close()  # this user's, 0700 whatever the umask
         namespace.use_cache = str(cache)
     if args.reasoning is not None and include_path is not None:
         temp = Path(tempfile.mkdtemp(prefix="needlebench-reasoning-"))
