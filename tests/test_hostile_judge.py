@@ -15,6 +15,7 @@ import hmac
 import json
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
@@ -54,6 +55,10 @@ REPLIES = {
     "not-json": lambda: b"Rating: [[10]]",
     # a text reply that is deeply nested JSON-like text: only the rating parser sees it
     "deep-text": lambda: _chat("{" * 20_000 + '"rating": 10'),
+    # 60 KiB texts on which the rating parser once backtracked for hours (regular expressions) or minutes (json-repair)
+    "spaces": lambda: _chat("Rating:" + " " * 60_000 + "x"),
+    "line-breaks": lambda: _chat("1: " + "\n" * 30_000),
+    "braces": lambda: _chat("".join(("{", " ", "]]", "10")[(7 * i) % 11 % 4] for i in range(30_000))),
     "huge": lambda: _chat("Rating: [[10]] " + "x" * 5_000_000),
 }
 
@@ -306,10 +311,13 @@ def test_a_garbage_reply_leaves_the_row_unjudged_and_counted(sandbox, judge_port
     assert not (results / CACHE).exists() or cache_lines(results) == []
 
 
-def test_a_deeply_nested_reply_text_is_an_unrated_verdict(sandbox, judge_port):
+@pytest.mark.parametrize("mode", ["deep-text", "spaces", "line-breaks", "braces"])
+def test_a_reply_text_built_to_stall_the_parser_is_an_unrated_verdict_in_seconds(sandbox, judge_port, mode):
     home = sandbox
     results = write_run(home, {"needlebench_a": [sample("q1?")]})
-    result = judge(home, results, judge_port, "deep-text", "--retries", "0")
+    started = time.monotonic()
+    result = judge(home, results, judge_port, mode, "--retries", "0")
+    assert time.monotonic() - started < 30
     assert result.returncode == 0, result.stderr[-2000:]
     assert judged_scores(results / "model" / f"judged_samples_needlebench_a_{DATE}.jsonl") == [None]
 

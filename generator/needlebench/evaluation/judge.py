@@ -72,6 +72,7 @@ _RATING = re.compile(
     r"|\b(\d{1,2})\s*(?:/\s*10|out\s+of\s+10)\b",  # N/10, N out of 10
     re.IGNORECASE,
 )
+_WHITESPACE_RUN = re.compile(r"(\s)\s+")
 #: The rubric's anchors: a reply that restates one ("1: The answer is completely unrelated ...") rates with it.
 ANCHORS = {
     1: "the answer is completely unrelated to the reference",
@@ -80,11 +81,17 @@ ANCHORS = {
     7: "the answer aligns with the reference but has minor omissions",
     10: "the answer is completely accurate and aligns perfectly with the reference",
 }
-_ANCHOR_LINE = re.compile(r"^\s*(\d{1,2})\s*[:.)-]\s*(\S.*)$", re.MULTILINE)
+#: A numbered line; the start skips spaces but no line break (a ``\s*`` there would rescan every following empty
+#: line from each line start: quadratic, hours on 64 KiB of line breaks). Same matches: a line break skipped there
+#: is a later line's start.
+_ANCHOR_LINE = re.compile(r"^[^\S\n]*(\d{1,2})\s*[:.)-]\s*(\S.*)$", re.MULTILINE)
 #: How closely (rapidfuzz ratio, 0-100) a restated anchor must match the rubric's words.
 ANCHOR_SIMILARITY = 90.0
 #: Deepest bracket nesting of a reply handed to json-repair (a rating needs 1; json-repair recurses per level).
 MAX_REPAIR_DEPTH = 16
+#: Longest text handed to json-repair, from the first ``{`` (the judge may send 32 tokens, a few hundred characters;
+#: json-repair takes more than quadratic time on long garbage: a minute and a half on 64 KiB of braces).
+MAX_REPAIR_CHARS = 1024
 
 
 def _json_rating(reply: str) -> int | None:
@@ -96,7 +103,7 @@ def _json_rating(reply: str) -> int | None:
     start = reply.find("{")
     if start < 0:
         return None
-    text = reply[start:]
+    text = reply[start : start + MAX_REPAIR_CHARS]
     if text.count("{") + text.count("[") > MAX_REPAIR_DEPTH:  # cut where it nests deeper (json-repair closes it)
         import numpy as np
 
@@ -140,7 +147,9 @@ def parse_rating(reply: str) -> int | None:
     object with a ``rating`` or ``score`` key (repaired if cut off); then a line that restates a rubric anchor
     (``7: The answer aligns with the reference but has minor omissions``). Values outside 1-10 are skipped."""
     reply = reply or ""
-    for match in _RATING.finditer(reply):
+    # each whitespace run cut to its first character: the same matches (every space in the patterns is \s* or
+    # \s+), without the backtracking over long runs that would take hours on a 64 KiB reply of spaces
+    for match in _RATING.finditer(_WHITESPACE_RUN.sub(r"\1", reply)):
         value = int(next(group for group in match.groups() if group is not None))
         if 1 <= value <= 10:
             return value
