@@ -53,6 +53,7 @@ REPLIES = {
     "content-number": lambda: _chat(10),
     "choices-string": lambda: json.dumps({"choices": "Rating: [[10]]"}).encode(),
     "not-json": lambda: b"Rating: [[10]]",
+    "surrogate": lambda: b'{"choices": [{"message": {"content": "Rating: [[10]] \\udc00"}}]}',
     # a text reply that is deeply nested JSON-like text: only the rating parser sees it
     "deep-text": lambda: _chat("{" * 20_000 + '"rating": 10'),
     # 60 KiB texts on which the rating parser once backtracked for hours (regular expressions) or minutes (json-repair)
@@ -295,6 +296,7 @@ def test_a_tampered_signed_entry_is_asked_again(sandbox, judge_port):
         ("content-number", "a reply that is not chat-completion JSON"),
         ("choices-string", "a reply that is not chat-completion JSON"),
         ("not-json", "a reply that is not chat-completion JSON"),
+        ("surrogate", "a reply that is not chat-completion JSON"),
         ("huge", "a reply over 64 KiB"),
     ],
 )
@@ -366,6 +368,7 @@ HOSTILE_SAMPLES = {
     "doc-null": (_row_with("doc", "null"), ["line 2", "doc", "null"]),
     "question-object": (_row_with("doc.question", '{"x": 1}'), ["line 2", "doc.question", "a JSON object"]),
     "not-json": ("{not json", ["line 2", "not JSON"]),
+    "surrogate": (_row_with("doc.answer", '"\\ud800"'), ["line 2", "doc.answer", "lone surrogate"]),
 }
 
 
@@ -437,3 +440,39 @@ def test_a_folder_at_the_judged_name_is_refused_before_any_request(sandbox, judg
     (results / "model" / f"judged_samples_needlebench_a_{DATE}.jsonl").mkdir()
     refused(judge(home, results, judge_port), f"judged_samples_needlebench_a_{DATE}.jsonl", "is a folder")
     assert Judge.requests == []
+
+
+def test_a_samples_name_too_long_for_its_judged_name_is_refused_before_any_request(sandbox, judge_port):
+    home = sandbox
+    results = write_run(home, {"needlebench_a": [sample("q1?")]})
+    name = "samples_" + "x" * 241 + ".jsonl"  # 255 bytes: judged_<name> cannot exist
+    (results / "model" / name).write_text(json.dumps(sample("q2?")) + "\n")
+    refused(judge(home, results, judge_port), name, "too long")
+    assert Judge.requests == []
+
+
+def test_a_cache_hard_linked_to_a_file_elsewhere_is_replaced_not_appended_to(sandbox, judge_port):
+    """A hard link (another local user's doing, where fs.protected_hardlinks is off) is a regular file: the judge
+    reads it but writes a new file at the name instead of appending to the shared one."""
+    home = sandbox
+    results = write_run(home, {"needlebench_a": [sample("q1?")]})
+    elsewhere = home / "work" / "shared.jsonl"
+    elsewhere.write_text("")
+    os.link(elsewhere, results / CACHE)
+    result = judge(home, results, judge_port)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert elsewhere.read_text() == "" and os.stat(results / CACHE).st_nlink == 1
+    assert [entry["score"] for entry in cache_lines(results)] == [3]
+
+
+def test_a_cache_line_cut_by_an_interruption_does_not_swallow_the_next_verdict(sandbox, judge_port):
+    home = sandbox
+    results = write_run(home, {"needlebench_a": [sample("q1?"), sample("q2?")]})
+    assert judge(home, results, judge_port).returncode == 0
+    first = (results / CACHE).read_text().splitlines()[0]
+    (results / CACHE).write_text(first)  # the second verdict was never written, the first lost its line break
+    Judge.requests = []
+    result = judge(home, results, judge_port)
+    assert result.returncode == 0 and len(Judge.requests) == 1 and warnings_of(result) == []
+    Judge.requests = []
+    assert judge(home, results, judge_port).returncode == 0 and Judge.requests == []

@@ -39,6 +39,8 @@ MAX_JSON_DEPTH = 64
 MAX_NUMBER_CHARS = 100
 #: Deepest folder searched for samples files (lm-eval writes them 1 below --output_path).
 MAX_FOLDER_DEPTH = 32
+#: Longest file name of the common file systems (ext4, XFS, btrfs, tmpfs: NAME_MAX in <limits.h>), bytes.
+NAME_MAX = 255
 #: Longest cache line read (a reply is at most 64 KiB of text; JSON escapes can make it up to 6 times longer).
 MAX_CACHE_LINE = 1 << 20
 #: Fields of a cache entry, all covered by its tag.
@@ -95,23 +97,46 @@ def _field(path: tuple[Any, ...]) -> str:
     return out or "the value"
 
 
+#: A ``\uD800``-``\uDFFF`` escape: the only way a lone surrogate (which UTF-8 cannot carry) gets into decoded JSON.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def load_json(text: str | bytes) -> Any:
     """``json.loads`` with limits: ValueError (its message names the field) for nesting deeper than
     :data:`MAX_JSON_DEPTH`, ``NaN``/``Infinity`` or a number too large for a float, a number longer than
-    :data:`MAX_NUMBER_CHARS` characters. Other values are read exactly as ``json.loads`` reads them."""
+    :data:`MAX_NUMBER_CHARS` characters, a string with a lone surrogate (``"\\ud800"``, which no UTF-8 file can
+    be written with). Other values are read exactly as ``json.loads`` reads them."""
     try:
         value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
     except RecursionError:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    pattern = _SURROGATE_ESCAPE_BYTES if isinstance(text, (bytes, bytearray)) else _SURROGATE_ESCAPE
+    strings = pattern.search(text) is not None  # check strings only when an escape could have made one
     stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
     while stack:
         item, path = stack.pop()
         if isinstance(item, _Bad):
             raise ValueError(f"{_field(path)} is {item.what}")
+        if strings and isinstance(item, str) and _lone_surrogate(item):
+            raise ValueError(f"{_field(path)} holds a lone surrogate (\\ud800-\\udfff), which UTF-8 cannot carry")
         if isinstance(item, (dict, list)):
             if len(path) >= MAX_JSON_DEPTH:
                 raise ValueError(f"{_field(path[:8])}... nests deeper than {MAX_JSON_DEPTH} levels")
-            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            if isinstance(item, dict):
+                if strings and any(_lone_surrogate(key) for key in item):
+                    raise ValueError(f"a key of {_field(path)} holds a lone surrogate, which UTF-8 cannot carry")
+                pairs = item.items()
+            else:
+                pairs = enumerate(item)
             stack.extend((child, (*path, key)) for key, child in pairs)
     return value
 
@@ -153,6 +178,11 @@ def find_samples(root: Folder) -> list[tuple[str, ...]]:
                         raise NeedlebenchError(
                             f"{shown(folder.path / name)} is not a regular file (a symbolic link, FIFO, device or "
                             "folder); needlebench judge reads only lm-eval's own samples files"
+                        )
+                    if len(os.fsencode(JUDGED_PREFIX + name)) > NAME_MAX:
+                        raise NeedlebenchError(
+                            f"{shown(folder.path / name)}: the name is too long to write {JUDGED_PREFIX}<name> beside "
+                            f"it (at most {NAME_MAX - len(JUDGED_PREFIX)} bytes; lm-eval's own names are far shorter)"
                         )
                     judged = folder.lstat(JUDGED_PREFIX + name)
                     if judged is not None and stat.S_ISDIR(judged.st_mode):
@@ -308,9 +338,11 @@ class JudgeCache:
             self._rewrite()
             return
         lines = 0
+        ended = True  # the last line ends with a line break (else the next append would join it)
         with folder.open_read(CACHE_NAME) as handle:
             for line in self._lines(handle):
                 lines += 1
+                ended = line is None or line.endswith(b"\n")
                 entry = None
                 if line is not None:
                     try:
@@ -327,6 +359,8 @@ class JudgeCache:
                 "(unsigned, forged, damaged, or from another machine or needlebench 0.3 and earlier); they are "
                 "ignored and removed, and their rows are asked again"
             )
+        # a hard link to a file elsewhere is rewritten (a new file), never appended to
+        if ignored or not ended or info.st_nlink > 1:
             self._rewrite()
 
     @staticmethod
