@@ -44,6 +44,7 @@ from needlebench.evaluation.judge_files import (
     read_samples,
     write_judged,
 )
+from needlebench.safe_fs import Folder
 
 __all__ = ["CACHE_NAME", "JUDGED_PREFIX", "SAMPLES_RE", "JudgeConfig", "judge_results", "parse_rating", "sample_files"]
 
@@ -72,6 +73,7 @@ _RATING = re.compile(
     r"|\b(\d{1,2})\s*(?:/\s*10|out\s+of\s+10)\b",  # N/10, N out of 10
     re.IGNORECASE,
 )
+#: A run of two or more whitespace characters (cut to its first before :data:`_RATING` is matched).
 _WHITESPACE_RUN = re.compile(r"(\s)\s+")
 #: The rubric's anchors: a reply that restates one ("1: The answer is completely unrelated ...") rates with it.
 ANCHORS = {
@@ -372,7 +374,7 @@ def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True)
         return _judge_folder(root, config, progress)
 
 
-def _judge_folder(root, config: JudgeConfig, progress: bool) -> dict:
+def _judge_folder(root: Folder, config: JudgeConfig, progress: bool) -> dict:
     files = find_samples(root)
     if not files:
         raise NeedlebenchError(f"{root.path} holds no samples_*.jsonl; run lm-eval with --log_samples")

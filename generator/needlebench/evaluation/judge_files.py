@@ -149,10 +149,11 @@ def open_results(results_dir: Path) -> Folder:
     results_dir = Path(results_dir)
     try:
         return Folder.open(results_dir)
-    except (FileNotFoundError, NotADirectoryError, NeedlebenchError):
-        raise NeedlebenchError(
-            f"results folder {shown(results_dir)} does not exist; give the --output_path of an lm-eval run"
-        ) from None
+    except FileNotFoundError:
+        problem = "does not exist"
+    except (NotADirectoryError, NeedlebenchError):
+        problem = "is not a folder"
+    raise NeedlebenchError(f"results folder {shown(results_dir)} {problem}; give the --output_path of an lm-eval run")
 
 
 def find_samples(root: Folder) -> list[tuple[str, ...]]:
