@@ -9,7 +9,9 @@ retried with bounded exponential backoff. Every reply of the judge model is a ve
 interrupted run resumes where it stopped; a request that never got a reply is not cached, its row stays unjudged
 and a rerun asks again. For each ``samples_<task>_<date>.jsonl`` whose rows all have a verdict the judged samples
 are written beside it as ``judged_samples_<task>_<date>.jsonl``: the original record plus ``judge`` (``score``
-1-10 or null when the judge never gave a usable rating, ``model``, ``reply``, ``endpoint``). Credentials in
+1-10 or null when the judge never gave a usable rating, ``model``, ``reply``, ``endpoint``). The results folder may
+come from someone else: every file in it is read and written through :mod:`needlebench.evaluation.judge_files`
+(no link followed, values read with limits, cache entries signed with this user's secret). Credentials in
 ``--base-url`` (``user:pass@``, a query string) and the API key are never written or printed: the endpoint is
 recorded as ``scheme://host:port/path`` and secrets echoed in a reply are blanked. Ratings are read by
 :func:`parse_rating`: ``[[N]]``, ``Rating: N``, ``N/10``, a JSON object (repaired with json-repair) or a restated
@@ -22,20 +24,29 @@ import asyncio
 import base64
 import hashlib
 import json
-import os
 import re
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.judge_files import (
+    CACHE_NAME,
+    JUDGED_PREFIX,
+    SAMPLES_RE,
+    JudgeCache,
+    find_samples,
+    load_json,
+    new_file_mode,
+    open_results,
+    read_samples,
+    write_judged,
+)
+from needlebench.safe_fs import Folder
 
-SAMPLES_RE = re.compile(r"^samples_.+\.jsonl$")
-CACHE_NAME = ".needlebench-judge-cache.jsonl"
-JUDGED_PREFIX = "judged_"
+__all__ = ["CACHE_NAME", "JUDGED_PREFIX", "SAMPLES_RE", "JudgeConfig", "judge_results", "parse_rating", "sample_files"]
 
 RUBRIC = """You are judging the answer of an AI assistant to a question about a long document. You see the question,
 the reference answer and the assistant's answer (not the document). Rate how well the assistant's answer matches
@@ -62,6 +73,8 @@ _RATING = re.compile(
     r"|\b(\d{1,2})\s*(?:/\s*10|out\s+of\s+10)\b",  # N/10, N out of 10
     re.IGNORECASE,
 )
+#: A run of two or more whitespace characters (cut to its first before :data:`_RATING` is matched).
+_WHITESPACE_RUN = re.compile(r"(\s)\s+")
 #: The rubric's anchors: a reply that restates one ("1: The answer is completely unrelated ...") rates with it.
 ANCHORS = {
     1: "the answer is completely unrelated to the reference",
@@ -70,19 +83,38 @@ ANCHORS = {
     7: "the answer aligns with the reference but has minor omissions",
     10: "the answer is completely accurate and aligns perfectly with the reference",
 }
-_ANCHOR_LINE = re.compile(r"^\s*(\d{1,2})\s*[:.)-]\s*(\S.*)$", re.MULTILINE)
+#: A numbered line; the start skips spaces but no line break (a ``\s*`` there would rescan every following empty
+#: line from each line start: quadratic, hours on 64 KiB of line breaks). Same matches: a line break skipped there
+#: is a later line's start.
+_ANCHOR_LINE = re.compile(r"^[^\S\n]*(\d{1,2})\s*[:.)-]\s*(\S.*)$", re.MULTILINE)
 #: How closely (rapidfuzz ratio, 0-100) a restated anchor must match the rubric's words.
 ANCHOR_SIMILARITY = 90.0
+#: Deepest bracket nesting of a reply handed to json-repair (a rating needs 1; json-repair recurses per level).
+MAX_REPAIR_DEPTH = 16
+#: Longest text handed to json-repair, from the first ``{`` (the judge may send 32 tokens, a few hundred characters;
+#: json-repair takes more than quadratic time on long garbage: a minute and a half on 64 KiB of braces).
+MAX_REPAIR_CHARS = 1024
 
 
 def _json_rating(reply: str) -> int | None:
     """A rating in a JSON object (``{"rating": 7}``), repaired by json-repair when cut or fenced."""
     from json_repair import repair_json
 
+    from needlebench.evaluation.scoring.counting_stars import bracket_depths
+
     start = reply.find("{")
     if start < 0:
         return None
-    value = repair_json(reply[start:], return_objects=True)
+    text = reply[start : start + MAX_REPAIR_CHARS]
+    if text.count("{") + text.count("[") > MAX_REPAIR_DEPTH:  # cut where it nests deeper (json-repair closes it)
+        import numpy as np
+
+        deep = np.flatnonzero(bracket_depths(text) > MAX_REPAIR_DEPTH)
+        text = text[: int(deep[0])] if len(deep) else text
+    try:
+        value = repair_json(text, return_objects=True)
+    except (RecursionError, ValueError, TypeError):
+        return None
     if not isinstance(value, dict):
         return None
     for key, item in value.items():
@@ -117,7 +149,9 @@ def parse_rating(reply: str) -> int | None:
     object with a ``rating`` or ``score`` key (repaired if cut off); then a line that restates a rubric anchor
     (``7: The answer aligns with the reference but has minor omissions``). Values outside 1-10 are skipped."""
     reply = reply or ""
-    for match in _RATING.finditer(reply):
+    # each whitespace run cut to its first character: the same matches (every space in the patterns is \s* or
+    # \s+), without the backtracking over long runs that would take hours on a 64 KiB reply of spaces
+    for match in _RATING.finditer(_WHITESPACE_RUN.sub(r"\1", reply)):
         value = int(next(group for group in match.groups() if group is not None))
         if 1 <= value <= 10:
             return value
@@ -165,6 +199,13 @@ class Endpoint:
             raise NeedlebenchError(
                 f"--base-url {redact_url(base_url)!r} is not an http(s) URL; give http(s)://HOST[:PORT]/PATH, "
                 "e.g. http://localhost:8000/v1"
+            )
+        if api_key is not None and not all("!" <= char <= "~" for char in api_key):
+            # an HTTP header value carries ASCII only (RFC 9110 section 5.5); the key itself is never shown
+            raise NeedlebenchError(
+                "the API key (--api-key-env) holds characters outside printable ASCII "
+                "(a letter with an accent, a space, a line break); an API key is sent in an HTTP header, which "
+                "allows only the printable ASCII characters ! to ~"
             )
         path = url.path.rstrip("/")
         self.shown = redact_url(base_url)
@@ -255,10 +296,27 @@ async def _post(client, endpoint: Endpoint, config: JudgeConfig, prompt: str) ->
         raise JudgeFailure(f"cannot connect to {endpoint.shown}", transient=True) from None
     except httpx.HTTPError as error:  # dropped connection, protocol error, the client's own timeouts
         raise JudgeFailure(f"{type(error).__name__} from {endpoint.shown}", transient=True) from None
+    content = _chat_content(body)
+    if content is None:
+        raise JudgeFailure(f"a reply that is not chat-completion JSON from {endpoint.shown}", transient=True)
+    return content
+
+
+def _chat_content(body: bytes) -> str | None:
+    """``choices[0].message.content`` of a chat-completion body ("" for null), or None when the body is not one:
+    not JSON, JSON nested too deep, ``NaN``/``Infinity`` or huge numbers in it (read by
+    :func:`~needlebench.evaluation.judge_files.load_json`), or any of those fields of another type."""
     try:
-        return str(json.loads(body)["choices"][0]["message"]["content"] or "")
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise JudgeFailure(f"a reply that is not chat-completion JSON from {endpoint.shown}", transient=True) from None
+        reply = load_json(body)
+    except ValueError:
+        return None
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    content = message.get("content", ...) if isinstance(message, dict) else ...
+    if content is None:
+        return ""
+    return content if isinstance(content, str) else None
 
 
 async def _ask(client, endpoint: Endpoint, config: JudgeConfig, prompt: str) -> tuple[int | None, str]:
@@ -301,62 +359,10 @@ def _cache_key(model: str, question: str, reference: str, answer: str) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-class _Cache:
-    """Verdicts by key, one JSON line each, appended as they come (an interrupted run keeps what it got).
-
-    Only replies of the judge model are verdicts. Entries of needlebench 0.3.1 and earlier that recorded a failed
-    request (``score`` null, ``reply`` ``error: ...``) are dropped on reading, so those rows are asked again."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.entries: dict[str, dict] = {}
-        self.dropped = False
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by an interruption
-                if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
-                    continue
-                if _failed_request(entry):
-                    self.dropped = True
-                    continue
-                self.entries[entry["key"]] = entry
-
-    def add(self, entry: dict) -> None:
-        self.entries[entry["key"]] = entry
-        with self.path.open("a", encoding="utf-8") as stream:
-            stream.write(json.dumps(entry, ensure_ascii=False) + "\n")
-
-    def compact(self) -> None:
-        """Rewrite the file without the dropped entries (and their error texts), atomically."""
-        if self.dropped:
-            temp = self.path.with_name("." + self.path.name + ".tmp")
-            temp.write_text(
-                "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self.entries.values()), encoding="utf-8"
-            )
-            os.replace(temp, self.path)
-
-
-def _failed_request(entry: dict) -> bool:
-    """An entry of needlebench 0.3.1 or earlier that cached a failed request as if it were a verdict."""
-    return "endpoint" not in entry and entry.get("score") is None and str(entry.get("reply", "")).startswith("error: ")
-
-
 def sample_files(results_dir: Path) -> list[Path]:
-    return sorted(p for p in Path(results_dir).rglob("samples_*.jsonl") if SAMPLES_RE.match(p.name))
-
-
-def _read_samples(path: Path) -> Iterator[dict]:
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                raise NeedlebenchError(
-                    f"{path} line {number} is not JSON; expected lm-eval --log_samples output"
-                ) from None
+    """The ``samples_*.jsonl`` under `results_dir` (never below a link; see :func:`judge_files.find_samples`)."""
+    with open_results(results_dir) as root:
+        return [root.path.joinpath(*parts) for parts in find_samples(root)]
 
 
 def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True) -> dict:
@@ -364,33 +370,37 @@ def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True)
     failed: rows left unjudged because a request got no reply) and ``failure``, the commonest reason, or None.
 
     A samples file is written as ``judged_samples_*.jsonl`` only when every row of it has a verdict."""
-    results_dir = Path(results_dir)
-    if not results_dir.is_dir():
-        raise NeedlebenchError(f"results folder {results_dir} does not exist; give the --output_path of an lm-eval run")
-    files = sample_files(results_dir)
+    with open_results(results_dir) as root:
+        return _judge_folder(root, config, progress)
+
+
+def _judge_folder(root: Folder, config: JudgeConfig, progress: bool) -> dict:
+    files = find_samples(root)
     if not files:
-        raise NeedlebenchError(f"{results_dir} holds no samples_*.jsonl; run lm-eval with --log_samples")
+        raise NeedlebenchError(f"{root.path} holds no samples_*.jsonl; run lm-eval with --log_samples")
     if config.concurrency < 1 or config.retries < 0:
         raise NeedlebenchError("--concurrency must be 1 or more and --retries 0 or more")
     if not config.timeout > 0:
         raise NeedlebenchError(f"--timeout {config.timeout:g} is not a positive number of seconds")
     endpoint = Endpoint(config.base_url, config.api_key)
-    cache = _Cache(results_dir / CACHE_NAME)
-    loaded = {path: list(_read_samples(path)) for path in files}
+    mode = new_file_mode()
+    loaded = {parts: read_samples(root, parts) for parts in files}
+    cache = JudgeCache(root)
     work: dict[str, str] = {}
-    for samples in loaded.values():
+    keys_of: dict[tuple[str, ...], list[str]] = {}
+    for parts, samples in loaded.items():
+        keys = keys_of[parts] = []
         for sample in samples:
             doc = sample.get("doc", {})
             question, reference, answer = str(doc.get("question", "")), str(doc.get("answer", "")), _answer_of(sample)
             key = _cache_key(config.model, question, reference, answer)
-            sample["_judge_key"] = key
+            keys.append(key)
             if key not in cache.entries:
                 work[key] = RUBRIC.format(question=question, reference=reference, answer=answer)
     failures = asyncio.run(_judge_all(work, cache, endpoint, config, progress))
-    cache.compact()
     unrated = failed = 0
-    for path, samples in loaded.items():
-        keys = [sample.pop("_judge_key") for sample in samples]
+    for parts, samples in loaded.items():
+        keys = keys_of[parts]
         missing = sum(key not in cache.entries for key in keys)
         failed += missing
         if missing:
@@ -406,10 +416,7 @@ def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True)
                 "endpoint": entry.get("endpoint"),
             }
             lines.append(json.dumps({**sample, "judge": verdict}, ensure_ascii=False))
-        target = path.with_name(JUDGED_PREFIX + path.name)
-        temp = target.with_name("." + target.name + ".tmp")
-        temp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.replace(temp, target)
+        write_judged(root, parts, "\n".join(lines) + "\n", mode)
     total = sum(len(samples) for samples in loaded.values())
     reasons = Counter(failures.values()).most_common(1)
     return {
@@ -424,7 +431,7 @@ def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True)
 
 
 async def _judge_all(
-    work: dict[str, str], cache: _Cache, endpoint: Endpoint, config: JudgeConfig, progress: bool
+    work: dict[str, str], cache: JudgeCache, endpoint: Endpoint, config: JudgeConfig, progress: bool
 ) -> dict[str, str]:
     """Ask for every prompt of ``work`` (at most ``config.concurrency`` at once); cache each verdict as it comes.
     Returns the reason of each key that got no verdict."""
@@ -445,7 +452,7 @@ async def _judge_all(
                 except JudgeFailure as error:
                     failures[key] = error.reason
                     return
-            cache.add({"key": key, "model": config.model, "score": score, "reply": reply, "endpoint": endpoint.shown})
+            cache.add(key, config.model, score, reply, endpoint.shown)
 
         with tqdm(total=len(work), unit="sample", desc="judging", disable=not progress) as bar:
             for done in asyncio.as_completed([one(key, prompt) for key, prompt in work.items()]):

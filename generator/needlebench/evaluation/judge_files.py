@@ -1,0 +1,389 @@
+"""What ``needlebench judge`` reads and writes in a results folder, which may come from someone else.
+
+- Every file is reached through :mod:`needlebench.safe_fs`: the results folder is opened once, each folder below it
+  with ``O_NOFOLLOW`` (:func:`find_samples` never descends into a link), a samples file is read only when it is a
+  regular file (a link, FIFO or device is refused in one line), and ``judged_samples_*.jsonl`` and the cache are
+  replaced through an ``O_EXCL`` temporary under an unpredictable name, so no name the folder planted is written
+  through.
+- JSON is read with limits (:func:`load_json`): nesting depth, digits of a number, no ``NaN``/``Infinity``; a bad
+  value is a one-line error naming the file, the line and the field.
+- The cache (:class:`JudgeCache`) holds only verdicts this user's needlebench wrote: each entry carries an
+  HMAC-SHA256 tag keyed by the per-user secret (:func:`needlebench.sources.cache.sign`, kept outside the folder), so
+  a sender cannot pre-fill verdicts. Entries whose tag does not verify are ignored, counted in one warning line and
+  dropped from the file; rows are then asked again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from needlebench.errors import NeedlebenchError
+from needlebench.safe_fs import Folder
+from needlebench.terminal import warn
+
+SAMPLES_RE = re.compile(r"^samples_.+\.jsonl$")
+CACHE_NAME = ".needlebench-judge-cache.jsonl"
+JUDGED_PREFIX = "judged_"
+
+#: Deepest nesting of a JSON value read (lm-eval samples nest about 5 deep; a judge reply 4).
+MAX_JSON_DEPTH = 64
+#: Longest number (characters) in JSON read: lm-eval writes no longer ones; a 5,000-digit integer would otherwise
+#: hit Python's int conversion limit (sys.set_int_max_str_digits, 4,300 by default) deep in the reader.
+MAX_NUMBER_CHARS = 100
+#: Deepest folder searched for samples files (lm-eval writes them 1 below --output_path).
+MAX_FOLDER_DEPTH = 32
+#: Longest file name of the common file systems (ext4, XFS, btrfs, tmpfs: NAME_MAX in <limits.h>), bytes.
+NAME_MAX = 255
+#: Longest cache line read (a reply is at most 64 KiB of text; JSON escapes can make it up to 6 times longer).
+MAX_CACHE_LINE = 1 << 20
+#: Fields of a cache entry, all covered by its tag.
+_ENTRY_FIELDS = ("key", "model", "score", "reply", "endpoint")
+#: What the tag of a cache entry signs before the entry (keeps these tags apart from any other the secret makes).
+_TAG_DOMAIN = b"needlebench judge cache entry v1\0"
+_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def shown(path: Path | str) -> str:
+    """A path as it may be printed: control characters (terminal escapes, line breaks) become ``\\xNN`` escapes."""
+    text = str(path)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+# --- JSON with limits -------------------------------------------------------------------------------------------
+
+
+class _Bad:
+    """A value the reader refuses, kept in place so the field that holds it can be named."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
+def _parse_int(text: str) -> int | _Bad:
+    return _Bad(f"a {len(text):,}-character number") if len(text) > MAX_NUMBER_CHARS else int(text)
+
+
+def _parse_float(text: str) -> float | _Bad:
+    if len(text) > MAX_NUMBER_CHARS:
+        return _Bad(f"a {len(text):,}-character number")
+    value = float(text)
+    return value if math.isfinite(value) else _Bad(f"{text} (not a finite number)")
+
+
+def _parse_constant(text: str) -> _Bad:
+    return _Bad(text)
+
+
+def _field(path: tuple[Any, ...]) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{shown(repr(part[:60]))}]"
+    return out or "the value"
+
+
+#: A ``\uD800``-``\uDFFF`` escape: the only way a lone surrogate (which UTF-8 cannot carry) gets into decoded JSON.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def load_json(text: str | bytes) -> Any:
+    """``json.loads`` with limits: ValueError (its message names the field) for nesting deeper than
+    :data:`MAX_JSON_DEPTH`, ``NaN``/``Infinity`` or a number too large for a float, a number longer than
+    :data:`MAX_NUMBER_CHARS` characters, a string with a lone surrogate (``"\\ud800"``, which no UTF-8 file can
+    be written with). Other values are read exactly as ``json.loads`` reads them."""
+    try:
+        value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+    except RecursionError:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    pattern = _SURROGATE_ESCAPE_BYTES if isinstance(text, (bytes, bytearray)) else _SURROGATE_ESCAPE
+    strings = pattern.search(text) is not None  # check strings only when an escape could have made one
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, _Bad):
+            raise ValueError(f"{_field(path)} is {item.what}")
+        if strings and isinstance(item, str) and _lone_surrogate(item):
+            raise ValueError(f"{_field(path)} holds a lone surrogate (\\ud800-\\udfff), which UTF-8 cannot carry")
+        if isinstance(item, (dict, list)):
+            if len(path) >= MAX_JSON_DEPTH:
+                raise ValueError(f"{_field(path[:8])}... nests deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, dict):
+                if strings and any(_lone_surrogate(key) for key in item):
+                    raise ValueError(f"a key of {_field(path)} holds a lone surrogate, which UTF-8 cannot carry")
+                pairs = item.items()
+            else:
+                pairs = enumerate(item)
+            stack.extend((child, (*path, key)) for key, child in pairs)
+    return value
+
+
+# --- the results folder -----------------------------------------------------------------------------------------
+
+
+def open_results(results_dir: Path) -> Folder:
+    """The results folder the user named (a link they typed is followed; it must be a folder)."""
+    results_dir = Path(results_dir)
+    try:
+        return Folder.open(results_dir)
+    except FileNotFoundError:
+        problem = "does not exist"
+    except (NotADirectoryError, NeedlebenchError):
+        problem = "is not a folder"
+    raise NeedlebenchError(f"results folder {shown(results_dir)} {problem}; give the --output_path of an lm-eval run")
+
+
+def find_samples(root: Folder) -> list[tuple[str, ...]]:
+    """The ``samples_*.jsonl`` under `root` as name parts relative to it, sorted as paths sort. Folders are opened
+    with ``O_NOFOLLOW`` and a link to a folder is not descended into; a samples name that is not a regular file (a
+    link, FIFO, device, folder) is a one-line error."""
+    found: list[tuple[str, ...]] = []
+    stack: list[tuple[str, ...]] = [()]
+    while stack:
+        parts = stack.pop()
+        if len(parts) > MAX_FOLDER_DEPTH:
+            raise NeedlebenchError(
+                f"{shown(root.path.joinpath(*parts[:4]))}/... nests folders deeper than {MAX_FOLDER_DEPTH} levels; "
+                "give the --output_path of an lm-eval run"
+            )
+        with root.sub("/".join(parts)) if parts else _borrowed(root) as folder:
+            for name in folder.listdir():
+                info = folder.lstat(name)
+                if info is None:
+                    continue
+                if SAMPLES_RE.match(name):
+                    if not stat.S_ISREG(info.st_mode):
+                        raise NeedlebenchError(
+                            f"{shown(folder.path / name)} is not a regular file (a symbolic link, FIFO, device or "
+                            "folder); needlebench judge reads only lm-eval's own samples files"
+                        )
+                    if len(os.fsencode(JUDGED_PREFIX + name)) > NAME_MAX:
+                        raise NeedlebenchError(
+                            f"{shown(folder.path / name)}: the name is too long to write {JUDGED_PREFIX}<name> beside "
+                            f"it (at most {NAME_MAX - len(JUDGED_PREFIX)} bytes; lm-eval's own names are far shorter)"
+                        )
+                    judged = folder.lstat(JUDGED_PREFIX + name)
+                    if judged is not None and stat.S_ISDIR(judged.st_mode):
+                        raise NeedlebenchError(
+                            f"{shown(folder.path / (JUDGED_PREFIX + name))} is a folder; needlebench judge writes its "
+                            "judged samples there (remove it)"
+                        )
+                    found.append((*parts, name))
+                elif stat.S_ISDIR(info.st_mode):
+                    stack.append((*parts, name))
+    return sorted(found)
+
+
+class _borrowed:
+    """`folder` as a context manager that leaves it open."""
+
+    def __init__(self, folder: Folder) -> None:
+        self.folder = folder
+
+    def __enter__(self) -> Folder:
+        return self.folder
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def read_samples(root: Folder, parts: tuple[str, ...]) -> list[dict]:
+    """The rows of the samples file `parts` (regular file only), each checked: a JSON object whose ``doc`` (when
+    present) is an object with a scalar ``question`` and ``answer``; a bad row is a one-line error naming the
+    file, the line and the field."""
+    where = shown(root.path.joinpath(*parts))
+    rows = []
+    with root.open_read("/".join(parts)) as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise NeedlebenchError(
+                    f"{where} line {number} is not UTF-8 text; expected lm-eval --log_samples output"
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                row = load_json(line)
+            except ValueError as error:
+                problem = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
+                raise NeedlebenchError(
+                    f"{where} line {number} is not JSON lm-eval writes ({problem}); expected lm-eval --log_samples "
+                    "output"
+                ) from None
+            rows.append(_checked_row(row, where, number))
+    return rows
+
+
+def _checked_row(row: Any, where: str, number: int) -> dict:
+    def bad(field: str, value: Any, allowed: str) -> NeedlebenchError:
+        return NeedlebenchError(
+            f"{where} line {number}: {field} is {_json_kind(value)}; allowed: {allowed} (lm-eval --log_samples output)"
+        )
+
+    if not isinstance(row, dict):
+        raise bad("the row", row, "a JSON object")
+    doc = row.get("doc", {})
+    if not isinstance(doc, dict):
+        raise bad("doc", doc, "a JSON object")
+    for key in ("question", "answer"):
+        value = doc.get(key)
+        if isinstance(value, (dict, list)):
+            raise bad(f"doc.{key}", value, "a string")
+    return row
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a JSON object"
+    if isinstance(value, list):
+        return "a JSON array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return "a number"
+
+
+def write_judged(root: Folder, parts: tuple[str, ...], text: str, mode: int) -> None:
+    """``judged_<samples name>`` beside the samples file `parts`, replaced atomically (never written through)."""
+    with root.sub("/".join(parts[:-1])) if len(parts) > 1 else _borrowed(root) as folder:
+        folder.write_text(JUDGED_PREFIX + parts[-1], text, mode=mode)
+
+
+def new_file_mode() -> int:
+    """The mode a file created by path gets under the current umask (0644 under umask 022), given to the files
+    written through the layer so that they keep the modes the judge's files always had."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+# --- the signed cache -------------------------------------------------------------------------------------------
+
+
+def _tag(entry: dict) -> str:
+    from needlebench.sources.cache import sign
+
+    payload = json.dumps({field: entry.get(field) for field in _ENTRY_FIELDS}, sort_keys=True, ensure_ascii=False)
+    return sign(_TAG_DOMAIN + payload.encode("utf-8")).hex()
+
+
+def _valid_entry(entry: Any) -> bool:
+    from needlebench.sources.cache import same_tag
+
+    if not isinstance(entry, dict) or set(entry) != {*_ENTRY_FIELDS, "tag"}:
+        return False
+    score = entry["score"]
+    return (
+        isinstance(entry["key"], str)
+        and _KEY_RE.match(entry["key"]) is not None
+        and isinstance(entry["model"], str)
+        and (score is None or (type(score) is int and 1 <= score <= 10))
+        and isinstance(entry["reply"], str)
+        and (entry["endpoint"] is None or isinstance(entry["endpoint"], str))
+        and isinstance(entry["tag"], str)
+        and same_tag(entry["tag"], _tag(entry))
+    )
+
+
+class JudgeCache:
+    """Verdicts by key, one signed JSON line each in ``.needlebench-judge-cache.jsonl``, appended as they come (an
+    interrupted run keeps what it got).
+
+    Read once: lines whose tag does not verify (written by someone else, on another machine, by needlebench
+    before signed caches, or cut by an interruption) are ignored and counted in one warning line, and the file is
+    rewritten with the verified entries only (atomically; a link or other non-file at the name is replaced, never
+    followed). Appends go through :meth:`Folder.append_bytes`, which refuses a link."""
+
+    def __init__(self, folder: Folder) -> None:
+        self.folder = folder
+        self.path = folder.path / CACHE_NAME
+        self.entries: dict[str, dict] = {}
+        ignored = 0
+        info = folder.lstat(CACHE_NAME)
+        if info is None:
+            return
+        if stat.S_ISDIR(info.st_mode):
+            raise NeedlebenchError(
+                f"{shown(self.path)} is a folder; needlebench judge keeps its cache in a file of that name"
+            )
+        if not stat.S_ISREG(info.st_mode):
+            warn(
+                f"{shown(self.path)} is not a regular file (a symbolic link, FIFO or device); it is not read, and is "
+                "replaced by this run's cache"
+            )
+            self._rewrite()
+            return
+        lines = 0
+        ended = True  # the last line ends with a line break (else the next append would join it)
+        with folder.open_read(CACHE_NAME) as handle:
+            for line in self._lines(handle):
+                lines += 1
+                ended = line is None or line.endswith(b"\n")
+                entry = None
+                if line is not None:
+                    try:
+                        entry = load_json(line)
+                    except (ValueError, UnicodeDecodeError):
+                        entry = None
+                if _valid_entry(entry):
+                    self.entries[entry["key"]] = entry
+                elif line is None or line.strip():
+                    ignored += 1
+        if ignored:
+            warn(
+                f"{ignored:,} of {lines:,} lines of {shown(self.path)} were not written by this user's needlebench "
+                "(unsigned, forged, damaged, or from another machine or needlebench 0.3 and earlier); they are "
+                "ignored and removed, and their rows are asked again"
+            )
+        # a hard link to a file elsewhere is rewritten (a new file), never appended to
+        if ignored or not ended or info.st_nlink > 1:
+            self._rewrite()
+
+    @staticmethod
+    def _lines(handle) -> Iterator[bytes | None]:
+        """The lines of `handle`; None for each longer than :data:`MAX_CACHE_LINE` (skipped, never held whole)."""
+        while True:
+            line = handle.readline(MAX_CACHE_LINE + 1)
+            if not line:
+                return
+            if len(line) > MAX_CACHE_LINE and not line.endswith(b"\n"):
+                while line and not line.endswith(b"\n"):
+                    line = handle.readline(MAX_CACHE_LINE)
+                yield None
+                continue
+            yield line
+
+    def _rewrite(self) -> None:
+        text = "".join(json.dumps(entry, ensure_ascii=False) + "\n" for entry in self.entries.values())
+        self.folder.write_text(CACHE_NAME, text, mode=new_file_mode())
+
+    def add(self, key: str, model: str, score: int | None, reply: str, endpoint: str | None) -> None:
+        entry = {"key": key, "model": model, "score": score, "reply": reply, "endpoint": endpoint}
+        entry["tag"] = _tag(entry)
+        self.entries[key] = entry
+        self.folder.append_bytes(CACHE_NAME, (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8"), mode=0o666)
