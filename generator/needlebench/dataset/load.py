@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import shutil
+import os
 from pathlib import Path
 from typing import Any
 
 from needlebench import __version__
 from needlebench.dataset.build import build_dataset
 from needlebench.dataset.options import BuildOptions
+from needlebench.dataset.replace import recover_before_reading
 from needlebench.dataset.safe_folder import MANIFEST, MAX_MANIFEST_BYTES, open_no_follow, read_manifest_file
-from needlebench.dataset.verify import file_difference
+from needlebench.dataset.verify import card_problem, file_difference, listed_files, open_shard
 from needlebench.errors import NeedlebenchError
+from needlebench.safe_fs import Folder, private_folder
 from needlebench.seeding import RELEASE_SEED
 from needlebench.sources.cache import cache_root, read_checked, write_checked
 from needlebench.sources.hub import REPO_ID, check_revision, hub_error_message, hub_errors, resolve_dataset
@@ -82,20 +84,23 @@ def ensure_built(config: str, release_seed: int = RELEASE_SEED) -> Path:
     folder that does not match is removed and built again, with a one-line warning."""
     get_config(config)
     folder = built_cache_dir(release_seed)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        problem = _cache_problem(folder, config)
-        if problem is not None:
-            warn(f"dataset cache {folder} {problem}; it is built again")
-            if folder.is_symlink() or not folder.is_dir():
-                folder.unlink()
-            else:
-                shutil.rmtree(folder)
-        manifest = read_manifest_file(folder) if folder.exists() else None
-        if manifest is None or config not in manifest["configs"]:
-            build_dataset([config], folder, BuildOptions(release_seed=release_seed), progress=False)
-            write_checked(_record_path(folder), _digest_of(folder))
+    with private_folder(folder.parent) as parent:  # 0700 whatever the umask; another user's folder is refused
+        lock = os.open(
+            f"{folder.name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent.fd
+        )
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            problem = _cache_problem(folder, config)
+            if problem is not None:
+                warn(f"dataset cache {folder} {problem}; it is built again")
+                parent.rmtree(folder.name)  # a link or a file there is removed itself, never followed
+            manifest = read_manifest_file(folder) if parent.exists(folder.name) else None
+            if manifest is None or config not in manifest["configs"]:
+                private_folder(folder).close()
+                build_dataset([config], folder, BuildOptions(release_seed=release_seed), progress=False)
+                write_checked(_record_path(folder), _digest_of(folder))
+        finally:
+            os.close(lock)
     return folder
 
 
@@ -136,22 +141,69 @@ def _first_line(error: BaseException) -> str:
     return " ".join(str(error).split())[:200] or type(error).__name__
 
 
+def _read_config(folder: Folder, config: str, entry: dict[str, Any], where: str) -> Any:
+    """The test split of `config`: exactly the files the manifest lists, each a regular file inside the folder
+    opened without following a link, read by descriptor, with the features of the config's family."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import Dataset, DatasetInfo, NamedSplit
+    from datasets.table import InMemoryTable
+
+    from needlebench.tasks.schema import features_for
+
+    features = features_for(get_config(config).schema_family)
+    tables = []
+    for name in listed_files(config, entry):
+        with open_shard(folder, name, config) as handle:
+            try:
+                tables.append(pq.read_table(handle))
+            except (OSError, pa.ArrowException) as error:
+                raise NeedlebenchError(
+                    f"{folder.path / name} (a file of config {config}) is not readable Parquet ({_first_line(error)}); "
+                    f"check it with `needlebench verify {folder.path}`"
+                ) from None
+    try:
+        table = pa.concat_tables(tables).select(list(features)).cast(features.arrow_schema)
+    except (KeyError, ValueError, pa.ArrowException) as error:
+        raise NeedlebenchError(
+            f"the files of config {config} in {where} do not hold its columns ({_first_line(error)}); check them "
+            f"with `needlebench verify {folder.path}`"
+        ) from None
+    info = DatasetInfo(features=features, config_name=config)
+    return Dataset(InMemoryTable(table), info=info, split=NamedSplit("test"))
+
+
 def _load_folder(folder: Path, config: str) -> Any:
-    """The test split of ``config`` from a local dataset folder (a built or downloaded needlebench dataset)."""
-    from datasets import load_dataset
+    """The test split of ``config`` from a local dataset folder (a built or downloaded needlebench dataset).
+
+    The rows are read from the files the manifest lists, never from what the card says (``datasets`` would follow
+    the card's ``data_files`` anywhere: ``../``, a URL); a card that would load other files is refused in one line,
+    so ``load_dataset(FOLDER, CONFIG)`` by anyone else reads what this reads. The folder is read under a shared
+    lock (a build into it holds the exclusive one), after a replace a killed build left is finished."""
 
     if not folder.is_dir():
         raise NeedlebenchError(f"data_dir {str(folder)!r} is not a directory; build it with `needlebench build`")
+    recover_before_reading(folder)
     check_built(folder, config)
-    if not (folder / "README.md").exists():
+    if not (folder / CARD).exists():
         raise NeedlebenchError(f"data_dir {folder} is not a dataset folder (no README.md); build it first")
-    try:
-        return load_dataset(str(folder), config, split="test")
-    except (ValueError, FileNotFoundError) as error:  # unknown config, no data files
-        raise NeedlebenchError(
-            f"config {config!r} could not be loaded from data_dir {folder} ({_first_line(error)}); "
-            f"add it with `needlebench build {config} --out {folder}`"
-        ) from None
+    with Folder.open(folder) as root:
+        fcntl.flock(root.fd, fcntl.LOCK_SH)  # released when the descriptor is closed
+        manifest = read_manifest_file(folder)
+        if manifest is None:
+            raise NeedlebenchError(
+                f"config {config!r} could not be loaded from data_dir {folder}: it has no {MANIFEST} (needlebench "
+                f"reads only the files a manifest lists); build it with `needlebench build {config} --out {folder}`"
+            )
+        check_built(folder, config)
+        where = str(folder / MANIFEST)
+        problem = card_problem(root, manifest, where)
+        if problem is not None:
+            raise NeedlebenchError(
+                f"data_dir {folder}: {problem}; needlebench reads only the files {MANIFEST} lists (rebuild the card "
+                f"with `needlebench build --out {folder}`, or check the folder with `needlebench verify {folder}`)"
+            )
+        return _read_config(root, config, manifest["configs"][config], where)
 
 
 def _hub_failure(error: BaseException, what: str) -> str:
