@@ -10,17 +10,35 @@ or unreachable repo, an unknown revision and a folder or repo lacking the config
 from __future__ import annotations
 
 import fcntl
+import glob
 import hashlib
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from needlebench import __version__
 from needlebench.dataset.build import build_dataset
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.replace import recover_before_reading
-from needlebench.dataset.safe_folder import MANIFEST, MAX_MANIFEST_BYTES, open_no_follow, read_manifest_file
-from needlebench.dataset.verify import card_problem, file_difference, listed_files, open_shard
+from needlebench.dataset.safe_folder import (
+    MANIFEST,
+    MAX_MANIFEST_BYTES,
+    check_manifest,
+    open_no_follow,
+    parse_json,
+    read_manifest_file,
+)
+from needlebench.dataset.verify import (
+    MAX_CARD_BYTES,
+    card_header,
+    card_header_problem,
+    card_problem,
+    file_difference,
+    listed_files,
+    open_shard,
+)
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder, private_folder
 from needlebench.seeding import RELEASE_SEED
@@ -141,9 +159,9 @@ def _first_line(error: BaseException) -> str:
     return " ".join(str(error).split())[:200] or type(error).__name__
 
 
-def _read_config(folder: Folder, config: str, entry: dict[str, Any], where: str) -> Any:
-    """The test split of `config`: exactly the files the manifest lists, each a regular file inside the folder
-    opened without following a link, read by descriptor, with the features of the config's family."""
+def _read_config(open_file: Callable[[str], IO[bytes]], config: str, entry: dict[str, Any], where: str) -> Any:
+    """The test split of `config`: exactly the files the manifest lists (each opened by `open_file`, which refuses
+    anything but a regular file of the dataset), read by descriptor, with the features of the config's family."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from datasets import Dataset, DatasetInfo, NamedSplit
@@ -154,20 +172,18 @@ def _read_config(folder: Folder, config: str, entry: dict[str, Any], where: str)
     features = features_for(get_config(config).schema_family)
     tables = []
     for name in listed_files(config, entry):
-        with open_shard(folder, name, config) as handle:
+        with open_file(name) as handle:
             try:
                 tables.append(pq.read_table(handle))
             except (OSError, pa.ArrowException) as error:
                 raise NeedlebenchError(
-                    f"{folder.path / name} (a file of config {config}) is not readable Parquet ({_first_line(error)}); "
-                    f"check it with `needlebench verify {folder.path}`"
+                    f"{name} (a file of config {config}) in {where} is not readable Parquet ({_first_line(error)})"
                 ) from None
     try:
         table = pa.concat_tables(tables).select(list(features)).cast(features.arrow_schema)
     except (KeyError, ValueError, pa.ArrowException) as error:
         raise NeedlebenchError(
-            f"the files of config {config} in {where} do not hold its columns ({_first_line(error)}); check them "
-            f"with `needlebench verify {folder.path}`"
+            f"the files of config {config} in {where} do not hold its columns ({_first_line(error)})"
         ) from None
     info = DatasetInfo(features=features, config_name=config)
     return Dataset(InMemoryTable(table), info=info, split=NamedSplit("test"))
@@ -203,7 +219,9 @@ def _load_folder(folder: Path, config: str) -> Any:
                 f"data_dir {folder}: {problem}; needlebench reads only the files {MANIFEST} lists (rebuild the card "
                 f"with `needlebench build --out {folder}`, or check the folder with `needlebench verify {folder}`)"
             )
-        return _read_config(root, config, manifest["configs"][config], where)
+        return _read_config(
+            lambda name: open_shard(root, name, config), config, manifest["configs"][config], str(folder)
+        )
 
 
 def _hub_failure(error: BaseException, what: str) -> str:
@@ -215,24 +233,74 @@ def _hub_failure(error: BaseException, what: str) -> str:
     return hub_error_message(error, what)
 
 
+def _open_cached(snapshot: Path, name: str, config: str) -> IO[bytes]:
+    """A file of a Hub snapshot in the user's own Hugging Face cache (a link into the repository's ``blobs``
+    folder, written by ``huggingface_hub``): opened only when it resolves there and is a regular file."""
+    blobs = snapshot.parents[1] / "blobs"
+    path = (snapshot / name).resolve()
+    if not path.is_relative_to(blobs.resolve()):
+        raise NeedlebenchError(f"{name} (a file of config {config}) is not in the Hugging Face cache of its dataset")
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NeedlebenchError(f"{name} (a file of config {config}) is missing from the Hugging Face cache") from None
+    handle = os.fdopen(descriptor, "rb")
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        handle.close()
+        raise NeedlebenchError(f"{name} (a file of config {config}) in the Hugging Face cache is not a regular file")
+    return handle
+
+
+def _read_cached(snapshot: Path, name: str, what: str, limit: int) -> bytes:
+    with _open_cached(snapshot, name, "") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise NeedlebenchError(f"{what}: {name} holds more than {limit:,} bytes")
+    return data
+
+
 def _load_repo(repo_id: str, revision: str | None, config: str) -> Any:
-    """The test split of ``config`` from a Hub dataset at ``revision`` (default ``main``).
+    """The test split of ``config`` from a Hub dataset at ``revision`` (default ``main``): its manifest first, then
+    the card and exactly the files the manifest lists (``huggingface_hub`` downloads into its cache), read as a
+    folder is (:func:`_load_folder`); the card's ``data_files`` are never followed.
 
     Online, the repo and revision are asked for once first (no retries), so a missing repo or revision or an
     unreachable endpoint fails fast with a precise message.
     """
-    from datasets import load_dataset
-    from huggingface_hub import constants
+    from huggingface_hub import constants, snapshot_download
 
     what = f"dataset {repo_id}@{check_revision(revision) or 'main'} config {config!r}"
     if not constants.HF_HUB_OFFLINE:
         resolve_dataset(repo_id, revision)
+
+    def download(patterns: list[str]) -> Path:
+        try:
+            return Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, allow_patterns=patterns))
+        except hub_errors() as error:
+            raise NeedlebenchError(_hub_failure(error, what)) from None
+
+    snapshot = download([MANIFEST])
     try:
-        return load_dataset(repo_id, config, split="test", revision=revision)
-    except hub_errors() as error:
-        raise NeedlebenchError(_hub_failure(error, what)) from None
-    except (ValueError, FileNotFoundError) as error:  # unknown config or split, no data files
-        raise NeedlebenchError(f"{what}: {_first_line(error)}") from None
+        data = _read_cached(snapshot, MANIFEST, what, MAX_MANIFEST_BYTES)
+    except NeedlebenchError:
+        raise NeedlebenchError(f"{what}: the dataset has no {MANIFEST}; it is not a needlebench dataset") from None
+    manifest = check_manifest(parse_json(data, Path(f"{repo_id}/{MANIFEST}")), f"{what}: {MANIFEST}")
+    if config not in manifest["configs"]:
+        shown = ", ".join(list(manifest["configs"])[:8])
+        raise NeedlebenchError(f"{what}: the dataset does not hold this config (it holds: {shown})")
+    entry = manifest["configs"][config]
+    snapshot = download([MANIFEST, CARD, *(glob.escape(name) for name in entry["files"])])
+    if _read_cached(snapshot, MANIFEST, what, MAX_MANIFEST_BYTES) != data:
+        raise NeedlebenchError(f"{what}: {MANIFEST} changed while it was downloaded; try again")
+    try:
+        card = _read_cached(snapshot, CARD, what, MAX_CARD_BYTES).decode("utf-8", errors="replace")
+    except NeedlebenchError:
+        card = None
+    if card is not None:
+        problem = card_header_problem(card_header(card, what), manifest)
+        if problem is not None:
+            raise NeedlebenchError(f"{what}: {problem}; needlebench reads only the files {MANIFEST} lists")
+    return _read_config(lambda name: _open_cached(snapshot, name, config), config, entry, f"dataset {repo_id}")
 
 
 def load_split(

@@ -102,12 +102,17 @@ _CARD_CONFIG_KEYS = {"config_name", "data_files", "default"}
 def card_metadata(folder: Folder, where: str) -> dict[str, Any] | None:
     """The YAML front matter of the folder's card (None when it has no card); a one-line error when it cannot be
     read (a link, a FIFO, too large, not YAML)."""
-    import yaml
-
     try:
         text = folder.read_text(CARD_NAME, limit=MAX_CARD_BYTES)
     except FileNotFoundError:
         return None
+    return card_header(text, where)
+
+
+def card_header(text: str, where: str) -> dict[str, Any]:
+    """The YAML front matter of a card's text ({} when it has none); a one-line error when it is not YAML."""
+    import yaml
+
     if not text.startswith("---\n"):
         return {}
     end = text.find("\n---", 4)
@@ -149,8 +154,11 @@ def card_problem(folder: Folder, manifest: Mapping[str, Any], where: str) -> str
     ``data/<config>/test-*.parquet`` (:func:`~needlebench.dataset.card.data_files_pattern`, which every listed file
     matches) and nothing else that changes what is read."""
     meta = card_metadata(folder, where)
-    if meta is None:
-        return None
+    return None if meta is None else card_header_problem(meta, manifest)
+
+
+def card_header_problem(meta: Mapping[str, Any], manifest: Mapping[str, Any]) -> str | None:
+    """:func:`card_problem` of a card's parsed YAML header."""
     entries = meta.get("configs") or []
     if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
         return f"{CARD_NAME} has configs {_shown(entries)}; expected a list of configs"
