@@ -352,3 +352,19 @@ def test_the_on_the_fly_cache_is_private_whatever_the_umask(sandbox, tmp_path):
     assert folder.stat().st_mode & 0o777 == 0o700
     (lock,) = datasets.glob("*.lock")
     assert lock.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_hostile_manifest_at_an_earlier_tag_is_an_earlier_release(dataset, sandbox):
+    """The changelog reads the manifests of earlier tags: one with a 5,000-digit integer is listed as an earlier
+    release, the publish goes on (no internal error)."""
+    repo = sandbox / "release"
+    assert run(sandbox, "publish", str(dataset), "--version", "1.0.0", "--to-git", str(repo)).returncode == 0
+    honest = (repo / "needlebench.json").read_text()
+    (repo / "needlebench.json").write_text(honest.replace('"rows": ', '"rows": ' + "9" * 5000, 1))
+    _git("commit", "-q", "-am", "hostile", cwd=repo)
+    _git("tag", "v1.0.1", cwd=repo)
+    (repo / "needlebench.json").write_text(honest)
+    _git("commit", "-q", "-am", "honest again", cwd=repo)
+    result = run(sandbox, "publish", str(dataset), "--version", "1.1.0", "--to-git", str(repo))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "**v1.0.1**: earlier release" in (repo / "README.md").read_text()

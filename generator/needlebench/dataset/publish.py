@@ -15,11 +15,10 @@ The changelog of the card lists every release up to this one, computed from the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from needlebench.dataset.build import register_experiments
 from needlebench.dataset.card import ordered_configs, render_card
 from needlebench.dataset.replace import recover_before_reading
-from needlebench.dataset.safe_folder import FORMAT, check_targets, parse_json
+from needlebench.dataset.safe_folder import FORMAT, MAX_MANIFEST_BYTES, check_targets, parse_json
 from needlebench.dataset.verify import (
     MANIFEST_NAME,
     check_files,
@@ -353,10 +352,33 @@ def _hub_manifest(api: Any, repo_id: str, revision: str, token: str | None) -> d
 
     try:
         path = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision, token=token)
-        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (*hub_errors(), OSError, json.JSONDecodeError):
+        with open(path, "rb") as handle:  # the user's own Hugging Face cache
+            data = handle.read(MAX_MANIFEST_BYTES + 1)
+    except (*hub_errors(), OSError):
         return None
-    return manifest if isinstance(manifest, dict) and "configs" in manifest else None
+    return earlier_manifest(data, f"{MANIFEST_NAME} of {repo_id}@{revision}")
+
+
+def earlier_manifest(data: bytes | None, where: str) -> dict[str, Any] | None:
+    """The manifest of an earlier release (parsed with limits, checked field by field), or None when it is not
+    one: the changelog then says "earlier release" for it."""
+    if not data or len(data) > MAX_MANIFEST_BYTES:
+        return None
+    try:
+        manifest = parse_json(data, Path(where))
+    except NeedlebenchError:
+        return None
+    # what manifest_changes reads: configs of objects, a recipe object, a version string (an older release's
+    # manifest may hold fields this version does not know: they are not checked)
+    if (
+        not isinstance(manifest, dict)
+        or not isinstance(manifest.get("configs"), dict)
+        or not all(isinstance(entry, dict) for entry in manifest["configs"].values())
+        or not isinstance(manifest.get("recipe", {}), dict)
+        or not isinstance(manifest.get("generator_version", ""), str)
+    ):
+        return None
+    return manifest
 
 
 def _publish_hub(
@@ -518,7 +540,13 @@ class GitRepo:
 
 def _remove_new_repo(git_path: Path, made_dir: bool) -> None:
     """Undo :func:`_open_git_repo`'s creation: the folder if it made it, else only the ``.git`` it initialised."""
-    shutil.rmtree(git_path if made_dir else git_path / ".git", ignore_errors=True)
+    with contextlib.suppress(OSError, NeedlebenchError):
+        if made_dir:
+            with Folder.open(git_path.parent) as parent:  # by descriptors: a link put there is removed, not followed
+                parent.rmtree(git_path.name)
+        else:
+            with Folder.open(git_path) as folder:
+                folder.rmtree(".git")
 
 
 def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
@@ -599,11 +627,7 @@ def _git_history(repo: GitRepo, tags: dict[str, str], version: str) -> list[tupl
     history = []
     for earlier, commit in release_tags(tags, version):
         text = repo.show_file(commit, MANIFEST_NAME)
-        try:
-            manifest = json.loads(text) if text else None
-        except json.JSONDecodeError:
-            manifest = None
-        history.append((earlier, manifest if isinstance(manifest, dict) and "configs" in manifest else None))
+        history.append((earlier, earlier_manifest(text.encode("utf-8") if text else None, f"{MANIFEST_NAME}@{commit}")))
     return history
 
 

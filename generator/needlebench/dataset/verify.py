@@ -1,11 +1,17 @@
 """Verify a needlebench dataset: files on disk against the manifest, and a rebuild from the recorded recipe.
 
-A config *differs* when its files no longer match ``needlebench.json``: a listed file is missing or is not one
-``load_dataset`` reads (the card's ``data/<config>/test-*.parquet``,
-:func:`needlebench.dataset.card.data_files_pattern`), an unlisted file matching that pattern would be loaded with the
-config, or the listed files no longer hash to the recorded fingerprint; or when rebuilding it with
-``BuildOptions.from_recipe(manifest["recipe"])`` gives a different fingerprint. :func:`verify_folder` and
-:func:`verify_repo` return ``{config: reason}`` for the configs that differ.
+A config *differs* when its files no longer match ``needlebench.json``: a listed file is missing, is not a regular
+file (a link, FIFO, device or socket: refused before it is read) or is not one the card loads
+(``data/<config>/test-*.parquet``, :func:`needlebench.dataset.card.data_files_pattern`); an unlisted file matching
+that pattern would be loaded with the config; the listed files no longer hash to the recorded fingerprint or hold
+another number of rows (their Parquet footers) than the manifest records; the card would make ``load_dataset`` read
+other files than the manifest lists (its ``data_files``, :func:`card_problem`) or states other row counts; or
+rebuilding it with ``BuildOptions.from_recipe(manifest["recipe"])`` gives a different fingerprint.
+:func:`verify_folder` and :func:`verify_repo` return ``{config: reason}`` for the configs that differ.
+
+needlebench's own loader (:func:`needlebench.dataset.load.load_split`: ``show``, the lm-eval tasks, ``budget``)
+reads exactly the files the manifest lists, by descriptor, never what the card says: what verify checks is what it
+reads.
 
 The fingerprint of a config is :func:`needlebench.dataset.writer.fingerprint_files` of its Parquet files (the
 builder's).
