@@ -368,3 +368,18 @@ def test_a_hostile_manifest_at_an_earlier_tag_is_an_earlier_release(dataset, san
     result = run(sandbox, "publish", str(dataset), "--version", "1.1.0", "--to-git", str(repo))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "**v1.0.1**: earlier release" in (repo / "README.md").read_text()
+
+
+def test_a_card_header_two_readers_would_split_differently_is_refused(dataset, sandbox):
+    """``huggingface_hub`` ends the YAML header at ``--- `` (a trailing space), ``datasets`` reads on to the next
+    ``---``: a second header there could give the config other files; `show` refuses, `verify` says it differs."""
+    clone = _clone(dataset, sandbox)
+    card = (clone / "README.md").read_text()
+    header_end = card.index("\n---\n", 4)
+    evil = "\nconfigs:\n- config_name: atc_en\n  data_files:\n  - split: test\n    path: ../mydata/*.parquet"
+    (clone / "README.md").write_text(card[:header_end] + "\n--- " + evil + card[header_end:])
+    before = snapshot(sandbox.parent)
+    refused(run(sandbox, "show", str(clone), _first_id(clone)), "README.md", "header")
+    result = run(sandbox, "verify", str(clone))
+    assert result.returncode == 1 and "header" in result.stdout, result.stdout + result.stderr[-2000:]
+    assert snapshot(sandbox.parent) == before

@@ -116,13 +116,25 @@ def card_metadata(folder: Folder, where: str) -> dict[str, Any] | None:
 
 
 def card_header(text: str, where: str) -> dict[str, Any]:
-    """The YAML front matter of a card's text ({} when it has none); a one-line error when it is not YAML."""
+    """The YAML front matter of a card's text ({} when it has none); a one-line error when it is not YAML, or when
+    ``huggingface_hub`` (``repocard.REGEX_YAML_BLOCK``, what ``load_dataset`` reads a card with) and ``datasets``
+    (``utils.metadata._split_yaml_from_readme``) would find different headers in it."""
     import yaml
+    from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
-    if not text.startswith("---\n"):
+    match = REGEX_YAML_BLOCK.search(text)
+    header = match.group(2) if match else None
+    lines = text.splitlines()
+    other = None
+    if lines and lines[0] == "---" and "---" in lines[1:]:
+        other = "\n".join(lines[1 : lines[1:].index("---") + 1])
+    if header != other and (header is None or other != "\n".join(header.splitlines())):
+        raise NeedlebenchError(
+            f"{where}: the YAML header of {CARD_NAME} is not one clear block between '---' lines (huggingface_hub and "
+            "datasets would read different headers)"
+        )
+    if header is None:
         return {}
-    end = text.find("\n---", 4)
-    header = text[4:end] if end >= 0 else ""
     try:
         data = yaml.safe_load(header)
     except (yaml.YAMLError, RecursionError, ValueError) as error:
@@ -308,7 +320,10 @@ def check_files(folder: Path, manifest: Mapping[str, Any], configs: Iterable[str
             reason = file_difference(root, name, manifest["configs"][name])
             if reason is not None:
                 differences[name] = reason
-        problem = card_problem(root, manifest, str(Path(folder) / MANIFEST_NAME))
+        try:
+            problem = card_problem(root, manifest, str(Path(folder) / MANIFEST_NAME))
+        except NeedlebenchError as error:  # a card that cannot be read as load_dataset reads it
+            problem = " ".join(str(error).split())[:300]
     if problem is not None:
         named = next((name for name in names if f"config {name} " in problem + " "), None)
         for name in [named] if named else names:
