@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from hub_server import ClientError, olah_fixture
 from support.sandbox import REAL_CONFIG, REAL_HF_HOME, refused, run, snapshot
 
 SHARD = "data/atc_en/test-00000-of-00001.parquet"
@@ -383,3 +384,26 @@ def test_a_card_header_two_readers_would_split_differently_is_refused(dataset, s
     result = run(sandbox, "verify", str(clone))
     assert result.returncode == 1 and "header" in result.stdout, result.stdout + result.stderr[-2000:]
     assert snapshot(sandbox.parent) == before
+
+
+# --- a Hub dataset (a local olah server) ---------------------------------------------------------------------------
+
+hub = olah_fixture()
+
+
+def test_a_hub_dataset_whose_card_points_elsewhere_is_refused(dataset, hub):
+    """`data_repo` (the lm-eval tasks' Hub source): the manifest is read first, then only the files it lists; a
+    card whose data_files point at a URL (or anywhere else) is refused in one line, nothing is fetched from it."""
+    from needlebench.dataset.publish import publish_to_git
+
+    repo = hub.repo_path("org/hostile")
+    publish_to_git(dataset, repo, version="1.0.0")
+    card = (repo / "README.md").read_text()
+    url = "https://example.invalid/private-00000.parquet"
+    (repo / "README.md").write_text(card.replace("path: data/atc_en/test-*.parquet", f"path: {url}"))
+    _git("commit", "-q", "-am", "point the card elsewhere", cwd=repo)
+    _git("tag", "v1.0.1", cwd=repo)
+    load = "needlebench.dataset.load:load_split"
+    (hostile,) = hub.calls([(load, ("atc_en",), {"repo_id": "org/hostile", "revision": "v1.0.1"})])
+    assert isinstance(hostile, ClientError) and hostile.type_name == "NeedlebenchError", hostile
+    assert url in hostile.message and "atc_en" in hostile.message and "\n" not in hostile.message

@@ -216,8 +216,8 @@ def _load_folder(folder: Path, config: str) -> Any:
         problem = card_problem(root, manifest, where)
         if problem is not None:
             raise NeedlebenchError(
-                f"data_dir {folder}: {problem}; needlebench reads only the files {MANIFEST} lists (rebuild the card "
-                f"with `needlebench build --out {folder}`, or check the folder with `needlebench verify {folder}`)"
+                f"data_dir {folder}: {problem}; needlebench reads only the files {MANIFEST} lists (check the folder "
+                f"with `needlebench verify {folder}`)"
             )
         return _read_config(
             lambda name: open_shard(root, name, config), config, manifest["configs"][config], str(folder)
