@@ -222,6 +222,7 @@ HOSTILE = {
     "Infinity": (lambda m: json.dumps(m).replace('"rows": ', '"rows": Infinity, "x": ', 1)),
     "deep JSON": _nested(5000),
     "600 levels": _nested(600),
+    "escape in a file name": (lambda m: json.dumps(m).replace("test-00000", "test-\\u001b]0;pwned\\u0007", 1)),
 }
 FIELDS = {
     "5,000-digit rows": "configs.atc_en.rows",
@@ -232,6 +233,7 @@ FIELDS = {
     "Infinity": "configs.atc_en.rows",
     "deep JSON": "needlebench.json",
     "600 levels": "recipe.x",
+    "escape in a file name": "\\x1b]0;pwned",
 }
 
 

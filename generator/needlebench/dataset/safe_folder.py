@@ -81,7 +81,9 @@ def check_data_file(root: Path | None, config: str, name: object, what: str) -> 
         )
     path = PurePosixPath(name)
     if (
-        path.is_absolute()
+        not name.isprintable()  # a control character would reach a terminal or a log line as it is
+        or len(name) > 1024
+        or path.is_absolute()
         or ".." in path.parts
         or path.parts[:2] != ("data", config)
         or len(path.parts) < 3
