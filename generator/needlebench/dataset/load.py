@@ -9,6 +9,7 @@ or unreachable repo, an unknown revision and a folder or repo lacking the config
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import hashlib
@@ -159,34 +160,64 @@ def _first_line(error: BaseException) -> str:
     return " ".join(str(error).split())[:200] or type(error).__name__
 
 
+#: Version of the Arrow files :func:`_read_config` keeps (bump when what they hold changes).
+ARROW_FORMAT = "needlebench-arrow-1"
+#: Rows per Arrow batch while converting (a 1M-token prompt is a few MB).
+_BATCH_ROWS = 64
+
+
+def arrow_cache_dir() -> Path:
+    """The private folder of the Arrow files the loader reads (under ``$NEEDLEBENCH_CACHE``)."""
+    return cache_root() / "arrow"
+
+
 def _read_config(open_file: Callable[[str], IO[bytes]], config: str, entry: dict[str, Any], where: str) -> Any:
-    """The test split of `config`: exactly the files the manifest lists (each opened by `open_file`, which refuses
-    anything but a regular file of the dataset), read by descriptor, with the features of the config's family."""
+    """The test split of `config`: exactly the files the manifest lists, each opened once by `open_file` (which
+    refuses anything but a regular file of the dataset) and read through that descriptor only, with the features of
+    the config's family.
+
+    The rows go into an Arrow file of a private cache folder (0700, :func:`needlebench.safe_fs.private_folder`),
+    named by the sha256 of the bytes read (so a later load of the same files maps it again without converting) and
+    memory-mapped as ``datasets`` maps its own cache: a split of a million-token config is never held in memory."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from datasets import Dataset, DatasetInfo, NamedSplit
-    from datasets.table import InMemoryTable
+    from datasets.table import MemoryMappedTable
 
     from needlebench.tasks.schema import features_for
 
     features = features_for(get_config(config).schema_family)
-    tables = []
-    for name in listed_files(config, entry):
-        with open_file(name) as handle:
-            try:
-                tables.append(pq.read_table(handle))
-            except (OSError, pa.ArrowException) as error:
-                raise NeedlebenchError(
-                    f"{name} (a file of config {config}) in {where} is not readable Parquet ({_first_line(error)})"
-                ) from None
-    try:
-        table = pa.concat_tables(tables).select(list(features)).cast(features.arrow_schema)
-    except (KeyError, ValueError, pa.ArrowException) as error:
-        raise NeedlebenchError(
-            f"the files of config {config} in {where} do not hold its columns ({_first_line(error)})"
-        ) from None
+    schema = features.arrow_schema
+    names = listed_files(config, entry)
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(open_file(name)) for name in names]
+        digest = hashlib.sha256(f"{ARROW_FORMAT}\0{config}\0{schema.to_string()}\0".encode())
+        for name, handle in zip(names, handles, strict=True):
+            digest.update(f"{name}\0".encode())
+            size = 0
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+            digest.update(f"\0{size}\0".encode())
+        leaf = f"{digest.hexdigest()}.arrow"
+        with private_folder(arrow_cache_dir()) as cache:
+            if not cache.is_file(leaf):
+                try:
+                    with cache.atomic(leaf, mode=0o600) as out:
+                        with pa.ipc.new_stream(out, schema) as writer:
+                            for handle in handles:
+                                handle.seek(0)
+                                for batch in pq.ParquetFile(handle).iter_batches(batch_size=_BATCH_ROWS):
+                                    table = pa.Table.from_batches([batch]).select(list(features))
+                                    writer.write_table(table.cast(schema))
+                except (KeyError, ValueError, OSError, pa.ArrowException) as error:
+                    raise NeedlebenchError(
+                        f"the files of config {config} in {where} are not readable Parquet with its columns "
+                        f"({_first_line(error)})"
+                    ) from None
+            path = cache.path / leaf
     info = DatasetInfo(features=features, config_name=config)
-    return Dataset(InMemoryTable(table), info=info, split=NamedSplit("test"))
+    return Dataset(MemoryMappedTable.from_file(str(path)), info=info, split=NamedSplit("test"))
 
 
 def _load_folder(folder: Path, config: str) -> Any:
