@@ -74,9 +74,11 @@ def test_configs_are_names_and_a_folder_lacking_one_is_a_user_error(tmp_path: Pa
 
     with pytest.raises(NeedlebenchError, match=r"'single_en_4k' is not built in data_dir .* atc_en"):
         run(["single_en_4k"], 4096, 0)
-    (folder / "needlebench.json").unlink()  # a plain dataset folder: datasets finds no such config either
+    manifest = (folder / "needlebench.json").read_bytes()
+    (folder / "needlebench.json").unlink()  # a folder without a manifest: never read by its card
     with pytest.raises(NeedlebenchError, match=r"'single_en_4k' could not be loaded from data_dir"):
         run(["single_en_4k"], 4096, 0)
+    (folder / "needlebench.json").write_bytes(manifest)
     with pytest.raises(NeedlebenchError, match=r"unknown config 'atc_\*'"):  # the CLI expands globs, once
         run(["atc_*"], 4096, 0)
     # BOS + one word + 128 generated tokens fit 130 exactly; 129 generated tokens do not

@@ -236,14 +236,15 @@ def test_build_overwrite(dataset, sandbox):
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["tasks", "export-tasks"])
 def test_task_folders(dataset, sandbox, command):
-    def setup(here: Path) -> None:
-        (here / "tasks").mkdir()
-        (here / "tasks" / "notes.md").write_text("the user's own file in --out\n")
+    """Writing a task folder again over one an earlier run wrote (the names are then all there to plant)."""
 
     def args(here: Path) -> list[str]:
         if command == "tasks":
             return ["tasks", str(dataset), "--out", str(here / "tasks")]
-        return ["export-tasks", "--out", str(here / "tasks")]
+        return ["export-tasks", "--repo", "org/needlebench", "--revision", "v1.0.0", "--out", str(here / "tasks")]
+
+    def setup(here: Path) -> None:
+        subprocess.run([*CLI, *args(here)], check=True, capture_output=True, env=_env(sandbox), timeout=600)
 
     attack(sandbox, setup, args, lambda here: here / "tasks")
 

@@ -9,19 +9,39 @@ or unreachable repo, an unknown revision and a folder or repo lacking the config
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import glob
 import hashlib
 import os
-import shutil
+import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from needlebench import __version__
 from needlebench.dataset.build import build_dataset
 from needlebench.dataset.options import BuildOptions
-from needlebench.dataset.safe_folder import MANIFEST, MAX_MANIFEST_BYTES, open_no_follow, read_manifest_file
-from needlebench.dataset.verify import file_difference
+from needlebench.dataset.replace import recover_before_reading
+from needlebench.dataset.safe_folder import (
+    MANIFEST,
+    MAX_MANIFEST_BYTES,
+    check_manifest,
+    open_no_follow,
+    parse_json,
+    read_manifest_file,
+)
+from needlebench.dataset.verify import (
+    MAX_CARD_BYTES,
+    card_header,
+    card_header_problem,
+    card_problem,
+    file_difference,
+    listed_files,
+    open_shard,
+)
 from needlebench.errors import NeedlebenchError
+from needlebench.safe_fs import Folder, private_folder
 from needlebench.seeding import RELEASE_SEED
 from needlebench.sources.cache import cache_folder, cache_root, read_checked, write_checked
 from needlebench.sources.hub import REPO_ID, check_revision, hub_error_message, hub_errors, resolve_dataset
@@ -83,22 +103,23 @@ def ensure_built(config: str, release_seed: int = RELEASE_SEED) -> Path:
     folder that does not match is removed and built again, with a one-line warning."""
     get_config(config)
     folder = built_cache_dir(release_seed)
-    with cache_folder(folder.parent) as parent:  # 0700 whatever the umask; the lock never opened through a link
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        descriptor = os.open(f"{folder.name}.lock", flags, 0o600, dir_fd=parent.fd)
-    with os.fdopen(descriptor, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        problem = _cache_problem(folder, config)
-        if problem is not None:
-            warn(f"dataset cache {folder} {problem}; it is built again")
-            if folder.is_symlink() or not folder.is_dir():
-                folder.unlink()
-            else:
-                shutil.rmtree(folder)
-        manifest = read_manifest_file(folder) if folder.exists() else None
-        if manifest is None or config not in manifest["configs"]:
-            build_dataset([config], folder, BuildOptions(release_seed=release_seed), progress=False)
-            write_checked(_record_path(folder), _digest_of(folder))
+    with cache_folder(folder.parent) as parent:  # 0700 whatever the umask (each level from the cache root)
+        lock = os.open(
+            f"{folder.name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent.fd
+        )
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            problem = _cache_problem(folder, config)
+            if problem is not None:
+                warn(f"dataset cache {folder} {problem}; it is built again")
+                parent.rmtree(folder.name)  # a link or a file there is removed itself, never followed
+            manifest = read_manifest_file(folder) if parent.exists(folder.name) else None
+            if manifest is None or config not in manifest["configs"]:
+                private_folder(folder).close()
+                build_dataset([config], folder, BuildOptions(release_seed=release_seed), progress=False)
+                write_checked(_record_path(folder), _digest_of(folder))
+        finally:
+            os.close(lock)
     return folder
 
 
@@ -139,22 +160,99 @@ def _first_line(error: BaseException) -> str:
     return " ".join(str(error).split())[:200] or type(error).__name__
 
 
+#: Version of the Arrow files :func:`_read_config` keeps (bump when what they hold changes).
+ARROW_FORMAT = "needlebench-arrow-1"
+#: Rows per Arrow batch while converting (a 1M-token prompt is a few MB).
+_BATCH_ROWS = 64
+
+
+def arrow_cache_dir() -> Path:
+    """The private folder of the Arrow files the loader reads (under ``$NEEDLEBENCH_CACHE``)."""
+    return cache_root() / "arrow"
+
+
+def _read_config(open_file: Callable[[str], IO[bytes]], config: str, entry: dict[str, Any], where: str) -> Any:
+    """The test split of `config`: exactly the files the manifest lists, each opened once by `open_file` (which
+    refuses anything but a regular file of the dataset) and read through that descriptor only, with the features of
+    the config's family.
+
+    The rows go into an Arrow file of a private cache folder (0700, :func:`needlebench.safe_fs.private_folder`),
+    named by the sha256 of the bytes read (so a later load of the same files maps it again without converting) and
+    memory-mapped as ``datasets`` maps its own cache: a split of a million-token config is never held in memory."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import Dataset, DatasetInfo, NamedSplit
+    from datasets.table import MemoryMappedTable
+
+    from needlebench.tasks.schema import features_for
+
+    features = features_for(get_config(config).schema_family)
+    schema = features.arrow_schema
+    names = listed_files(config, entry)
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(open_file(name)) for name in names]
+        digest = hashlib.sha256(f"{ARROW_FORMAT}\0{config}\0{schema.to_string()}\0".encode())
+        for name, handle in zip(names, handles, strict=True):
+            digest.update(f"{name}\0".encode())
+            size = 0
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+            digest.update(f"\0{size}\0".encode())
+        leaf = f"{digest.hexdigest()}.arrow"
+        with private_folder(arrow_cache_dir()) as cache:
+            if not cache.is_file(leaf):
+                try:
+                    with cache.atomic(leaf, mode=0o600) as out:
+                        with pa.ipc.new_stream(out, schema) as writer:
+                            for handle in handles:
+                                handle.seek(0)
+                                for batch in pq.ParquetFile(handle).iter_batches(batch_size=_BATCH_ROWS):
+                                    table = pa.Table.from_batches([batch]).select(list(features))
+                                    writer.write_table(table.cast(schema))
+                except (KeyError, ValueError, OSError, pa.ArrowException) as error:
+                    raise NeedlebenchError(
+                        f"the files of config {config} in {where} are not readable Parquet with its columns "
+                        f"({_first_line(error)})"
+                    ) from None
+            path = cache.path / leaf
+    info = DatasetInfo(features=features, config_name=config)
+    return Dataset(MemoryMappedTable.from_file(str(path)), info=info, split=NamedSplit("test"))
+
+
 def _load_folder(folder: Path, config: str) -> Any:
-    """The test split of ``config`` from a local dataset folder (a built or downloaded needlebench dataset)."""
-    from datasets import load_dataset
+    """The test split of ``config`` from a local dataset folder (a built or downloaded needlebench dataset).
+
+    The rows are read from the files the manifest lists, never from what the card says (``datasets`` would follow
+    the card's ``data_files`` anywhere: ``../``, a URL); a card that would load other files is refused in one line,
+    so ``load_dataset(FOLDER, CONFIG)`` by anyone else reads what this reads. The folder is read under a shared
+    lock (a build into it holds the exclusive one), after a replace a killed build left is finished."""
 
     if not folder.is_dir():
         raise NeedlebenchError(f"data_dir {str(folder)!r} is not a directory; build it with `needlebench build`")
+    recover_before_reading(folder)
     check_built(folder, config)
-    if not (folder / "README.md").exists():
+    if not (folder / CARD).exists():
         raise NeedlebenchError(f"data_dir {folder} is not a dataset folder (no README.md); build it first")
-    try:
-        return load_dataset(str(folder), config, split="test")
-    except (ValueError, FileNotFoundError) as error:  # unknown config, no data files
-        raise NeedlebenchError(
-            f"config {config!r} could not be loaded from data_dir {folder} ({_first_line(error)}); "
-            f"add it with `needlebench build {config} --out {folder}`"
-        ) from None
+    with Folder.open(folder) as root:
+        fcntl.flock(root.fd, fcntl.LOCK_SH)  # released when the descriptor is closed
+        manifest = read_manifest_file(folder)
+        if manifest is None:
+            raise NeedlebenchError(
+                f"config {config!r} could not be loaded from data_dir {folder}: it has no {MANIFEST} (needlebench "
+                f"reads only the files a manifest lists); build it with `needlebench build {config} --out {folder}`"
+            )
+        check_built(folder, config)
+        where = str(folder / MANIFEST)
+        problem = card_problem(root, manifest, where)
+        if problem is not None:
+            raise NeedlebenchError(
+                f"data_dir {folder}: {problem}; needlebench reads only the files {MANIFEST} lists (check the folder "
+                f"with `needlebench verify {folder}`)"
+            )
+        return _read_config(
+            lambda name: open_shard(root, name, config), config, manifest["configs"][config], str(folder)
+        )
 
 
 def _hub_failure(error: BaseException, what: str) -> str:
@@ -166,24 +264,74 @@ def _hub_failure(error: BaseException, what: str) -> str:
     return hub_error_message(error, what)
 
 
+def _open_cached(snapshot: Path, name: str, config: str) -> IO[bytes]:
+    """A file of a Hub snapshot in the user's own Hugging Face cache (a link into the repository's ``blobs``
+    folder, written by ``huggingface_hub``): opened only when it resolves there and is a regular file."""
+    blobs = snapshot.parents[1] / "blobs"
+    path = (snapshot / name).resolve()
+    if not path.is_relative_to(blobs.resolve()):
+        raise NeedlebenchError(f"{name} (a file of config {config}) is not in the Hugging Face cache of its dataset")
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NeedlebenchError(f"{name} (a file of config {config}) is missing from the Hugging Face cache") from None
+    handle = os.fdopen(descriptor, "rb")
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        handle.close()
+        raise NeedlebenchError(f"{name} (a file of config {config}) in the Hugging Face cache is not a regular file")
+    return handle
+
+
+def _read_cached(snapshot: Path, name: str, what: str, limit: int) -> bytes:
+    with _open_cached(snapshot, name, "") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise NeedlebenchError(f"{what}: {name} holds more than {limit:,} bytes")
+    return data
+
+
 def _load_repo(repo_id: str, revision: str | None, config: str) -> Any:
-    """The test split of ``config`` from a Hub dataset at ``revision`` (default ``main``).
+    """The test split of ``config`` from a Hub dataset at ``revision`` (default ``main``): its manifest first, then
+    the card and exactly the files the manifest lists (``huggingface_hub`` downloads into its cache), read as a
+    folder is (:func:`_load_folder`); the card's ``data_files`` are never followed.
 
     Online, the repo and revision are asked for once first (no retries), so a missing repo or revision or an
     unreachable endpoint fails fast with a precise message.
     """
-    from datasets import load_dataset
-    from huggingface_hub import constants
+    from huggingface_hub import constants, snapshot_download
 
     what = f"dataset {repo_id}@{check_revision(revision) or 'main'} config {config!r}"
     if not constants.HF_HUB_OFFLINE:
         resolve_dataset(repo_id, revision)
+
+    def download(patterns: list[str]) -> Path:
+        try:
+            return Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, allow_patterns=patterns))
+        except hub_errors() as error:
+            raise NeedlebenchError(_hub_failure(error, what)) from None
+
+    snapshot = download([MANIFEST])
     try:
-        return load_dataset(repo_id, config, split="test", revision=revision)
-    except hub_errors() as error:
-        raise NeedlebenchError(_hub_failure(error, what)) from None
-    except (ValueError, FileNotFoundError) as error:  # unknown config or split, no data files
-        raise NeedlebenchError(f"{what}: {_first_line(error)}") from None
+        data = _read_cached(snapshot, MANIFEST, what, MAX_MANIFEST_BYTES)
+    except NeedlebenchError:
+        raise NeedlebenchError(f"{what}: the dataset has no {MANIFEST}; it is not a needlebench dataset") from None
+    manifest = check_manifest(parse_json(data, Path(f"{repo_id}/{MANIFEST}")), f"{what}: {MANIFEST}")
+    if config not in manifest["configs"]:
+        shown = ", ".join(list(manifest["configs"])[:8])
+        raise NeedlebenchError(f"{what}: the dataset does not hold this config (it holds: {shown})")
+    entry = manifest["configs"][config]
+    snapshot = download([MANIFEST, CARD, *(glob.escape(name) for name in entry["files"])])
+    if _read_cached(snapshot, MANIFEST, what, MAX_MANIFEST_BYTES) != data:
+        raise NeedlebenchError(f"{what}: {MANIFEST} changed while it was downloaded; try again")
+    try:
+        card = _read_cached(snapshot, CARD, what, MAX_CARD_BYTES).decode("utf-8", errors="replace")
+    except NeedlebenchError:
+        card = None
+    if card is not None:
+        problem = card_header_problem(card_header(card, what), manifest)
+        if problem is not None:
+            raise NeedlebenchError(f"{what}: {problem}; needlebench reads only the files {MANIFEST} lists")
+    return _read_config(lambda name: _open_cached(snapshot, name, config), config, entry, f"dataset {repo_id}")
 
 
 def load_split(

@@ -15,11 +15,10 @@ The changelog of the card lists every release up to this one, computed from the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -29,17 +28,19 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from needlebench.dataset.build import register_experiments
-from needlebench.dataset.card import ordered_configs, render_card, write_text_atomic
+from needlebench.dataset.card import ordered_configs, render_card
 from needlebench.dataset.replace import recover_before_reading
-from needlebench.dataset.safe_folder import check_targets
+from needlebench.dataset.safe_folder import FORMAT, MAX_MANIFEST_BYTES, check_targets, parse_json
 from needlebench.dataset.verify import (
     MANIFEST_NAME,
     check_files,
     check_repo_id,
+    file_difference,
     read_manifest,
 )
 from needlebench.errors import NeedlebenchError
-from needlebench.sources.hub import hub_error_message, hub_errors
+from needlebench.safe_fs import Folder
+from needlebench.sources.hub import check_token, hub_error_message, hub_errors
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -158,12 +159,27 @@ def is_content_path(path: str) -> bool:
     return path == MANIFEST_NAME or PurePosixPath(path).parts[:1] == ("data",)
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+@contextmanager
+def staged_content(folder: Path, manifest: Mapping[str, Any]) -> Iterator[Path]:
+    """A private temporary copy (hard links by descriptors where possible, never through a link) of the manifest
+    and the files it lists, checked again there against the manifest: what is published or compared is exactly
+    what was checked, whatever happens to the folder meanwhile."""
+    names = checked_content_files(folder, manifest)
+    with tempfile.TemporaryDirectory(prefix="needlebench-publish-") as temp, Folder.open(temp) as holder:
+        holder.mkdir("release", mode=0o700)
+        with Folder.open(folder) as source, holder.sub("release") as staged:
+            for name in names:
+                staged.place_from(source, name, name)
+            for config, entry in manifest["configs"].items():
+                reason = file_difference(staged, config, entry)
+                if reason is not None:
+                    raise NeedlebenchError(
+                        f"{folder} changed while it was published (config {config}: {reason}); publish it again"
+                    )
+            staged_manifest = parse_json(staged.read_bytes(MANIFEST_NAME), Path(folder) / MANIFEST_NAME)
+            if staged_manifest != manifest:
+                raise NeedlebenchError(f"{Path(folder) / MANIFEST_NAME} changed while it was published; publish again")
+        yield Path(temp) / "release"
 
 
 @contextmanager
@@ -176,12 +192,10 @@ def staged_release(
     changelog: list[dict[str, Any]],
 ) -> Iterator[Path]:
     """A temporary copy (hard links where possible) of the release files, with the card re-rendered."""
-    with tempfile.TemporaryDirectory(prefix="needlebench-publish-") as temp:
-        staged = Path(temp) / "release"
-        for name in checked_content_files(folder, manifest):
-            _link_or_copy(Path(folder) / name, staged / name)
+    with staged_content(folder, manifest) as staged:
         card = render_card(manifest, staged, repo_id=repo_id, version=version, changelog=changelog)
-        write_text_atomic(staged / CARD_NAME, card)
+        with Folder.open(staged) as target:
+            target.write_text(CARD_NAME, card)
         yield staged
 
 
@@ -205,7 +219,9 @@ def file_digest(path: Path) -> FileDigest:
 
 
 def local_digests(folder: Path, manifest: Mapping[str, Any]) -> dict[str, FileDigest]:
-    return {name: file_digest(Path(folder) / name) for name in checked_content_files(folder, manifest)}
+    """Digests of the content files, read from a checked private copy (:func:`staged_content`)."""
+    with staged_content(folder, manifest) as staged:
+        return {name: file_digest(staged / name) for name in content_files(manifest)}
 
 
 # --- changelog and messages -----------------------------------------------------------------------------------
@@ -336,10 +352,33 @@ def _hub_manifest(api: Any, repo_id: str, revision: str, token: str | None) -> d
 
     try:
         path = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision, token=token)
-        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (*hub_errors(), OSError, json.JSONDecodeError):
+        with open(path, "rb") as handle:  # the user's own Hugging Face cache
+            data = handle.read(MAX_MANIFEST_BYTES + 1)
+    except (*hub_errors(), OSError):
         return None
-    return manifest if isinstance(manifest, dict) and "configs" in manifest else None
+    return earlier_manifest(data, f"{MANIFEST_NAME} of {repo_id}@{revision}")
+
+
+def earlier_manifest(data: bytes | None, where: str) -> dict[str, Any] | None:
+    """The manifest of an earlier release (parsed with limits, checked field by field), or None when it is not
+    one: the changelog then says "earlier release" for it."""
+    if not data or len(data) > MAX_MANIFEST_BYTES:
+        return None
+    try:
+        manifest = parse_json(data, Path(where))
+    except NeedlebenchError:
+        return None
+    # what manifest_changes reads: configs of objects, a recipe object, a version string (an older release's
+    # manifest may hold fields this version does not know: they are not checked)
+    if (
+        not isinstance(manifest, dict)
+        or not isinstance(manifest.get("configs"), dict)
+        or not all(isinstance(entry, dict) for entry in manifest["configs"].values())
+        or not isinstance(manifest.get("recipe", {}), dict)
+        or not isinstance(manifest.get("generator_version", ""), str)
+    ):
+        return None
+    return manifest
 
 
 def _publish_hub(
@@ -395,6 +434,7 @@ def publish_folder(
     """
 
     check_repo_id(repo_id)
+    check_token(token)
     version = parse_version(version)
     manifest = prepare_folder(folder)
     if api is None:
@@ -500,7 +540,13 @@ class GitRepo:
 
 def _remove_new_repo(git_path: Path, made_dir: bool) -> None:
     """Undo :func:`_open_git_repo`'s creation: the folder if it made it, else only the ``.git`` it initialised."""
-    shutil.rmtree(git_path if made_dir else git_path / ".git", ignore_errors=True)
+    with contextlib.suppress(OSError, NeedlebenchError):
+        if made_dir:
+            with Folder.open(git_path.parent) as parent:  # by descriptors: a link put there is removed, not followed
+                parent.rmtree(git_path.name)
+        else:
+            with Folder.open(git_path) as folder:
+                folder.rmtree(".git")
 
 
 def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
@@ -529,7 +575,41 @@ def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
     root = repo.run("rev-parse", "--absolute-git-dir" if repo.bare else "--show-toplevel").strip()
     if Path(root).resolve() != git_path:
         raise NeedlebenchError(f"{git_path} is inside the git repository {root}; give the repository's own folder")
+    check_release_repo(repo)
     return repo, None
+
+
+#: Files a fresh Hub dataset repository holds before its first release.
+_FRESH_REPO_FILES = {".gitattributes"}
+
+
+def check_release_repo(repo: GitRepo) -> None:
+    """Refuse an existing repository that is not a needlebench release repository before anything changes: a
+    release replaces the branch's ``README.md``, ``needlebench.json`` and ``data/**`` (in the work tree too), so the
+    branch must hold no commit yet, only a fresh Hub repository's ``.gitattributes``, or a needlebench manifest
+    (``needlebench.json`` of format ``needlebench-dataset``, which every release writes)."""
+    head = repo.resolve("HEAD")
+    if head is None:
+        return
+    if not repo.bare and repo.run("status", "--porcelain", "--untracked-files=no").strip():
+        return  # refused by _publish_git as "uncommitted changes" before anything changes
+    paths = set(repo.tree_entries(head))
+    if paths <= _FRESH_REPO_FILES:
+        return
+    if MANIFEST_NAME in paths:
+        text = repo.show_file(head, MANIFEST_NAME) or ""
+        try:
+            manifest = parse_json(text.encode("utf-8"), repo.path / MANIFEST_NAME)
+        except NeedlebenchError:
+            manifest = None
+        if isinstance(manifest, dict) and manifest.get("format") == FORMAT:
+            return
+    example = sorted(paths - _FRESH_REPO_FILES)[0]
+    raise NeedlebenchError(
+        f"{repo.path} is not a needlebench release repository (its branch holds {example!r} and no needlebench "
+        "manifest); a release replaces README.md and data/ there, so give a new or empty folder or a repository "
+        "needlebench published into"
+    )
 
 
 def _branch(repo: GitRepo) -> str:
@@ -547,11 +627,7 @@ def _git_history(repo: GitRepo, tags: dict[str, str], version: str) -> list[tupl
     history = []
     for earlier, commit in release_tags(tags, version):
         text = repo.show_file(commit, MANIFEST_NAME)
-        try:
-            manifest = json.loads(text) if text else None
-        except json.JSONDecodeError:
-            manifest = None
-        history.append((earlier, manifest if isinstance(manifest, dict) and "configs" in manifest else None))
+        history.append((earlier, earlier_manifest(text.encode("utf-8") if text else None, f"{MANIFEST_NAME}@{commit}")))
     return history
 
 
@@ -623,7 +699,8 @@ def _publish_git(
 ) -> PublishResult:
     tags = repo.tags()
     if tag in tags:
-        local = repo.hash_files(folder, checked_content_files(folder, manifest), write=False)
+        with staged_content(folder, manifest) as staged:
+            local = repo.hash_files(staged, content_files(manifest), write=False)
         remote = _git_content(repo, tags[tag])
         if {path: meta.split()[-1] for path, meta in remote.items()} == local:
             return release_result(

@@ -81,7 +81,9 @@ def check_data_file(root: Path | None, config: str, name: object, what: str) -> 
         )
     path = PurePosixPath(name)
     if (
-        path.is_absolute()
+        not name.isprintable()  # a control character would reach a terminal or a log line as it is
+        or len(name) > 1024
+        or path.is_absolute()
         or ".." in path.parts
         or path.parts[:2] != ("data", config)
         or len(path.parts) < 3
@@ -114,8 +116,7 @@ def check_manifest(manifest: object, where: str, root: Path | None = None) -> di
         raise NeedlebenchError(f'{where} is invalid: its "generator_version" is not a string')
     if not isinstance(manifest.get("recipe", {}), dict):
         raise NeedlebenchError(f'{where} is invalid: its "recipe" is not an object')
-    if not isinstance(manifest.get("experiments") or {}, dict):
-        raise NeedlebenchError(f'{where} is invalid: its "experiments" is not an object')
+    _check_experiments(manifest.get("experiments"), where)
     configs = manifest.get("configs")
     if not isinstance(configs, dict) or not configs:
         raise NeedlebenchError(f'{where} lists no configs; expected a "configs" object with at least one config')
@@ -142,6 +143,34 @@ def check_manifest(manifest: object, where: str, root: Path | None = None) -> di
                 raise NeedlebenchError(f"config {name!r} in {where} lists the file {file_name!r} twice")
             seen.add(file_name)
     return manifest
+
+
+def _check_experiments(experiments: object, where: str) -> None:
+    """Each experiment record of a manifest: an object under a config name that parses as an experiment
+    (:func:`needlebench.tasks.experiment.experiment_from_record`); else a one-line error naming the field."""
+    if experiments is None:
+        return
+    if not isinstance(experiments, dict):
+        raise NeedlebenchError(f"{where} field experiments is {_short(experiments)}; expected an object")
+    if not experiments:
+        return
+    from needlebench.tasks.experiment import experiment_from_record  # deferred: only manifests with experiments
+
+    for name, record in experiments.items():
+        check_config_name(name, f"{where} field experiments")
+        if not isinstance(record, dict):
+            raise NeedlebenchError(
+                f"{where} field experiments.{name} is {_short(record)}; expected an experiment record (an object)"
+            )
+        try:
+            experiment_from_record(record)
+        except NeedlebenchError as error:
+            raise NeedlebenchError(f"{where} field experiments.{name}: {' '.join(str(error).split())[:300]}") from None
+        except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as error:
+            reason = " ".join(str(error).split())[:160] or type(error).__name__
+            raise NeedlebenchError(
+                f"{where} field experiments.{name} is not a valid experiment record: {reason}"
+            ) from None
 
 
 def _short(value: object) -> str:
@@ -171,16 +200,80 @@ def open_no_follow(root: Path, name: str, what: str, limit: int | None = None) -
         return handle.read() if limit is None else handle.read(limit + 1)
 
 
+#: Limits of JSON read from a folder: digits of an integer (Python refuses more than 4,300 with a ValueError, see
+#: ``sys.set_int_max_str_digits`` in the CPython docs, "Integer string conversion length limitation"), characters of
+#: a number, and nesting depth.
+MAX_INT_DIGITS = 40
+MAX_NUMBER_CHARS = 64
+MAX_JSON_DEPTH = 64
+
+
+class _Refused:
+    """A JSON value refused while parsing (a huge integer, a non-finite number), found again by its field."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _parse_int(text: str) -> int | _Refused:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        return _Refused(f"an integer of {len(text.lstrip('-')):,} digits (allowed: at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _parse_float(text: str) -> float | _Refused:
+    if len(text) > MAX_NUMBER_CHARS:
+        return _Refused(f"a number of {len(text):,} characters (allowed: at most {MAX_NUMBER_CHARS})")
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        return _Refused(f"the number {text[:20]}... beyond the range of a float")
+    return value
+
+
+def _parse_constant(text: str) -> _Refused:
+    return _Refused(f"{text} (allowed: finite numbers only)")
+
+
+def _field(path: list[str | int]) -> str:
+    shown = ".".join(str(part) for part in path) or "(top level)"
+    return shown if len(shown) <= 120 else shown[:117] + "..."
+
+
+def _check_values(value: Any, path_of_file: Path) -> None:
+    """Walk parsed JSON without recursion: a refused value or nesting beyond :data:`MAX_JSON_DEPTH` is a one-line
+    error naming the file and the field."""
+    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, _Refused):
+            raise NeedlebenchError(f"{path_of_file} field {_field(path)} holds {item.reason}")
+        if isinstance(item, (dict, list)):
+            if len(path) >= MAX_JSON_DEPTH:
+                raise NeedlebenchError(
+                    f"{path_of_file} field {_field(path[:8])}... is nested more than {MAX_JSON_DEPTH} levels deep"
+                )
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend((child, [*path, key]) for key, child in pairs)
+
+
 def parse_json(data: bytes, path: Path) -> Any:
-    """JSON text of a file read from a folder, any failure (deep nesting included) a one-line error."""
+    """JSON text of a file read from a folder, parsed with limits (integer digits, number length, no NaN or
+    Infinity, nesting depth); any failure is a one-line error naming the file (and the field when there is one)."""
     try:
-        return json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise NeedlebenchError(f"{path} is not a readable needlebench manifest: it is not UTF-8 text") from None
+    try:
+        value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
     except json.JSONDecodeError as error:
         raise NeedlebenchError(f"{path} is not a readable needlebench manifest: {error}") from None
-    except RecursionError:
-        raise NeedlebenchError(f"{path} is not a readable needlebench manifest: it is nested too deeply") from None
+    except (RecursionError, ValueError) as error:
+        reason = "it is nested too deeply" if isinstance(error, RecursionError) else " ".join(str(error).split())[:120]
+        raise NeedlebenchError(f"{path} is not a readable needlebench manifest: {reason}") from None
+    _check_values(value, path)
+    return value
 
 
 def read_manifest_file(root: Path, name: str = MANIFEST, *, where: str | None = None) -> dict[str, Any] | None:

@@ -1,11 +1,17 @@
 """Verify a needlebench dataset: files on disk against the manifest, and a rebuild from the recorded recipe.
 
-A config *differs* when its files no longer match ``needlebench.json``: a listed file is missing or is not one
-``load_dataset`` reads (the card's ``data/<config>/test-*.parquet``,
-:func:`needlebench.dataset.card.data_files_pattern`), an unlisted file matching that pattern would be loaded with the
-config, or the listed files no longer hash to the recorded fingerprint; or when rebuilding it with
-``BuildOptions.from_recipe(manifest["recipe"])`` gives a different fingerprint. :func:`verify_folder` and
-:func:`verify_repo` return ``{config: reason}`` for the configs that differ.
+A config *differs* when its files no longer match ``needlebench.json``: a listed file is missing, is not a regular
+file (a link, FIFO, device or socket: refused before it is read) or is not one the card loads
+(``data/<config>/test-*.parquet``, :func:`needlebench.dataset.card.data_files_pattern`); an unlisted file matching
+that pattern would be loaded with the config; the listed files no longer hash to the recorded fingerprint or hold
+another number of rows (their Parquet footers) than the manifest records; the card would make ``load_dataset`` read
+other files than the manifest lists (its ``data_files``, :func:`card_problem`) or states other row counts; or
+rebuilding it with ``BuildOptions.from_recipe(manifest["recipe"])`` gives a different fingerprint.
+:func:`verify_folder` and :func:`verify_repo` return ``{config: reason}`` for the configs that differ.
+
+needlebench's own loader (:func:`needlebench.dataset.load.load_split`: ``show``, the lm-eval tasks, ``budget``)
+reads exactly the files the manifest lists, by descriptor, never what the card says: what verify checks is what it
+reads.
 
 The fingerprint of a config is :func:`needlebench.dataset.writer.fingerprint_files` of its Parquet files (the
 builder's).
@@ -13,10 +19,13 @@ builder's).
 
 from __future__ import annotations
 
+import hashlib
+import stat
 import tempfile
-from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
 
 from needlebench.dataset.build import MANIFEST as MANIFEST_NAME
 from needlebench.dataset.build import BuildOptions, build_dataset, register_experiments
@@ -27,10 +36,14 @@ from needlebench.dataset.replace import recover_before_reading
 from needlebench.dataset.safe_folder import check_manifest
 from needlebench.dataset.writer import fingerprint_files
 from needlebench.errors import NeedlebenchError
+from needlebench.safe_fs import Folder
 from needlebench.sources.hub import REPO_ID, hub_error_message, hub_errors
+
+CARD_NAME = "README.md"
 
 __all__ = [
     "MANIFEST_NAME",
+    "card_problem",
     "check_files",
     "check_repo_id",
     "fingerprint_files",
@@ -79,54 +92,242 @@ def select_configs(manifest: Mapping[str, Any], configs: Iterable[str] | None, w
 
 
 def loaded_files(folder: Path, config: str) -> set[str]:
-    """Paths (relative, POSIX) of the files in ``folder`` that ``load_dataset`` reads for ``config``."""
+    """Paths (relative, POSIX) of the files in ``folder`` that ``load_dataset`` reads for ``config`` by the card."""
     root = folder / "data" / config
     found = (p.relative_to(folder).as_posix() for p in root.rglob("*") if p.is_file()) if root.is_dir() else ()
     return {name for name in found if is_loaded_file(config, name)}
 
 
-def file_difference(folder: Path, config: str, entry: Mapping[str, Any]) -> str | None:
-    """Why the files of one config differ from its manifest entry, or None when they match."""
-    listed = sorted(entry["files"])
-    missing = [name for name in listed if not (folder / name).is_file()]
+#: Largest card read back from a dataset folder (the card of every config is a few hundred kB).
+MAX_CARD_BYTES = 16 * 2**20
+#: Keys of a card's ``configs`` entry that needlebench writes; any other (``data_dir``, builder options) changes
+#: what ``load_dataset`` reads.
+_CARD_CONFIG_KEYS = {"config_name", "data_files", "default"}
+
+
+def card_metadata(folder: Folder, where: str) -> dict[str, Any] | None:
+    """The YAML front matter of the folder's card (None when it has no card); a one-line error when it cannot be
+    read (a link, a FIFO, too large, not YAML)."""
+    try:
+        text = folder.read_text(CARD_NAME, limit=MAX_CARD_BYTES)
+    except FileNotFoundError:
+        return None
+    return card_header(text, where)
+
+
+def card_header(text: str, where: str) -> dict[str, Any]:
+    """The YAML front matter of a card's text ({} when it has none); a one-line error when it is not YAML, or when
+    ``huggingface_hub`` (``repocard.REGEX_YAML_BLOCK``, what ``load_dataset`` reads a card with) and ``datasets``
+    (``utils.metadata._split_yaml_from_readme``) would find different headers in it."""
+    import yaml
+    from huggingface_hub.repocard import REGEX_YAML_BLOCK
+
+    match = REGEX_YAML_BLOCK.search(text)
+    header = match.group(2) if match else None
+    lines = text.splitlines()
+    other = None
+    if lines and lines[0] == "---" and "---" in lines[1:]:
+        other = "\n".join(lines[1 : lines[1:].index("---") + 1])
+    if header != other and (header is None or other != "\n".join(header.splitlines())):
+        raise NeedlebenchError(
+            f"{where}: the YAML header of {CARD_NAME} is not one clear block between '---' lines (huggingface_hub and "
+            "datasets would read different headers)"
+        )
+    if header is None:
+        return {}
+    try:
+        data = yaml.safe_load(header)
+    except (yaml.YAMLError, RecursionError, ValueError) as error:
+        reason = " ".join(str(error).split())[:160] or type(error).__name__
+        raise NeedlebenchError(f"{where}: the YAML header of {CARD_NAME} cannot be read ({reason})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _data_files(value: object) -> dict[str, list[str]] | object:
+    """A card's ``data_files`` as ``{split: [patterns]}`` (``datasets``' forms: a string or a list of them for the
+    train split, a list of ``{split, path}``, a mapping of split to patterns); anything else as it is."""
+    if isinstance(value, str):
+        return {"train": [value]}
+    if isinstance(value, dict):
+        return {str(key): [item] if isinstance(item, str) else item for key, item in value.items()}
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return {"train": list(value)}
+    if isinstance(value, list) and all(isinstance(item, dict) for item in value):
+        found: dict[str, list[str]] = {}
+        for item in value:
+            path = item.get("path")
+            found.setdefault(str(item.get("split", "train")), []).extend([path] if isinstance(path, str) else [path])
+        return found
+    return value
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def card_problem(folder: Folder, manifest: Mapping[str, Any], where: str) -> str | None:
+    """Why the folder's card would make ``load_dataset`` read other files than the manifest lists, or state other
+    row counts (None: it agrees). The card must give each config of the manifest, and only those, the data files
+    ``data/<config>/test-*.parquet`` (:func:`~needlebench.dataset.card.data_files_pattern`, which every listed file
+    matches) and nothing else that changes what is read."""
+    meta = card_metadata(folder, where)
+    return None if meta is None else card_header_problem(meta, manifest)
+
+
+def card_header_problem(meta: Mapping[str, Any], manifest: Mapping[str, Any]) -> str | None:
+    """:func:`card_problem` of a card's parsed YAML header."""
+    entries = meta.get("configs") or []
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        return f"{CARD_NAME} has configs {_shown(entries)}; expected a list of configs"
+    seen: set[str] = set()
+    for entry in entries:
+        name = entry.get("config_name")
+        if name not in manifest["configs"]:
+            return f"{CARD_NAME} gives the config {_shown(name)}, which {MANIFEST_NAME} does not list"
+        seen.add(name)
+        files = manifest["configs"][name]["files"]
+        expected = {"test": [data_files_pattern(name)]}
+        got = _data_files(entry.get("data_files"))
+        if got != expected:
+            return (
+                f"{CARD_NAME} gives config {name} the data_files {_shown(got)}, but {MANIFEST_NAME} lists "
+                f"{_shown(files)} (the card must load {data_files_pattern(name)})"
+            )
+        others = sorted(str(key) for key in entry if key not in _CARD_CONFIG_KEYS)
+        if others:
+            return f"{CARD_NAME} gives config {name} the key {others[0]!r}, which changes what load_dataset reads"
+    missing = [name for name in manifest["configs"] if name not in seen]
     if missing:
-        return f"missing file {missing[0]}"
+        return f"{CARD_NAME} gives no data_files for config {missing[0]}, which {MANIFEST_NAME} lists"
+    infos = meta.get("dataset_info") or []
+    for info in [infos] if isinstance(infos, dict) else infos if isinstance(infos, list) else []:
+        if not isinstance(info, dict) or info.get("config_name") not in manifest["configs"]:
+            continue
+        name = info["config_name"]
+        for split in info.get("splits") or []:
+            if isinstance(split, dict) and split.get("name") == "test":
+                rows = split.get("num_examples")
+                if rows != manifest["configs"][name]["rows"]:
+                    return (
+                        f"{CARD_NAME} says config {name} has {_shown(rows)} rows, but {MANIFEST_NAME} records "
+                        f"{manifest['configs'][name]['rows']:,}"
+                    )
+    return None
+
+
+def listed_files(config: str, entry: Mapping[str, Any]) -> list[str]:
+    """The files of a config as the manifest lists them, in the order ``load_dataset`` reads them (sorted)."""
+    return sorted(entry["files"], key=PurePosixPath)
+
+
+def open_shard(folder: Folder, name: str, config: str) -> IO[bytes]:
+    """A listed shard, opened without following a link; a missing file, a link, a FIFO, a device or a socket is a
+    one-line error before anything is read (:meth:`needlebench.safe_fs.Folder.open_read`)."""
+    try:
+        return folder.open_read(name, what=f" (a file of config {config})")
+    except (FileNotFoundError, NotADirectoryError):
+        raise NeedlebenchError(f"{folder.path / name} (a file of config {config}) is missing") from None
+
+
+def shard_rows(handle: IO[bytes]) -> int | None:
+    """Rows of an open Parquet file, from its footer; None when it is not Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        handle.seek(0)
+        return pq.ParquetFile(handle).metadata.num_rows
+    except (OSError, pa.ArrowException):
+        return None
+
+
+def file_difference(folder: Path | Folder, config: str, entry: Mapping[str, Any]) -> str | None:
+    """Why the files of one config differ from its manifest entry, or None when they match: each listed file must be
+    a regular file inside the folder (no link, FIFO or device), together hashing to the fingerprint and holding the
+    recorded rows (Parquet footers); the card's data files must match exactly these files."""
+    listed = listed_files(config, entry)
     unloaded = [name for name in listed if not is_loaded_file(config, name)]
     if unloaded:
         return f"listed file {unloaded[0]} is not read by load_dataset (the card loads {data_files_pattern(config)})"
-    extra = sorted(loaded_files(folder, config) - set(listed))
-    if extra:
-        return f"unlisted file {extra[0]} (it would be loaded with the config)"
-    if fingerprint_files(folder / name for name in listed) != entry["fingerprint"]:
+    with _opened(folder) as root:
+        for name in listed:
+            info = root.lstat(name)
+            if info is None:
+                return f"missing file {name}"
+            if not stat.S_ISREG(info.st_mode):
+                return f"listed file {name} is not a regular file (a link, FIFO, device, socket or folder)"
+        extra = sorted(loaded_files(root.path, config) - set(listed))
+        if extra:
+            return f"unlisted file {extra[0]} (it would be loaded with the config)"
+        digest = hashlib.sha256()
+        rows = 0
+        not_parquet = None
+        for name in listed:
+            try:
+                handle = open_shard(root, name, config)
+            except NeedlebenchError as error:
+                return " ".join(str(error).split())[:200]
+            with handle:
+                for chunk in iter(lambda handle=handle: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+                count = shard_rows(handle)
+            if count is None:
+                not_parquet = not_parquet or name
+            else:
+                rows += count
+    if digest.hexdigest() != entry["fingerprint"]:
         return "files on disk do not match the manifest fingerprint"
-    rows = parquet_rows(folder / name for name in listed)
+    if not_parquet is not None:
+        return f"listed file {not_parquet} is not a Parquet file"
     if rows != entry["rows"]:
         return f"the manifest records {entry['rows']:,} rows but the files hold {rows:,}"
     return None
 
 
+@contextmanager
+def _opened(folder: Path | Folder) -> Iterator[Folder]:
+    if isinstance(folder, Folder):
+        yield folder
+        return
+    with Folder.open(folder) as opened:
+        yield opened
+
+
 def parquet_rows(paths: Iterable[Path]) -> int | None:
     """Rows of Parquet files, from their footers; None when one cannot be read as Parquet."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     total = 0
-    try:
-        for path in paths:
-            with open(path, "rb") as handle:  # a file object: any path the OS takes, whatever the locale
-                total += pq.ParquetFile(handle).metadata.num_rows
-    except (OSError, pa.ArrowException):
-        return None
+    for path in paths:
+        path = Path(path)
+        try:
+            with Folder.open(path.parent) as parent, parent.open_read(path.name) as handle:
+                count = shard_rows(handle)
+        except (OSError, NeedlebenchError):
+            return None
+        if count is None:
+            return None
+        total += count
     return total
 
 
 def check_files(folder: Path, manifest: Mapping[str, Any], configs: Iterable[str]) -> dict[str, str]:
-    """Configs whose files on disk differ from the manifest, with the reason."""
+    """Configs whose files on disk differ from the manifest, with the reason; a card that would make
+    ``load_dataset`` read other files (or state other row counts) is a difference of the config it names."""
     differences: dict[str, str] = {}
-    for name in configs:
-        reason = file_difference(Path(folder), name, manifest["configs"][name])
-        if reason is not None:
-            differences[name] = reason
+    names = list(configs)
+    with Folder.open(folder) as root:
+        for name in names:
+            reason = file_difference(root, name, manifest["configs"][name])
+            if reason is not None:
+                differences[name] = reason
+        try:
+            problem = card_problem(root, manifest, str(Path(folder) / MANIFEST_NAME))
+        except NeedlebenchError as error:  # a card that cannot be read as load_dataset reads it
+            problem = " ".join(str(error).split())[:300]
+    if problem is not None:
+        named = next((name for name in names if f"config {name} " in problem + " "), None)
+        for name in [named] if named else names:
+            differences.setdefault(name, problem)
     return differences
 
 

@@ -79,8 +79,43 @@ def hub_errors() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
+#: What a Hub token looks like in a message (``hf_...``, an ``Authorization: Bearer ...`` value).
+_TOKEN_TEXT = re.compile(r"(?i)(bearer\s+)\S+|\bhf_[A-Za-z0-9]{4,}")
+
+
+def check_token(token: object) -> str | None:
+    """A Hub token given explicitly (``--token``): printable ASCII without spaces. A control character (a CR
+    copied with it), a space or a non-ASCII character is a one-line error that never shows the token."""
+    if token is None:
+        return None
+    if not isinstance(token, str) or not token or not all(33 <= ord(char) < 127 for char in token):
+        raise NeedlebenchError(
+            "the Hub token given holds a control character, a space or a non-ASCII character (a line ending "
+            "copied with it?); give the token alone (it is not shown here)"
+        )
+    return token
+
+
+def redact_tokens(text: str) -> str:
+    """`text` with anything that looks like a Hub token, and the token ``huggingface_hub`` would send, replaced by
+    ``***``: error messages are printed and logged."""
+    try:
+        from huggingface_hub import get_token
+
+        known = get_token()
+    except Exception:  # noqa: BLE001 - a broken token file must not hide the error being reported
+        known = None
+    if known:
+        text = text.replace(known, "***")
+    return _TOKEN_TEXT.sub(lambda match: (match.group(1) or "") + "***", text)
+
+
 def hub_error_message(error: BaseException, what: str) -> str:
-    """A one-line message for a Hub failure while fetching ``what``."""
+    """A one-line message for a Hub failure while fetching ``what`` (a token in it is never shown)."""
+    return redact_tokens(_hub_error_message(error, what))
+
+
+def _hub_error_message(error: BaseException, what: str) -> str:
     from huggingface_hub import constants
     from huggingface_hub import errors as hf_errors
 
