@@ -140,8 +140,8 @@ class Results:
     reported: list[list[Any]]  # [model, task or group, metric, value, samples]
     sources: list[Path]
     scoring: str = "default"
-    #: Values left out as not finite numbers (NaN, Infinity, beyond 1e15), each ``<file>:<line> <field>``.
-    left_out: list[str] = field(default_factory=list)
+    #: Values left out as not finite numbers (NaN, Infinity, beyond 1e15), each (file, where in it).
+    left_out: list[tuple[str, str]] = field(default_factory=list)
 
     def entities(self) -> list[str]:
         return sorted({run.entity for run in self.runs}, key=entity_order(self.runs))
@@ -176,7 +176,9 @@ def _response_text(record: Mapping[str, Any]) -> str:
 CIRCULAR_METRICS = ("perf_4", "perf_4_reference")
 
 
-def _check_metrics(path: Path, line: int, metrics: dict[str, Any], left_out: list[str] | None = None) -> None:
+def _check_metrics(
+    path: Path, line: int, metrics: dict[str, Any], left_out: list[tuple[str, str]] | None = None
+) -> None:
     """A metric of the wrong type is a one-line error; one that is not a finite number (``NaN``, ``Infinity``,
     beyond 1e15, in a list too) is taken out of ``metrics`` and named in ``left_out`` (the means go on without
     it, never ``nan``)."""
@@ -200,7 +202,7 @@ def _check_metrics(path: Path, line: int, metrics: dict[str, Any], left_out: lis
         if not finite:
             del metrics[name]
             if left_out is not None:
-                left_out.append(printable(f"{path}:{line} metric {name}"))
+                left_out.append((printable(path), printable(f"line {line} metric {name}")))
 
 
 def _number(value: Any, integer: bool = False) -> bool:
@@ -308,7 +310,7 @@ def read_samples(
     path: Path,
     lookup: Callable[[str], ConfigSpec | None] | None = None,
     observe: bool = True,
-    left_out: list[str] | None = None,
+    left_out: list[tuple[str, str]] | None = None,
 ) -> list[Sample]:
     """The samples of one ``samples_*.jsonl`` (or ``judged_samples_*.jsonl``) file.
 
@@ -366,7 +368,7 @@ def _sample(
     doc: dict,
     spec: ConfigSpec,
     judged: bool,
-    left_out: list[str] | None = None,
+    left_out: list[tuple[str, str]] | None = None,
 ) -> Sample:
     names = record.get("metrics", [])
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
@@ -465,8 +467,16 @@ def model_display_name(results: Mapping[str, Any]) -> str | None:
 def short_model_name(value: str) -> str:
     """``/models/SmolLM2-135M/`` -> ``SmolLM2-135M``; a Hub repo id ``ORG/NAME`` stays as it is."""
     text = value.rstrip("/\\")
-    looks_local = text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1 or Path(text).exists()
+    looks_local = text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1 or _exists(text)
     return Path(text).name if looks_local else text
+
+
+def _exists(text: str) -> bool:
+    """Whether a local path of that name exists (False for a name no path can have: too long, a NUL)."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _apply_names(
@@ -629,7 +639,7 @@ def load_results(
         matchable.update(dict.fromkeys(item for item in (raw, pretrained) if item))
         return _apply_names(raw, pretrained, folder, names, used)
 
-    left_out: list[str] = []
+    left_out: list[tuple[str, str]] = []
     reported: dict[tuple[str, str], tuple[str, dict[str, float], Any]] = {}
     results_by_folder: dict[Path, list[tuple[str, Path]]] = defaultdict(list)
     for path, data in parsed.items():
@@ -716,7 +726,7 @@ def _reported_values(
     task: str,
     metrics: Mapping[str, Any],
     wanted: Callable[[str], bool],
-    left_out: list[str],
+    left_out: list[tuple[str, str]],
     split: bool = False,
 ) -> dict[str, float]:
     """The numbers of a task in a results or health file (metric -> value); a number that is not finite (or
@@ -727,7 +737,7 @@ def _reported_values(
         if not wanted(key) or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if not is_finite_number(value):
-            left_out.append(printable(f"{path} {task} {key}"))
+            left_out.append((printable(path), printable(f"{task} {key}")))
             continue
         values[key.split(",")[0] if split else key] = float(value)
     return values

@@ -218,6 +218,23 @@ def write_html(
     return Path(path)
 
 
+def left_out_text(left_out: Sequence[tuple[str, str]], shown: int = 3) -> str:
+    """The one warning line of values left out: how many, and per file (the first `shown` files) how many and
+    where the first one is."""
+    by_file: dict[str, list[str]] = {}
+    for path, where in left_out:
+        by_file.setdefault(path, []).append(where)
+    parts = [
+        f"{path} ({len(places)}: {places[0]}{', ...' if len(places) > 1 else ''})"
+        for path, places in list(by_file.items())[:shown]
+    ]
+    more = f" and {len(by_file) - shown} more file(s)" if len(by_file) > shown else ""
+    return (
+        f"left out {len(left_out)} value(s) that are not finite numbers (NaN, Infinity or beyond 1e15); every mean "
+        f"is over the other values: {'; '.join(parts)}{more}"
+    )
+
+
 def scorer_text(results: Results) -> str:
     """One line saying which scorer each task's numbers come from (rule-based metric or model judge)."""
     judged = [run for run in results.runs if run.judged]
@@ -266,12 +283,7 @@ def write_report(
     scorers = scorer_text(loaded)
     planned = report_figures.plan_figures(loaded, annotate=annotate) if figures else []
     if loaded.left_out:
-        first = loaded.left_out[0]
-        more = f" and {len(loaded.left_out) - 1} more" if len(loaded.left_out) > 1 else ""
-        warn(
-            f"left out {len(loaded.left_out)} value(s) that are not finite numbers (NaN, Infinity or beyond 1e15): "
-            f"{first}{more}; every mean is over the other values"
-        )
+        warn(left_out_text(loaded.left_out))
     out_dir = Path(out_dir)
     names = [f"{table.name}.{ext}" for table in tables for ext in ("md", "csv")]
     names += [f"{figure.name}.{ext}" for figure in planned for ext in (("png", "pdf") if pdf else ("png",))]
