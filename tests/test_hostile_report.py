@@ -296,10 +296,12 @@ def test_a_1500_level_deep_folder_tree_is_refused_in_one_line(sandbox):
             deep = inner
     finally:
         os.close(deep)
-    before = user_files(sandbox, results)
-    refused(report(sandbox, results, "--no-figures"), "nested more than")
-    assert user_files(sandbox, results) == before
-    flatten(results)
+    try:
+        before = user_files(sandbox, results)
+        refused(report(sandbox, results, "--no-figures"), "nested more than")
+        assert user_files(sandbox, results) == before
+    finally:
+        flatten(results)
 
 
 def flatten(results: Path) -> None:
@@ -308,3 +310,20 @@ def flatten(results: Path) -> None:
     while (current / "d").exists():
         os.rename(current / "d", results / f"x{index}")
         current, index = results / f"x{index}", index + 1
+
+
+def custom_row(**values) -> dict:
+    """An S-RT row of a config no registry knows (an experiment whose manifest is not at hand)."""
+    return {**single_row(**values), "config": "mine_en"}
+
+
+def test_rows_spanning_a_huge_grid_are_refused_not_drawn_for_hours(sandbox):
+    """Rows of a config known only from the rows (no manifest at hand) span the lengths x depths they carry: 600
+    rows at distinct lengths and depths would be a 360,000-cell heatmap and coverage grid."""
+    results = results_folder(sandbox, {"m": [50.0]})
+    rows = [{"doc": custom_row(context_length=1000 + i, depth_percent=i / 10), "score": 1.0} for i in range(600)]
+    path = write_samples(results / "m0", "needlebench_mine_en", rows, date=DATE)
+    (results / "m0" / f"results_{DATE}.json").unlink()
+    before = user_files(sandbox, results)
+    refused(report(sandbox, results, "--no-figures"), path.name, "mine_en", "360,000 cells")
+    assert user_files(sandbox, results) == before

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from needlebench.dataset.verify import read_manifest
+from needlebench.dataset.verify import MANIFEST_NAME, read_manifest
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import eval_family
 from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
@@ -273,6 +273,28 @@ def _observable(doc: Mapping[str, Any]) -> str | None:
     return family
 
 
+#: Most grid cells (lengths x depths x needle counts) of a config the report draws and counts; a paper config has
+#: at most a few thousand.
+MAX_GRID_CELLS = 250_000
+
+
+def grid_cells(spec: ConfigSpec) -> int:
+    return max(1, len(spec.lengths)) * max(1, len(spec.depths)) * max(1, len(spec.needle_counts or ()))
+
+
+def _bounded(specs: dict[str, ConfigSpec], where: Path) -> dict[str, ConfigSpec]:
+    """`specs` when each grid is at most :data:`MAX_GRID_CELLS` cells, else a one-line error naming the config."""
+    for name, spec in specs.items():
+        if grid_cells(spec) > MAX_GRID_CELLS:
+            raise NeedlebenchError(
+                printable(
+                    f"{where}: the grid of {name} has {grid_cells(spec):,} cells; the report draws at most "
+                    f"{MAX_GRID_CELLS:,}"
+                )
+            )
+    return specs
+
+
 def observed_spec(name: str, family: str, docs: Sequence[Mapping[str, Any]]) -> ConfigSpec:
     """A config known only from its rows (no registry entry, no dataset manifest at hand): its grid is the
     lengths, depths, repeats and needle counts its rows carry; one row per grid cell of its family and run."""
@@ -356,7 +378,7 @@ def read_samples(
         samples.append(_sample(path, number, record, doc, spec, judged_file, left_out))
     for name, entries in unknown.items():
         docs = [doc for _n, _r, doc in entries]
-        spec = observed_spec(name, families[name], docs)
+        spec = _bounded({name: observed_spec(name, families[name], docs)}, path)[name]
         samples += [_sample(path, number, record, doc, spec, judged_file, left_out) for number, record, doc in entries]
     return samples
 
@@ -568,7 +590,7 @@ class _SpecFinder:
         self.folders: dict[Path, dict[str, ConfigSpec]] = {}
         self.given = [Path(folder).resolve() for folder in data_dirs]
         for folder in self.given:
-            self.folders[folder] = experiment_specs(folder)
+            self.folders[folder] = _bounded(experiment_specs(folder), folder / MANIFEST_NAME)
         self.sources: dict[int, str] = {}
 
     def _recorded(self, folder: Path | None) -> dict[str, ConfigSpec]:
@@ -579,10 +601,12 @@ class _SpecFinder:
         except (OSError, RuntimeError):
             return {}
         if folder not in self.folders:
-            try:
-                self.folders[folder] = experiment_specs(folder)
-            except (NeedlebenchError, OSError):  # moved or not a dataset on this machine: bin by the rows instead
-                self.folders[folder] = {}
+            self.folders[folder] = {}
+            try:  # a results file names this folder, not the user: only a regular manifest is read (no FIFO)
+                if stat.S_ISREG(os.lstat(folder / MANIFEST_NAME).st_mode):
+                    self.folders[folder] = _bounded(experiment_specs(folder), folder / MANIFEST_NAME)
+            except (NeedlebenchError, OSError, ValueError, TypeError, KeyError, RecursionError):
+                pass  # moved, or not a dataset on this machine: bin by the rows instead
         return self.folders[folder]
 
     def lookup(self, recorded: Path | None) -> Callable[[str], ConfigSpec | None]:
