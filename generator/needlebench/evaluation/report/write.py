@@ -32,7 +32,7 @@ from needlebench.evaluation.report.load import (
 from needlebench.evaluation.report.safety import loads, printable
 from needlebench.evaluation.report.tables import Table, build_tables
 from needlebench.evaluation.scoring.overall import overall_formula
-from needlebench.safe_fs import Folder, write_file
+from needlebench.safe_fs import Folder
 from needlebench.terminal import warn
 
 
@@ -131,14 +131,6 @@ def table_csv(table: Table) -> str:
     return buffer.getvalue()
 
 
-def write_table(table: Table, out_dir: Path) -> list[Path]:
-    """Write a table as Markdown and CSV into the folder ``out_dir`` (through safe_fs); return the two paths."""
-    with Folder.open(out_dir, create=True) as folder:
-        folder.write_text(f"{table.name}.md", table_markdown(table))
-        folder.write_text(f"{table.name}.csv", table_csv(table))
-    return [Path(out_dir) / f"{table.name}.md", Path(out_dir) / f"{table.name}.csv"]
-
-
 def table_html(table: Table) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in table.header)
     body = []
@@ -203,19 +195,6 @@ def report_html(
         )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
-
-
-def write_html(
-    path: Path,
-    tables: Sequence[Table],
-    figures: Sequence[tuple[str, Path]],
-    sources: Sequence[Path],
-    scorers: str = "",
-) -> Path:
-    """:func:`report_html` written to ``path`` (the figures read from their files)."""
-    drawn = [(title, Path(figure).read_bytes()) for title, figure in figures]
-    write_file(path, report_html(tables, drawn, sources, scorers))
-    return Path(path)
 
 
 def left_out_text(left_out: Sequence[tuple[str, str]], shown: int = 3) -> str:
