@@ -794,10 +794,13 @@ def _reference_twins(sample: Sample) -> dict[str, Any]:
     hook = eval_family(sample.spec.family).template(sample.spec).hook
     try:
         computed = hook(sample.doc, [sample.response])
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
         raise NeedlebenchError(
-            f"cannot score row {sample.doc.get('id')!r} of {sample.spec.name} by the reference rules ({error!r}); "
-            "its samples lack the *_reference metrics and its doc the columns to compute them: rerun the task"
+            printable(
+                f"cannot score row {_value(sample.doc.get('id'))} of {sample.spec.name} by the reference rules "
+                f"({_value(error)}); its samples lack the *_reference metrics and its doc the columns to compute "
+                "them: rerun the task"
+            )
         ) from None
     return {name: value for name, value in computed.items() if name.endswith(REFERENCE_SUFFIX)}
 
