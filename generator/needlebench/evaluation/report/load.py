@@ -174,6 +174,9 @@ def _response_text(record: Mapping[str, Any]) -> str:
 
 #: Metrics logged as CircularEval tuples ``[item_id, rotation, correct]``.
 CIRCULAR_METRICS = ("perf_4", "perf_4_reference")
+#: Metrics logged as lists of numbers (with their ``_reference`` twins): Counting-Stars' score per star, M-RT's hit
+#: per needle, v2 ATC's ``(relations, score)`` pair. Every other metric is one number.
+LIST_METRICS = ("per_star", "needle_hits", "weighted")
 
 
 def _check_metrics(
@@ -191,6 +194,11 @@ def _check_metrics(
                     f"metric {name} is {_value(value)}, not [item_id, rotation, correct]",
                 )
             continue
+        listed = name.removesuffix(REFERENCE_SUFFIX) in LIST_METRICS
+        if listed != isinstance(value, list):
+            raise _bad(
+                path, line, f"metric {name} is {_value(value)}, not {'a list of numbers' if listed else 'a number'}"
+            )
         if isinstance(value, list):
             if not all(isinstance(item, (int, float)) and not isinstance(item, bool) for item in value):
                 raise _bad(path, line, f"metric {name} holds a non-number")
