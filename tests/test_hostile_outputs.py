@@ -408,7 +408,8 @@ def test_hostile_model_names_are_inert_in_csv_markdown_and_html(tmp_path):
         assert "<script" not in text and not re.search(r"(?<!\\)\]\(", text), page  # no tag, no link or image
     markdown = (out / "scores.md").read_text(encoding="utf-8")
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in markdown
-    assert "\\[x\\](javascript:alert(1)) \\| @SUM(1+1) !\\[img\\](http://evil.example/t.png)" in markdown
+    # the ':' of 'http://' escaped too: a bare URL is no autolink either
+    assert "\\[x\\](javascript:alert(1)) \\| @SUM(1+1) !\\[img\\](http\\://evil.example/t.png)" in markdown
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert 'href="javascript:' not in page and "<a " not in page

@@ -19,6 +19,7 @@ and for red-green colour blindness), the lines use the Okabe-Ito palette with di
 
 from __future__ import annotations
 
+import io
 import math
 import textwrap
 from collections import defaultdict
@@ -38,6 +39,7 @@ from needlebench.evaluation.report.aggregate import (
     short_number,
 )
 from needlebench.evaluation.report.load import SCORING_LABEL, Results, Sample, TaskRun, entity_order, is_observed
+from needlebench.evaluation.report.safety import plain_figure_text, unique_stem
 
 DPI = 200
 COLORMAP = "viridis"
@@ -300,14 +302,18 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
     if annotate not in ANNOTATE_CHOICES:
         raise NeedlebenchError(f"--annotate {annotate!r} is not one of {', '.join(ANNOTATE_CHOICES)}")
     figures: list[Figure] = []
+    # two models whose names differ only in characters a file name cannot hold ("a/b", "a_b") get two files
+    taken = {"compare_models_by_length"}
     order = entity_order(results.runs)
     for run in sorted(results.runs, key=lambda r: (order(r.entity), r.task)):
         heatmap = build_heatmap(run)
         if heatmap is None:
             continue
+        heatmap.name = unique_stem(heatmap.name, taken)
         figures.append(Figure(heatmap.name, heatmap.title, "heatmap", [heatmap], annotate=annotate))
         deviation = build_std_heatmap(run) if run.custom else None  # experiments' runs (Inspect NIAH's std)
         if deviation is not None:
+            deviation.name = unique_stem(deviation.name, taken)
             figures.append(Figure(deviation.name, deviation.title, "heatmap", [deviation], annotate=annotate))
     panels: dict[str, dict[str, list[tuple[int, float, int]]]] = defaultdict(dict)
     ylabels: dict[str, str] = {}
@@ -373,8 +379,8 @@ def _draw_heatmap(figure: Any, axes: Any, heatmap: Heatmap, annotate: str, title
     axes.set_xticks(range(ncols), tick_labels(heatmap.columns), rotation=45, ha="right", fontsize=7)
     step = max(1, nrows // 32)
     axes.set_yticks(range(0, nrows, step), tick_labels(heatmap.rows)[::step], fontsize=7)
-    axes.set_xlabel(heatmap.column_label, fontsize=8)
-    axes.set_ylabel(heatmap.row_label, fontsize=8)
+    axes.set_xlabel(plain_figure_text(heatmap.column_label), fontsize=8)
+    axes.set_ylabel(plain_figure_text(heatmap.row_label), fontsize=8)
     counts = [c for row in heatmap.counts for c in row if c]
     subtitle = heatmap.subtitle
     if any(v is None for row in heatmap.values for v in row):
@@ -399,9 +405,9 @@ def _draw_heatmap(figure: Any, axes: Any, heatmap: Heatmap, annotate: str, title
         spread = str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
         subtitle += f"; {heatmap.count_unit} per cell: {spread}"
     wrapped = textwrap.fill(subtitle, width=max(40, int(13 * width)))
-    axes.set_title(f"{title}\n{wrapped}", fontsize=8)
+    axes.set_title(plain_figure_text(f"{title}\n{wrapped}"), fontsize=8)
     bar = figure.colorbar(image, ax=axes, shrink=0.9)
-    bar.set_label(heatmap.metric_label, fontsize=8)
+    bar.set_label(plain_figure_text(heatmap.metric_label), fontsize=8)
     bar.ax.tick_params(labelsize=7)
 
 
@@ -459,11 +465,11 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
                 linestyle=dash,
                 linewidth=1.5,
                 markersize=4,
-                label=f"{model} (n={n})",
+                label=plain_figure_text(f"{model} (n={n})"),
             )
-        axes.set_title(name, fontsize=9)
-        axes.set_xlabel(lines.xlabels.get(name, "Context length (tokens)"), fontsize=8)
-        axes.set_ylabel(lines.ylabels[name], fontsize=8)
+        axes.set_title(plain_figure_text(name), fontsize=9)
+        axes.set_xlabel(plain_figure_text(lines.xlabels.get(name, "Context length (tokens)")), fontsize=8)
+        axes.set_ylabel(plain_figure_text(lines.ylabels[name]), fontsize=8)
         top = 1.05 if lines.ylabels[name].endswith("(0-1)") else 105
         axes.set_ylim(-0.05 * top, top)
         if name in lines.xlabels:  # needle counts: whole numbers
@@ -477,7 +483,7 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
     if lines.xlabels:
         text += "; ATC: perf_4 against needle count (n = whole items)"
     text += f"; {SCORING_LABEL[lines.scoring]}"
-    figure.suptitle(textwrap.fill(text, width=max(40, int(12 * figure.get_figwidth()))), fontsize=10)
+    figure.suptitle(plain_figure_text(textwrap.fill(text, width=max(40, int(12 * figure.get_figwidth())))), fontsize=10)
 
 
 def _k_formatter() -> Any:
@@ -511,12 +517,28 @@ def draw(figure_spec: Figure) -> Any:
     return figure
 
 
-def render(figure_spec: Figure, out_dir: Path, pdf: bool = False) -> list[Path]:
-    """Draw a figure to ``<name>.png`` at 200 dpi (and ``<name>.pdf`` when asked); return the paths."""
+def render_bytes(figure_spec: Figure, pdf: bool = False) -> dict[str, bytes]:
+    """A figure drawn as ``{"<name>.png": bytes}`` at 200 dpi (and ``<name>.pdf`` when asked), nothing written: the
+    report folder writes them (:class:`needlebench.evaluation.report.write.ReportFolder`)."""
     figure = draw(figure_spec)
-    paths = [out_dir / f"{figure_spec.name}.png"]
-    figure.savefig(paths[0], format="png", dpi=DPI, pil_kwargs={"compress_level": 2})
-    if pdf:
-        paths.append(out_dir / f"{figure_spec.name}.pdf")
-        figure.savefig(paths[1], format="pdf")
+    drawn = {}
+    for ext, options in (("png", {"dpi": DPI, "pil_kwargs": {"compress_level": 2}}), ("pdf", {})):
+        if ext == "pdf" and not pdf:
+            continue
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format=ext, **options)
+        drawn[f"{figure_spec.name}.{ext}"] = buffer.getvalue()
+    return drawn
+
+
+def render(figure_spec: Figure, out_dir: Path, pdf: bool = False) -> list[Path]:
+    """Draw a figure to ``<name>.png`` at 200 dpi (and ``<name>.pdf`` when asked) in the folder ``out_dir``, through
+    safe_fs (atomic, never through a link); return the paths."""
+    from needlebench.safe_fs import Folder
+
+    paths = []
+    with Folder.open(out_dir, create=True) as folder:
+        for name, data in render_bytes(figure_spec, pdf=pdf).items():
+            folder.write_bytes(name, data)
+            paths.append(Path(out_dir) / name)
     return paths

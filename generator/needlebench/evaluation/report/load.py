@@ -22,17 +22,31 @@ default ones (computed from the logged outputs for runs logged without them).
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from needlebench.dataset.verify import read_manifest
+from needlebench.dataset.verify import MANIFEST_NAME, read_manifest
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import eval_family
 from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
+from needlebench.evaluation.report.safety import (
+    MAX_JSON_BYTES,
+    JSONLimitError,
+    is_finite_number,
+    loads,
+    not_regular,
+    open_text,
+    printable,
+    regular_file,
+    shown,
+    walk_files,
+)
 from needlebench.tasks.experiment import experiment_from_record, experiment_spec
 from needlebench.tasks.grid import ConfigSpec, Grid, registry
 
@@ -126,6 +140,8 @@ class Results:
     reported: list[list[Any]]  # [model, task or group, metric, value, samples]
     sources: list[Path]
     scoring: str = "default"
+    #: Values left out as not finite numbers (NaN, Infinity, beyond 1e15), each (file, where in it).
+    left_out: list[tuple[str, str]] = field(default_factory=list)
 
     def entities(self) -> list[str]:
         return sorted({run.entity for run in self.runs}, key=entity_order(self.runs))
@@ -137,7 +153,15 @@ def entity_order(runs: Sequence[TaskRun]) -> Callable[[str], tuple[Any, ...]]:
 
 
 def _bad(path: Path, line: int, what: str) -> NeedlebenchError:
-    return NeedlebenchError(f"{path}:{line}: {what}; pass lm-eval --output_path folders written with --log_samples")
+    return NeedlebenchError(
+        printable(f"{path}:{line}: {what}; pass lm-eval --output_path folders written with --log_samples")
+    )
+
+
+def _value(value: Any) -> str:
+    """A value from a results file as a one-line message shows it (repr, at most 60 characters)."""
+    text = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _response_text(record: Mapping[str, Any]) -> str:
@@ -150,22 +174,87 @@ def _response_text(record: Mapping[str, Any]) -> str:
 
 #: Metrics logged as CircularEval tuples ``[item_id, rotation, correct]``.
 CIRCULAR_METRICS = ("perf_4", "perf_4_reference")
+#: Metrics logged as lists of numbers (with their ``_reference`` twins): Counting-Stars' score per star, M-RT's hit
+#: per needle, v2 ATC's ``(relations, score)`` pair. Every other metric is one number.
+LIST_METRICS = ("per_star", "needle_hits", "weighted")
 
 
-def _check_metrics(path: Path, line: int, metrics: Mapping[str, Any]) -> None:
-    for name, value in metrics.items():
+def _check_metrics(
+    path: Path, line: int, metrics: dict[str, Any], left_out: list[tuple[str, str]] | None = None
+) -> None:
+    """A metric of the wrong type is a one-line error; one that is not a finite number (``NaN``, ``Infinity``,
+    beyond 1e15, in a list too) is taken out of ``metrics`` and named in ``left_out`` (the means go on without
+    it, never ``nan``)."""
+    for name, value in list(metrics.items()):
         if name in CIRCULAR_METRICS:
             if not (isinstance(value, list) and len(value) == 3):
                 raise _bad(
                     path,
                     line,
-                    f"metric {name} is {value!r}, not [item_id, rotation, correct]",
+                    f"metric {name} is {_value(value)}, not [item_id, rotation, correct]",
                 )
-        elif isinstance(value, list):
-            if not all(isinstance(item, (int, float)) for item in value):
+            continue
+        listed = name.removesuffix(REFERENCE_SUFFIX) in LIST_METRICS
+        if listed != isinstance(value, list):
+            raise _bad(
+                path, line, f"metric {name} is {_value(value)}, not {'a list of numbers' if listed else 'a number'}"
+            )
+        if isinstance(value, list):
+            if not all(isinstance(item, (int, float)) and not isinstance(item, bool) for item in value):
                 raise _bad(path, line, f"metric {name} holds a non-number")
+            finite = all(is_finite_number(item) for item in value)
         elif not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise _bad(path, line, f"metric {name} is {value!r}, not a number")
+            raise _bad(path, line, f"metric {name} is {_value(value)}, not a number")
+        else:
+            finite = is_finite_number(value)
+        if not finite:
+            del metrics[name]
+            if left_out is not None:
+                left_out.append((printable(path), printable(f"line {line} metric {name}")))
+
+
+def _number(value: Any, integer: bool = False) -> bool:
+    return is_finite_number(value) and (not integer or isinstance(value, int))
+
+
+#: Dataset-row fields the report reads, with what each may hold when present: (test, what is allowed).
+_DOC_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "context_length": (lambda v: _number(v, integer=True) and v >= 0, "an integer >= 0"),
+    "depth_percent": (lambda v: v is None or _number(v), "a finite number or null"),
+    "num_needles": (lambda v: v is None or _number(v, integer=True), "an integer or null"),
+    "language": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "question_type": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "needles": (lambda v: v is None or isinstance(v, list), "a list or null"),
+    "requested_depths": (
+        lambda v: v is None or (isinstance(v, list) and all(_number(d) for d in v)),
+        "a list of finite numbers or null",
+    ),
+    "needle_depths": (
+        lambda v: v is None or (isinstance(v, list) and all(_number(d) for d in v)),
+        "a list of finite numbers or null",
+    ),
+}
+
+
+def _check_doc(path: Path, line: int, doc: Mapping[str, Any]) -> None:
+    """Each field the report reads is of its type when present (a one-line error naming it otherwise)."""
+    for key, (test, allowed) in _DOC_FIELDS.items():
+        if key in doc and not test(doc[key]):
+            raise _bad(path, line, f"doc {key} is {_value(doc[key])}, not {allowed}")
+
+
+def _required_fields(spec: ConfigSpec, metrics: Mapping[str, Any]) -> tuple[str, ...]:
+    """The dataset-row fields the tables and figures of a config cannot do without."""
+    family = eval_family(spec.family)
+    needed: tuple[str, ...] = ()
+    if family.heatmap or "length" in family.comparison.values():
+        needed += ("context_length",)
+    table = family.table.get(spec.edition)
+    if (table == "circular_eval" and "perf_4" in metrics) or table == "relation_weighted":
+        needed += ("num_needles",)
+    if table == "relation_weighted":
+        needed += ("question_type",)
+    return needed
 
 
 def is_observed(spec: ConfigSpec) -> bool:
@@ -190,6 +279,28 @@ def _observable(doc: Mapping[str, Any]) -> str | None:
     ):
         return None
     return family
+
+
+#: Most grid cells (lengths x depths x needle counts) of a config the report draws and counts; a paper config has
+#: at most a few thousand.
+MAX_GRID_CELLS = 250_000
+
+
+def grid_cells(spec: ConfigSpec) -> int:
+    return max(1, len(spec.lengths)) * max(1, len(spec.depths)) * max(1, len(spec.needle_counts or ()))
+
+
+def _bounded(specs: dict[str, ConfigSpec], where: Path) -> dict[str, ConfigSpec]:
+    """`specs` when each grid is at most :data:`MAX_GRID_CELLS` cells, else a one-line error naming the config."""
+    for name, spec in specs.items():
+        if grid_cells(spec) > MAX_GRID_CELLS:
+            raise NeedlebenchError(
+                printable(
+                    f"{where}: the grid of {name} has {grid_cells(spec):,} cells; the report draws at most "
+                    f"{MAX_GRID_CELLS:,}"
+                )
+            )
+    return specs
 
 
 def observed_spec(name: str, family: str, docs: Sequence[Mapping[str, Any]]) -> ConfigSpec:
@@ -226,25 +337,25 @@ def _apply_judge(sample: Sample, record: Mapping[str, Any], path: Path, line: in
 
 
 def read_samples(
-    path: Path, lookup: Callable[[str], ConfigSpec | None] | None = None, observe: bool = True
+    path: Path,
+    lookup: Callable[[str], ConfigSpec | None] | None = None,
+    observe: bool = True,
+    left_out: list[tuple[str, str]] | None = None,
 ) -> list[Sample]:
     """The samples of one ``samples_*.jsonl`` (or ``judged_samples_*.jsonl``) file.
 
     ``lookup`` finds a config by name (default: the built-in registry). Rows of a config it does not know are
     kept when ``observe`` and they carry the NeedleBench haystack columns (``task`` S-RT/M-RT/M-RS,
     ``context_length``, ``depth_percent``): their grid is then what the rows hold (:func:`observed_spec`). Other
-    rows are skipped. A malformed line is a one-line error naming the file and the line.
+    rows are skipped. A malformed line is a one-line error naming the file and the line; a metric that is not a
+    finite number is left out and named in ``left_out``.
     """
     configs = registry()
     find = lookup or configs.get
     samples = []
     unknown: dict[str, list[tuple[int, dict, Any]]] = defaultdict(list)
     families: dict[str, str] = {}
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as error:
-        raise NeedlebenchError(f"cannot read {path}: {error.strerror}") from None
-    with handle:
+    with open_text(path) as handle:
         try:
             lines = list(handle)
         except UnicodeDecodeError:
@@ -254,14 +365,17 @@ def read_samples(
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads(line)
         except json.JSONDecodeError as error:
             raise _bad(path, number, f"not a JSON line ({error.msg})") from None
+        except JSONLimitError as error:
+            raise _bad(path, number, str(error)) from None
         if not isinstance(record, dict):
             raise _bad(path, number, "not a JSON object")
         doc = record.get("doc")
         if not isinstance(doc, dict):
             raise _bad(path, number, "no 'doc' object (the dataset row)")
+        _check_doc(path, number, doc)
         spec = find(str(doc.get("config")))
         if spec is None:
             family = _observable(doc) if observe else None
@@ -269,23 +383,31 @@ def read_samples(
                 unknown[str(doc["config"])].append((number, record, doc))
                 families.setdefault(str(doc["config"]), family)
             continue
-        samples.append(_sample(path, number, record, doc, spec, judged_file))
+        samples.append(_sample(path, number, record, doc, spec, judged_file, left_out))
     for name, entries in unknown.items():
         docs = [doc for _n, _r, doc in entries]
-        spec = observed_spec(name, families[name], docs)
-        samples += [_sample(path, number, record, doc, spec, judged_file) for number, record, doc in entries]
+        spec = _bounded({name: observed_spec(name, families[name], docs)}, path)[name]
+        samples += [_sample(path, number, record, doc, spec, judged_file, left_out) for number, record, doc in entries]
     return samples
 
 
-def _sample(path: Path, number: int, record: dict, doc: dict, spec: ConfigSpec, judged: bool) -> Sample:
+def _sample(
+    path: Path,
+    number: int,
+    record: dict,
+    doc: dict,
+    spec: ConfigSpec,
+    judged: bool,
+    left_out: list[tuple[str, str]] | None = None,
+) -> Sample:
     names = record.get("metrics", [])
-    if not isinstance(names, list):
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise _bad(path, number, "'metrics' is not a list of metric names")
     metrics = {name: record[name] for name in names if name in record}
-    _check_metrics(path, number, metrics)
-    for key in ("context_length",):
-        if key in doc and not isinstance(doc[key], int):
-            raise _bad(path, number, f"doc {key} is {doc[key]!r}, not an integer")
+    _check_metrics(path, number, metrics, left_out)
+    for key in _required_fields(spec, metrics):
+        if doc.get(key) is None:
+            raise _bad(path, number, f"doc {key} is missing; a {spec.name} row needs it")
     sample = Sample(spec, doc, metrics, _response_text(record))
     if judged:
         _apply_judge(sample, record, path, number)
@@ -294,19 +416,25 @@ def _sample(path: Path, number: int, record: dict, doc: dict, spec: ConfigSpec, 
 
 def read_results_json(path: Path) -> dict[str, Any]:
     """An lm-eval ``results_*.json``; malformed JSON is a one-line error naming the file and line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise NeedlebenchError(f"cannot read {path}: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise _bad(path, 1, "not UTF-8 text") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise _bad(path, error.lineno, f"not valid JSON ({error.msg})") from None
+    data = _read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("results", {}), dict):
         raise _bad(path, 1, "not an lm-eval results object (no 'results' mapping)")
     return data
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON file of a results folder: a regular file (never a link) of at most 256 MiB, parsed with limits."""
+    try:
+        with open_text(path, limit=MAX_JSON_BYTES) as handle:
+            text = handle.read()
+    except UnicodeDecodeError:
+        raise _bad(path, 1, "not UTF-8 text") from None
+    try:
+        return loads(text)
+    except json.JSONDecodeError as error:
+        raise _bad(path, error.lineno, f"not valid JSON ({error.msg})") from None
+    except JSONLimitError as error:
+        raise _bad(path, 1, str(error)) from None
 
 
 #: Run health ``needlebench eval`` writes beside lm-eval's ``results_<date>.json`` (same date).
@@ -324,15 +452,22 @@ def read_health(results_path: Path) -> dict[str, Any]:
     its ``needlebench_health_<date>.json`` (empty when there is none; older runs carry the keys inline in the
     results, which :func:`load_results` reads as metrics)."""
     path = health_path(results_path)
-    if not path.is_file():
+    if not regular_file(path):
         return {"tasks": {}, "not_run": {}}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise NeedlebenchError(f"{path}: not a readable run-health file ({error})") from None
+        data = _read_json(path)
+    except NeedlebenchError as error:
+        raise NeedlebenchError(printable(f"{path}: not a readable run-health file ({error})")) from None
     if not isinstance(data, dict) or not isinstance(data.get("tasks", {}), dict):
         raise _bad(path, 1, "not a needlebench run-health object (no 'tasks' mapping)")
-    return {"tasks": data.get("tasks") or {}, "not_run": data.get("not_run") or {}}
+    tasks, not_run = data.get("tasks") or {}, data.get("not_run") or {}
+    if not isinstance(not_run, dict):
+        raise _bad(path, 1, "not_run is not a mapping of task names")
+    for where, mapping in (("tasks", tasks), ("not_run", not_run)):
+        for task, value in mapping.items():
+            if not isinstance(value, dict):
+                raise _bad(path, 1, f"{where}.{task} is {_value(value)}, not an object")
+    return {"tasks": tasks, "not_run": not_run}
 
 
 def _model_args(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -362,8 +497,16 @@ def model_display_name(results: Mapping[str, Any]) -> str | None:
 def short_model_name(value: str) -> str:
     """``/models/SmolLM2-135M/`` -> ``SmolLM2-135M``; a Hub repo id ``ORG/NAME`` stays as it is."""
     text = value.rstrip("/\\")
-    looks_local = text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1 or Path(text).exists()
+    looks_local = text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1 or _exists(text)
     return Path(text).name if looks_local else text
+
+
+def _exists(text: str) -> bool:
+    """Whether a local path of that name exists (False for a name no path can have: too long, a NUL)."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _apply_names(
@@ -392,21 +535,35 @@ def _pretrained(results: Mapping[str, Any]) -> str | None:
 
 
 def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """The samples and results files under `paths` (a path the user typed is followed; below it, nothing is: a
+    link, FIFO, device or socket under an lm-eval file's name is a one-line error)."""
     samples: list[Path] = []
     results: list[Path] = []
     for path in paths:
-        if not path.exists():
-            raise NeedlebenchError(f"results path {str(path)!r} does not exist; pass lm-eval --output_path folders")
-        candidates = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        for candidate in candidates:
-            if SAMPLES_FILE_RE.match(candidate.name) or (
-                path.is_file() and SAMPLES_FILE_RE.match(candidate.name.removeprefix(JUDGED_PREFIX))
-            ):
-                samples.append(candidate.resolve())
-            elif RESULTS_FILE_RE.match(candidate.name):
-                results.append(candidate.resolve())
-            elif path.is_file():
-                raise NeedlebenchError(f"{str(path)!r} is neither samples_<task>_<date>.jsonl nor results_<date>.json")
+        try:
+            given = os.stat(path)
+            root = path.resolve()
+        except (OSError, ValueError, RuntimeError):
+            raise NeedlebenchError(
+                f"results path {shown(repr(str(path)))} does not exist; pass lm-eval --output_path folders"
+            ) from None
+        single = not stat.S_ISDIR(given.st_mode)
+        candidates = [(root, os.lstat(root))] if single else sorted(walk_files(root))
+        for candidate, info in candidates:
+            name = candidate.name
+            if SAMPLES_FILE_RE.match(name) or (single and SAMPLES_FILE_RE.match(name.removeprefix(JUDGED_PREFIX))):
+                found = samples
+            elif RESULTS_FILE_RE.match(name):
+                found = results
+            elif single:
+                raise NeedlebenchError(
+                    f"{shown(repr(str(path)))} is neither samples_<task>_<date>.jsonl nor results_<date>.json"
+                )
+            else:
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                raise not_regular(candidate, info)
+            found.append(candidate)
     return sorted(set(samples)), sorted(set(results))
 
 
@@ -427,7 +584,9 @@ def _recorded_data_dir(results: Mapping[str, Any] | None, task: str) -> Path | N
     config = configs.get(task) if isinstance(configs, dict) else None
     metadata = config.get("metadata") if isinstance(config, dict) else None
     value = metadata.get("data_dir") if isinstance(metadata, dict) else None
-    return Path(str(value)).expanduser() if value else None
+    if not isinstance(value, str) or not value or "\0" in value:
+        return None
+    return Path(value).expanduser()
 
 
 class _SpecFinder:
@@ -439,18 +598,23 @@ class _SpecFinder:
         self.folders: dict[Path, dict[str, ConfigSpec]] = {}
         self.given = [Path(folder).resolve() for folder in data_dirs]
         for folder in self.given:
-            self.folders[folder] = experiment_specs(folder)
+            self.folders[folder] = _bounded(experiment_specs(folder), folder / MANIFEST_NAME)
         self.sources: dict[int, str] = {}
 
     def _recorded(self, folder: Path | None) -> dict[str, ConfigSpec]:
         if folder is None:
             return {}
-        folder = folder.resolve()
+        try:
+            folder = folder.resolve()
+        except (OSError, RuntimeError):
+            return {}
         if folder not in self.folders:
-            try:
-                self.folders[folder] = experiment_specs(folder)
-            except NeedlebenchError:  # moved or not a dataset on this machine: bin by the rows instead
-                self.folders[folder] = {}
+            self.folders[folder] = {}
+            try:  # a results file names this folder, not the user: only a regular manifest is read (no FIFO)
+                if stat.S_ISREG(os.lstat(folder / MANIFEST_NAME).st_mode):
+                    self.folders[folder] = _bounded(experiment_specs(folder), folder / MANIFEST_NAME)
+            except (NeedlebenchError, OSError, ValueError, TypeError, KeyError, RecursionError):
+                pass  # moved, or not a dataset on this machine: bin by the rows instead
         return self.folders[folder]
 
     def lookup(self, recorded: Path | None) -> Callable[[str], ConfigSpec | None]:
@@ -459,7 +623,9 @@ class _SpecFinder:
                 return self.builtin[name]
             folders = [(folder, self.folders[folder]) for folder in self.given]  # --data-dir first
             if recorded is not None:
-                folders.append((recorded.resolve(), self._recorded(recorded)))
+                specs = self._recorded(recorded)
+                if specs:
+                    folders.append((recorded.resolve(), specs))
             for folder, specs in folders:
                 if name in specs:
                     self.sources[id(specs[name])] = f"experiment ({source_label(folder)})"
@@ -505,6 +671,7 @@ def load_results(
         matchable.update(dict.fromkeys(item for item in (raw, pretrained) if item))
         return _apply_names(raw, pretrained, folder, names, used)
 
+    left_out: list[tuple[str, str]] = []
     reported: dict[tuple[str, str], tuple[str, dict[str, float], Any]] = {}
     results_by_folder: dict[Path, list[tuple[str, Path]]] = defaultdict(list)
     for path, data in parsed.items():
@@ -520,22 +687,26 @@ def load_results(
         for task, metrics in tasks.items():
             if not isinstance(metrics, dict):
                 continue
-            values = {
-                key.split(",")[0]: float(value)
-                for key, value in metrics.items()
-                if "," in key and "_stderr" not in key and isinstance(value, (int, float))
-            }
-            values.update(
-                (key, float(value))
-                for key, value in (health["tasks"].get(task) or {}).items()
-                if key in HEALTH and isinstance(value, (int, float))
+            values = _reported_values(
+                path, task, metrics, lambda key: "," in key and "_stderr" not in key, left_out, split=True
             )
+            values.update(
+                _reported_values(
+                    health_path(path),
+                    task,
+                    health["tasks"][task] if task in health["tasks"] else {},
+                    HEALTH.__contains__,
+                    left_out,
+                )
+            )
+            count = counts.get(task)
+            effective = count.get("effective") if isinstance(count, dict) else None
             key = (model, task)
             if key not in reported or date > reported[key][0]:
                 reported[key] = (
                     date,
                     values,
-                    (counts.get(task) or {}).get("effective"),
+                    effective if _number(effective, integer=True) or effective is None else None,
                 )
 
     newest: dict[tuple[str, str], TaskRun] = {}
@@ -550,9 +721,9 @@ def load_results(
         if key in newest and newest[key].date >= date:
             continue
         judged = path.with_name(JUDGED_PREFIX + path.name)
-        read = judged if judged.is_file() else path
+        read = judged if regular_file(judged) else path
         recorded = _recorded_data_dir(parsed[source] if source else None, task)
-        samples = read_samples(read, finder.lookup(recorded))
+        samples = read_samples(read, finder.lookup(recorded), left_out=left_out)
         if not samples:
             continue
         run = TaskRun(model, task, samples[0].spec, read, date, samples, grid_source=finder.source(samples[0].spec))
@@ -565,8 +736,10 @@ def load_results(
     if unmatched:
         choices = [*matchable, *(str(path) for path in paths)]
         raise NeedlebenchError(
-            f"--name {unmatched[0]}={names[unmatched[0]]} matches no model or results path; "
-            f"PATH can be: {', '.join(dict.fromkeys(choices))}"
+            printable(
+                f"--name {unmatched[0]}={names[unmatched[0]]} matches no model or results path; "
+                f"PATH can be: {', '.join(dict.fromkeys(choices))}"
+            )
         )
     for (model, task), run in newest.items():
         if (model, task) in reported:
@@ -577,7 +750,29 @@ def load_results(
         for metric, value in values.items()
     ]
     runs = sorted(newest.values(), key=lambda run: (run.model.lower(), run.task))
-    return Results(runs, rows, paths)
+    return Results(runs, rows, paths, left_out=left_out)
+
+
+def _reported_values(
+    path: Path,
+    task: str,
+    metrics: Mapping[str, Any],
+    wanted: Callable[[str], bool],
+    left_out: list[tuple[str, str]],
+    split: bool = False,
+) -> dict[str, float]:
+    """The numbers of a task in a results or health file (metric -> value); a number that is not finite (or
+    beyond 1e15) is left out and named in ``left_out``, other types are skipped as lm-eval's own notes
+    (``"N/A"`` standard errors, aliases)."""
+    values: dict[str, float] = {}
+    for key, value in metrics.items():
+        if not wanted(key) or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not is_finite_number(value):
+            left_out.append((printable(path), printable(f"{task} {key}")))
+            continue
+        values[key.split(",")[0] if split else key] = float(value)
+    return values
 
 
 #: ``--scoring``: the default metrics, or their reference-exact ``*_reference`` twins.
@@ -607,10 +802,13 @@ def _reference_twins(sample: Sample) -> dict[str, Any]:
     hook = eval_family(sample.spec.family).template(sample.spec).hook
     try:
         computed = hook(sample.doc, [sample.response])
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
         raise NeedlebenchError(
-            f"cannot score row {sample.doc.get('id')!r} of {sample.spec.name} by the reference rules ({error!r}); "
-            "its samples lack the *_reference metrics and its doc the columns to compute them: rerun the task"
+            printable(
+                f"cannot score row {_value(sample.doc.get('id'))} of {sample.spec.name} by the reference rules "
+                f"({_value(error)}); its samples lack the *_reference metrics and its doc the columns to compute "
+                "them: rerun the task"
+            )
         ) from None
     return {name: value for name, value in computed.items() if name.endswith(REFERENCE_SUFFIX)}
 

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import base64
 import csv
+import hashlib
 import html
+import io
 import json
+import os
 import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from needlebench import __version__
-from needlebench.dataset.publish import file_digest
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.report import figures as report_figures
 from needlebench.evaluation.report.aggregate import Cell
@@ -26,8 +29,11 @@ from needlebench.evaluation.report.load import (
     load_results,
     source_label,
 )
+from needlebench.evaluation.report.safety import loads, printable
 from needlebench.evaluation.report.tables import Table, build_tables
 from needlebench.evaluation.scoring.overall import overall_formula
+from needlebench.safe_fs import Folder
+from needlebench.terminal import warn
 
 
 def _format(value: Any, digits: int) -> str:
@@ -48,11 +54,24 @@ def _format(value: Any, digits: int) -> str:
 _MD_SPECIAL = re.compile(r"([\\\[\]|])")
 
 
+#: What GitHub Flavored Markdown turns into a link without brackets (its "autolinks (extension)": ``www.``,
+#: ``http://``, ``https://``, ``ftp://`` and e-mail addresses): the ``.`` after ``www``, the ``:`` of ``://`` and
+#: the ``@`` of an address get a backslash escape, which splits the text node the extension scans (cmark-gfm
+#: extensions/autolink.c).
+_MD_AUTOLINK = re.compile(r"(?i)(?<=www)\.|:(?=//)|@(?=[\w.+-]*\.\w)")
+#: Characters a Markdown file from input data may not carry: controls (terminal escapes when the file is shown
+#: with ``cat``) and bidirectional overrides (text that reads other than it is stored, CVE-2021-42574).
+_MD_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
 def _md_escape(text: str) -> str:
-    """Text from input data (model, task and config names, metadata) as inert Markdown: no HTML, no link, no
-    table break; it reads the same once rendered (CommonMark backslash escapes and entities)."""
+    """Text from input data (model, task and config names, metadata) as inert Markdown: no HTML, no link (no
+    autolink either), no table break, no control character; it reads the same once rendered (CommonMark
+    backslash escapes and entities)."""
     text = " ".join(str(text).splitlines())
-    return html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False)
+    text = _MD_CONTROL.sub("\ufffd", text)
+    text = _MD_AUTOLINK.sub(lambda match: "\\" + match.group(0), _MD_SPECIAL.sub(r"\\\1", text))
+    return html.escape(text, quote=False)
 
 
 def table_markdown(table: Table) -> str:
@@ -105,14 +124,11 @@ def csv_safe(value: Any) -> Any:
     return value
 
 
-def write_table(table: Table, out_dir: Path) -> list[Path]:
-    """Write a table as Markdown and CSV; return the two paths."""
-    md = out_dir / f"{table.name}.md"
-    md.write_text(table_markdown(table), encoding="utf-8")
-    path = out_dir / f"{table.name}.csv"
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows([csv_safe(value) for value in row] for row in table_csv_rows(table))
-    return [md, path]
+def table_csv(table: Table) -> str:
+    """A table as CSV text (``csv`` module dialect ``excel``: CRLF line ends), every cell :func:`csv_safe`."""
+    buffer = io.StringIO(newline="")
+    csv.writer(buffer).writerows([csv_safe(value) for value in row] for row in table_csv_rows(table))
+    return buffer.getvalue()
 
 
 def table_html(table: Table) -> str:
@@ -154,14 +170,13 @@ EXPLANATION = (
 )
 
 
-def write_html(
-    path: Path,
+def report_html(
     tables: Sequence[Table],
-    figures: Sequence[tuple[str, Path]],
+    figures: Sequence[tuple[str, bytes]],
     sources: Sequence[Path],
     scorers: str = "",
-) -> Path:
-    """A self-contained page: every table, every figure embedded as a base64 PNG."""
+) -> str:
+    """A self-contained page: every table, every figure (title, PNG bytes) embedded as a base64 PNG."""
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>NeedleBench report</title>",
         f"<style>{_CSS}</style></head><body><h1>NeedleBench report</h1>",
@@ -173,14 +188,30 @@ def write_html(
     if figures:
         parts.append("<h2>Figures</h2>")
     for title, figure in figures:
-        data = base64.b64encode(figure.read_bytes()).decode("ascii")
+        data = base64.b64encode(figure).decode("ascii")
         parts.append(
             f"<figure><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>"
             f"<figcaption>{html.escape(title)}</figcaption></figure>"
         )
     parts.append("</body></html>")
-    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
-    return path
+    return "\n".join(parts) + "\n"
+
+
+def left_out_text(left_out: Sequence[tuple[str, str]], shown: int = 3) -> str:
+    """The one warning line of values left out: how many, and per file (the first `shown` files) how many and
+    where the first one is."""
+    by_file: dict[str, list[str]] = {}
+    for path, where in left_out:
+        by_file.setdefault(path, []).append(where)
+    parts = [
+        f"{path} ({len(places)}: {places[0]}{', ...' if len(places) > 1 else ''})"
+        for path, places in list(by_file.items())[:shown]
+    ]
+    more = f" and {len(by_file) - shown} more file(s)" if len(by_file) > shown else ""
+    return (
+        f"left out {len(left_out)} value(s) that are not finite numbers (NaN, Infinity or beyond 1e15); every mean "
+        f"is over the other values: {'; '.join(parts)}{more}"
+    )
 
 
 def scorer_text(results: Results) -> str:
@@ -230,135 +261,198 @@ def write_report(
     tables = build_tables(loaded)
     scorers = scorer_text(loaded)
     planned = report_figures.plan_figures(loaded, annotate=annotate) if figures else []
+    if loaded.left_out:
+        warn(left_out_text(loaded.left_out))
     out_dir = Path(out_dir)
     names = [f"{table.name}.{ext}" for table in tables for ext in ("md", "csv")]
     names += [f"{figure.name}.{ext}" for figure in planned for ext in (("png", "pdf") if pdf else ("png",))]
     names += ["README.md", "report.html"]
     folder = ReportFolder.open(out_dir, names)
-    written: list[Path] = []
-    for table in tables:
-        written += write_table(table, out_dir)
-    drawn: list[tuple[str, Path]] = []
-    for figure in planned:
-        paths = report_figures.render(figure, out_dir, pdf=pdf)
-        written += paths
-        drawn.append((figure.title, paths[0]))
-    index = out_dir / "README.md"
-    lines = [
-        "# NeedleBench report",
-        "",
-        EXPLANATION,
-        "",
-        _md_escape(scorers),
-        "",
-        "Sources: " + ", ".join(_md_escape(source_label(s)) for s in loaded.sources),
-        "",
-    ]
-    lines += [table_markdown(table) for table in tables]
-    if drawn:
-        lines += ["## Figures", ""] + [f"![{_md_escape(title)}]({path.name})" for title, path in drawn]
-    index.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    written.append(index)
-    written.append(write_html(out_dir / "report.html", tables, drawn, loaded.sources, scorers))
-    folder.finish()
-    return written
+    try:
+        for table in tables:
+            folder.write(f"{table.name}.md", table_markdown(table))
+            folder.write(f"{table.name}.csv", table_csv(table))
+        drawn: list[tuple[str, str, bytes]] = []
+        for figure in planned:
+            images = report_figures.render_bytes(figure, pdf=pdf)
+            for name, data in images.items():
+                folder.write(name, data)
+            drawn.append((figure.title, f"{figure.name}.png", images[f"{figure.name}.png"]))
+        lines = [
+            "# NeedleBench report",
+            "",
+            EXPLANATION,
+            "",
+            _md_escape(scorers),
+            "",
+            "Sources: " + ", ".join(_md_escape(source_label(s)) for s in loaded.sources),
+            "",
+        ]
+        lines += [table_markdown(table) for table in tables]
+        if drawn:
+            lines += ["## Figures", ""] + [f"![{_md_escape(title)}]({name})" for title, name, _data in drawn]
+        folder.write("README.md", "\n".join(lines) + "\n")
+        page = report_html(tables, [(title, data) for title, _name, data in drawn], loaded.sources, scorers)
+        folder.write("report.html", page)
+        folder.finish()
+    finally:
+        folder.close()
+    return [out_dir / name for name in folder.names]
 
 
 #: The file a report leaves in its folder, listing the files it wrote with their sha256: a later report into the
 #: same folder replaces those (unless changed since) and nothing else.
 REPORT_MANIFEST = ".needlebench-report.json"
+#: Largest report file list read.
+MAX_MANIFEST_BYTES = 16 << 20
 
 
 class ReportFolder:
     """The ``--out`` folder of a report: new, empty, or one a report wrote before (it holds
     :data:`REPORT_MANIFEST`). A user's file is never overwritten: when a file the report would write is not
-    one the manifest lists unchanged, the report refuses before writing anything."""
+    one the manifest lists with the sha256 of what is there now, the report refuses before writing anything.
 
-    def __init__(self, path: Path, names: Sequence[str], previous: Mapping[str, str | None]) -> None:
-        self.path, self.names, self.previous = path, list(dict.fromkeys(names)), previous
+    Every file goes through safe_fs (:class:`~needlebench.safe_fs.Folder`: the folder's descriptor, an
+    unpredictable temporary name created ``O_EXCL | O_NOFOLLOW``, one rename). Before a file is written, the list
+    names it with the sha256 of the bytes about to be written (beside the sha256 of the earlier report's file it
+    replaces): a report interrupted at any point leaves a list that matches only bytes a report wrote, so the
+    next one never replaces a file the user put there since (an entry without a sha256, as earlier versions
+    wrote, allows nothing)."""
+
+    def __init__(self, folder: Folder | None, path: Path, names: Sequence[str], previous: Mapping[str, Any]) -> None:
+        self.folder, self.path, self.names = folder, path, list(dict.fromkeys(names))
+        self.previous = {name: _digests(value) for name, value in previous.items()}
+        #: What the list on disk says: name -> sha256s allowed there.
+        self.listed: dict[str, list[str]] = {name: sorted(value) for name, value in self.previous.items()}
 
     @classmethod
     def open(cls, path: Path, names: Sequence[str]) -> ReportFolder:
-        """Check the folder (refusing with a one-line error), create it if new, and record what is coming."""
-        if path.exists() and not path.is_dir():
-            raise NeedlebenchError(f"--out {str(path)!r} is a file; give a new or empty folder, or an earlier report's")
-        previous = cls._previous(path, names) if path.is_dir() else {}
-        folder = cls(path, names, previous)
-        for name in folder.names:
-            folder._check_replaceable(name)
+        """Check the folder (refusing with a one-line error) and create it if new; nothing is written yet."""
+        path = Path(path)
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            info = os.stat(path)
+        except FileNotFoundError:
+            info = None
         except OSError as error:
-            raise NeedlebenchError(f"cannot create --out {str(path)!r}: {error.strerror}") from None
-        # listed before anything is written: an interrupted report leaves a folder the next one may replace
-        folder._write_manifest({**previous, **dict.fromkeys(folder.names)})
-        return folder
+            raise NeedlebenchError(f"cannot use --out {printable(repr(str(path)))}: {error.strerror}") from None
+        if info is not None and not stat.S_ISDIR(info.st_mode):
+            raise NeedlebenchError(
+                f"--out {printable(repr(str(path)))} is a file; give a new or empty folder, or an earlier report's"
+            )
+        folder = Folder.open(path) if info is not None else None
+        try:
+            previous = cls._previous(folder, path, names) if folder is not None else {}
+            report = cls(folder, path, names, previous)
+            for name in report.names:
+                report._check_replaceable(name)
+            if folder is None:
+                try:
+                    report.folder = Folder.open(path, create=True)
+                except OSError as error:
+                    raise NeedlebenchError(
+                        f"cannot create --out {printable(repr(str(path)))}: {error.strerror}"
+                    ) from None
+        except BaseException:
+            if folder is not None:
+                folder.close()
+            raise
+        return report
+
+    def close(self) -> None:
+        if self.folder is not None:
+            self.folder.close()
 
     @staticmethod
-    def _previous(path: Path, names: Sequence[str]) -> dict[str, str | None]:
+    def _previous(folder: Folder, path: Path, names: Sequence[str]) -> dict[str, Any]:
         """The files an earlier report listed (name -> sha256), {} for an empty folder; a refusal naming a file
         the report would overwrite (else the first one there) for a folder that holds anything else."""
-        manifest = path / REPORT_MANIFEST
-        if not manifest.is_file() or manifest.is_symlink():
-            entries = sorted(entry.name for entry in path.iterdir())
+        if not folder.is_file(REPORT_MANIFEST):
+            entries = folder.listdir()
             if entries:
                 clash = next((name for name in names if name in entries), None)
                 held = f"would overwrite {clash!r}" if clash else f"holds {entries[0]!r}"
                 raise NeedlebenchError(
-                    f"--out {str(path)!r} is not empty and no needlebench report wrote it (the report {held}); "
-                    "nothing was written. Give a new or empty folder, or an earlier report's "
-                    f"(it holds {REPORT_MANIFEST})"
+                    printable(
+                        f"--out {str(path)!r} is not empty and no needlebench report wrote it (the report {held}); "
+                        "nothing was written. Give a new or empty folder, or an earlier report's "
+                        f"(it holds {REPORT_MANIFEST})"
+                    )
                 )
             return {}
         try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
+            data = loads(folder.read_bytes(REPORT_MANIFEST, limit=MAX_MANIFEST_BYTES))
             files = data["files"] if data.get("tool") == "needlebench report" else None
             if not isinstance(files, dict) or not all(
-                _plain_name(name) and (digest is None or isinstance(digest, str)) for name, digest in files.items()
+                _plain_name(name) and (digest is None or _digests(digest)) for name, digest in files.items()
             ):
                 raise ValueError
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError, KeyError, TypeError):
+        except (NeedlebenchError, OSError, UnicodeDecodeError, ValueError, AttributeError, KeyError, TypeError):
             raise NeedlebenchError(
-                f"--out {str(path)!r} holds a {REPORT_MANIFEST} that is not a needlebench report's file list; "
-                "give a new or empty folder"
+                printable(
+                    f"--out {str(path)!r} holds a {REPORT_MANIFEST} that is not a needlebench report's file list; "
+                    "give a new or empty folder"
+                )
             ) from None
         return files
 
-    def _unchanged(self, name: str, *, interrupted_ok: bool = True) -> bool:
-        """Whether ``name`` is a regular file the earlier report wrote and nobody changed since; one an
-        interrupted report was writing (no sha256 yet) counts when ``interrupted_ok``."""
-        target = self.path / name
-        if name not in self.previous or target.is_symlink() or not target.is_file():
+    def _unchanged(self, name: str) -> bool:
+        """Whether ``name`` is a regular file whose sha256 is one the list gives for it (bytes a report wrote)."""
+        allowed = self.listed.get(name)
+        if not allowed or self.folder is None or not self.folder.is_file(name):
             return False
-        digest = self.previous[name]
-        return interrupted_ok if digest is None else _sha256(target) == digest
+        try:
+            return _sha256_of(self.folder, name) in allowed
+        except (NeedlebenchError, FileNotFoundError):
+            return False
 
     def _check_replaceable(self, name: str) -> None:
-        target = self.path / name
-        if (target.exists() or target.is_symlink()) and not self._unchanged(name):
-            why = (
-                "changed since the report wrote it"
-                if name in self.previous
-                else "which needlebench report did not write"
-            )
-            raise NeedlebenchError(
+        if self.folder is None or not self.folder.exists(name) or self._unchanged(name):
+            return
+        why = "changed since the report wrote it" if name in self.previous else "which needlebench report did not write"
+        raise NeedlebenchError(
+            printable(
                 f"--out {str(self.path)!r} already holds {name!r}, {why}; nothing was written. Give a new or empty "
                 "folder, or move the file away"
             )
+        )
+
+    def write(self, name: str, data: bytes | str) -> None:
+        """Write ``name`` (listed first with the sha256 of `data`), when what is there is still the earlier
+        report's file (checked again: the user may have saved one since the report began)."""
+        assert self.folder is not None and name in self.names
+        data = data.encode("utf-8") if isinstance(data, str) else data
+        digest = hashlib.sha256(data).hexdigest()
+        self._check_replaceable(name)
+        kept = self.listed.get(name, []) if self._unchanged(name) else []
+        self.listed[name] = sorted({*kept, digest})
+        self._write_manifest(self.listed)
+        self.folder.write_bytes(name, data)
+        self.listed[name] = [digest]
 
     def finish(self) -> None:
         """Remove the earlier report's files this one did not write again (if unchanged); list this one's."""
+        assert self.folder is not None
         for name in self.previous:
-            if name not in self.names and self._unchanged(name, interrupted_ok=False):
-                (self.path / name).unlink()
-        self._write_manifest({name: _sha256(self.path / name) for name in self.names})
+            if name not in self.names and self._unchanged(name):
+                self.folder.unlink(name)
+        self.listed = {name: self.listed[name] for name in self.names}
+        self._write_manifest(self.listed)
 
-    def _write_manifest(self, files: Mapping[str, str | None]) -> None:
-        data = {"tool": "needlebench report", "version": __version__, "files": dict(sorted(files.items()))}
-        temp = self.path / f".{REPORT_MANIFEST}.tmp"
-        temp.unlink(missing_ok=True)  # never through a link someone left under this name
-        temp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        temp.replace(self.path / REPORT_MANIFEST)
+    def _write_manifest(self, files: Mapping[str, Sequence[str]]) -> None:
+        assert self.folder is not None
+        listed = {name: digests[0] if len(digests) == 1 else list(digests) for name, digests in files.items()}
+        data = {"tool": "needlebench report", "version": __version__, "files": dict(sorted(listed.items()))}
+        self.folder.write_text(REPORT_MANIFEST, json.dumps(data, indent=1) + "\n")
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _digests(value: Any) -> set[str]:
+    """The sha256s a list entry allows: one, or a list of them (a file being replaced when a report stopped);
+    none for an entry without one."""
+    values = value if isinstance(value, list) else [value]
+    return {item for item in values if isinstance(item, str) and _SHA256.match(item)}
 
 
 def _plain_name(name: Any) -> bool:
@@ -371,8 +465,13 @@ def _plain_name(name: Any) -> bool:
     )
 
 
-def _sha256(path: Path) -> str:
-    return file_digest(path).sha256
+def _sha256_of(folder: Folder, name: str) -> str:
+    """The sha256 of the regular file ``name`` of ``folder``, read through one descriptor (never a link)."""
+    digest = hashlib.sha256()
+    with folder.open_read(name) as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def parse_names(values: Iterable[str]) -> dict[str, str]:

@@ -1,0 +1,215 @@
+"""What ``needlebench report`` does with input from someone else: results folders walked without following links,
+files read only when they are regular files, JSON parsed with limits, and text from the results made safe for each
+place it reaches (a terminal line, a file name, a figure title).
+
+A results folder (a colleague's lm-eval ``--output_path``) may hold anything: links to the user's files, FIFOs and
+devices under a samples file's name, folders nested past the interpreter's recursion limit, JSON nested as deep,
+``NaN``/``Infinity`` (which Python's ``json`` accepts, RFC 8259 section 6 does not), integers of thousands of
+digits (CPython refuses to convert more than 4,300, ``sys.int_info.default_max_str_digits``), model names with
+terminal escapes or matplotlib mathtext.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from needlebench.errors import NeedlebenchError
+from needlebench.safe_fs import Folder
+
+#: Deepest nesting of arrays and objects accepted in a results, samples or health file (lm-eval's are 5 deep).
+MAX_JSON_DEPTH = 64
+#: Most digits of a JSON integer kept as an integer; a longer one is read as an infinite float (and then refused or
+#: left out as a non-finite number): ``float()`` of an integer over 308 digits overflows.
+MAX_INT_DIGITS = 300
+#: Largest magnitude of a score, count or metric the report averages (math.fsum overflows near 1e308).
+MAX_MAGNITUDE = 1e15
+#: Largest results or run-health JSON file read (samples files are read line by line, without a cap).
+MAX_JSON_BYTES = 256 << 20
+#: Deepest folder under a results folder that is searched for lm-eval files (lm-eval writes 1 or 2 levels).
+MAX_FOLDER_DEPTH = 32
+
+
+def printable(text: Any) -> str:
+    """Text as a terminal line may show it: every character that is not printable (controls, escapes, line
+    breaks, bidirectional overrides; ``str.isprintable``) written as its Python escape (``\\x1b``, ``\\u202e``)."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+def shown(path: Any) -> str:
+    """A path or name in a one-line message: :func:`printable`."""
+    return printable(os.fspath(path) if isinstance(path, os.PathLike) else path)
+
+
+def _parse_int(text: str) -> int | float:
+    if len(text) - text.startswith("-") <= MAX_INT_DIGITS:
+        return int(text)
+    return -math.inf if text.startswith("-") else math.inf
+
+
+class JSONLimitError(ValueError):
+    """A JSON text beyond the limits (depth); its message says which."""
+
+
+def depth_of(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """The nesting depth of a parsed JSON value (a scalar is 0), walked without recursion; stops past `limit`."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` with limits: nesting at most :data:`MAX_JSON_DEPTH` (deeper is a :class:`JSONLimitError`,
+    never a ``RecursionError``), integers longer than :data:`MAX_INT_DIGITS` digits read as infinite floats.
+    ``NaN`` and ``Infinity`` are read as floats (the callers leave non-finite numbers out or refuse them)."""
+    try:
+        value = json.loads(text, parse_int=_parse_int)
+    except RecursionError:
+        raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    if depth_of(value) > MAX_JSON_DEPTH:
+        raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def is_finite_number(value: Any) -> bool:
+    """An int or float (not a bool) that is finite and at most :data:`MAX_MAGNITUDE` in magnitude."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) <= MAX_MAGNITUDE
+    )
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def kind_of(info: os.stat_result) -> str:
+    mode = info.st_mode
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file"
+
+
+def not_regular(path: Path, info: os.stat_result) -> NeedlebenchError:
+    return NeedlebenchError(
+        f"{shown(path)} is {kind_of(info)}, not a regular file; a results folder holds lm-eval's own files, and "
+        "needlebench never follows a link inside it"
+    )
+
+
+def regular_file(path: Path) -> bool:
+    """Whether `path` is a regular file (``lstat``: a link is not followed); False when nothing is there, a
+    one-line error when something else is (a link, FIFO, device, socket or folder under a file's name)."""
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read {shown(path)}: {error.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise not_regular(path, info)
+    return True
+
+
+def open_text(path: Path, limit: int | None = None) -> io.TextIOWrapper:
+    """The regular file `path` as UTF-8 text (universal newlines, as ``open`` reads it), opened without following
+    a link at its name (``O_NOFOLLOW``) and checked with ``fstat`` on the descriptor read (safe_fs)."""
+    try:
+        with Folder.open(path.parent) as folder:
+            raw = folder.open_read(path.name, limit=limit)
+    except NeedlebenchError as error:
+        raise NeedlebenchError(printable(str(error))) from None
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read {shown(path)}: {error.strerror}") from None
+    return io.TextIOWrapper(raw, encoding="utf-8")
+
+
+def walk_files(root: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    """Every entry under the folder `root` that is not a folder, with its ``lstat``, without following links and
+    without recursion; a folder nested deeper than :data:`MAX_FOLDER_DEPTH` is a one-line error."""
+    stack = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                found = [(Path(entry.path), entry.stat(follow_symlinks=False)) for entry in entries]
+        except OSError as error:
+            raise NeedlebenchError(f"cannot read the results folder {shown(folder)}: {error.strerror}") from None
+        for path, info in found:
+            if stat.S_ISDIR(info.st_mode):
+                if depth >= MAX_FOLDER_DEPTH:
+                    raise NeedlebenchError(
+                        f"results folder {shown(root)} holds folders nested more than {MAX_FOLDER_DEPTH} deep "
+                        f"({shown(path)[:200]}...); pass lm-eval --output_path folders"
+                    )
+                stack.append((path, depth + 1))
+            else:
+                yield path, info
+
+
+# --------------------------------------------------------------------------------------------- sinks
+
+
+#: Longest file name (in UTF-8 bytes, extension excluded) a report writes: NAME_MAX is 255 on Linux and macOS, and
+#: safe_fs puts a temporary file beside it under a name of its own.
+MAX_STEM_BYTES = 180
+
+
+def bounded_stem(stem: str) -> str:
+    """`stem` when it fits :data:`MAX_STEM_BYTES`, else its start and a hash of the whole (two long names that
+    share their start stay apart)."""
+    if len(stem.encode("utf-8")) <= MAX_STEM_BYTES:
+        return stem
+    digest = hashlib.sha256(stem.encode("utf-8")).hexdigest()[:12]
+    head = stem.encode("utf-8")[: MAX_STEM_BYTES - 13].decode("utf-8", "ignore")
+    return f"{head}-{digest}"
+
+
+def unique_stem(stem: str, taken: set[str]) -> str:
+    """`stem` (bounded), or ``<stem>-2``, ``-3``... when a file of that name (compared without case: macOS and
+    Windows file systems) is already taken; the chosen one is added to `taken`."""
+    stem = bounded_stem(stem)
+    candidate, number = stem, 1
+    while candidate.casefold() in taken:
+        number += 1
+        candidate = bounded_stem(f"{stem}-{number}")
+    taken.add(candidate.casefold())
+    return candidate
+
+
+def plain_figure_text(text: Any) -> str:
+    """Text from the results as matplotlib draws it literally: every ``$`` escaped (``\\$``), so no mathtext is
+    parsed (matplotlib's ``cbook.is_math_text`` counts unescaped dollars only), and no control character."""
+    text = "".join(char if char.isprintable() or char == "\n" else "\ufffd" for char in str(text))
+    return text.replace("$", r"\$")
