@@ -679,12 +679,13 @@ def _report_crash(error: BaseException) -> None:
     With ``NEEDLEBENCH_DEBUG=1`` the traceback is printed instead of saved. Otherwise it goes to
     ``<cache root>/crash/<UTC time>-<command>.txt`` (readable by the user only); the command line is not
     recorded there (it may hold a token), only the command's name and the versions."""
+    import errno
     import os
     import platform
     import traceback
     from datetime import datetime, timezone
 
-    from needlebench.sources.cache import cache_root  # deferred: hashlib, hmac (4 ms); only a crash needs it
+    from needlebench.sources.cache import cache_folder, cache_root  # deferred: hashlib, hmac (4 ms); only a crash
 
     command = _command_name(sys.argv[1:])
     summary = printable(" ".join(f"{type(error).__name__}: {error}".split()))
@@ -702,10 +703,10 @@ def _report_crash(error: BaseException) -> None:
         f"python {platform.python_version()} on {platform.platform()}\n\n"
     )
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
-            handle.write(header + text)
-    except OSError as failure:
+        with cache_folder(path.parent) as folder:  # 0700 whatever the umask; the file new (O_EXCL), never a link
+            if not folder.create_new(path.name, (header + text).encode("utf-8"), mode=0o600):
+                raise FileExistsError(errno.EEXIST, "exists", str(path))
+    except (OSError, NeedlebenchError) as failure:
         where = f"(could not save its traceback: {failure.strerror or failure}; rerun with {DEBUG_ENV}=1 to see it)"
     else:
         where = f"full traceback in {path}"

@@ -184,7 +184,7 @@ def _read_config(open_file: Callable[[str], IO[bytes]], config: str, entry: dict
     from datasets import Dataset, DatasetInfo, NamedSplit
     from datasets.table import MemoryMappedTable
 
-    from needlebench.tasks.schema import features_for
+    from needlebench.tasks.schema import features_for  # deferred: datasets' features (pyarrow); only a load needs it
 
     features = features_for(get_config(config).schema_family)
     schema = features.arrow_schema

@@ -100,7 +100,7 @@ def _json_rating(reply: str) -> int | None:
     """A rating in a JSON object (``{"rating": 7}``), repaired by json-repair when cut or fenced."""
     from json_repair import repair_json
 
-    from needlebench.evaluation.scoring.counting_stars import bracket_depths
+    from needlebench.evaluation.scoring.counting_stars import bracket_depths  # deferred: only a JSON-looking reply
 
     start = reply.find("{")
     if start < 0:

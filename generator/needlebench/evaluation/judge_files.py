@@ -26,6 +26,7 @@ from typing import Any
 
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder
+from needlebench.sources.cache import same_tag, sign
 from needlebench.terminal import warn
 
 SAMPLES_RE = re.compile(r"^samples_.+\.jsonl$")
@@ -286,15 +287,11 @@ def new_file_mode() -> int:
 
 
 def _tag(entry: dict) -> str:
-    from needlebench.sources.cache import sign
-
     payload = json.dumps({field: entry.get(field) for field in _ENTRY_FIELDS}, sort_keys=True, ensure_ascii=False)
     return sign(_TAG_DOMAIN + payload.encode("utf-8")).hex()
 
 
 def _valid_entry(entry: Any) -> bool:
-    from needlebench.sources.cache import same_tag
-
     if not isinstance(entry, dict) or set(entry) != {*_ENTRY_FIELDS, "tag"}:
         return False
     score = entry["score"]

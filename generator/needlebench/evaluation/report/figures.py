@@ -40,6 +40,7 @@ from needlebench.evaluation.report.aggregate import (
 )
 from needlebench.evaluation.report.load import SCORING_LABEL, Results, Sample, TaskRun, entity_order, is_observed
 from needlebench.evaluation.report.safety import plain_figure_text, unique_stem
+from needlebench.safe_fs import Folder
 
 DPI = 200
 COLORMAP = "viridis"
@@ -534,8 +535,6 @@ def render_bytes(figure_spec: Figure, pdf: bool = False) -> dict[str, bytes]:
 def render(figure_spec: Figure, out_dir: Path, pdf: bool = False) -> list[Path]:
     """Draw a figure to ``<name>.png`` at 200 dpi (and ``<name>.pdf`` when asked) in the folder ``out_dir``, through
     safe_fs (atomic, never through a link); return the paths."""
-    from needlebench.safe_fs import Folder
-
     paths = []
     with Folder.open(out_dir, create=True) as folder:
         for name, data in render_bytes(figure_spec, pdf=pdf).items():
