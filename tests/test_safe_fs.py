@@ -165,3 +165,37 @@ def test_write_file_at_a_users_path(tmp_path: Path, victim: Path):
     write_file(tmp_path / "out.md", "report\n")
     assert victim.read_text() == "the user's file\n"
     assert (tmp_path / "out.md").read_text() == "report\n"
+
+
+def test_a_link_on_the_typed_path_below_home_or_the_current_folder_is_refused(tmp_path: Path, monkeypatch):
+    """``--out shared/sub/report`` where ``shared/sub`` is a link a shared folder carries: refused, naming the link
+    and the real path; a link that is an ancestor of the current folder (the user's own layout) is followed."""
+    home = tmp_path / "home"
+    (home / "mydata").mkdir(parents=True)
+    shared = home / "work" / "shared"
+    shared.mkdir(parents=True)
+    (shared / "sub").symlink_to(home / "mydata")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home / "work")
+    for typed in ("shared/sub/report", str(shared / "sub" / "report"), "shared/sub"):
+        with pytest.raises(NeedlebenchError, match="symbolic link .*shared/sub") as error:
+            Folder.open(typed, create=True)
+        assert str(home / "mydata") in str(error.value)
+    assert os.listdir(home / "mydata") == []
+    # the user's own layout: the current folder reached through a link above it
+    (tmp_path / "alias").symlink_to(home)
+    monkeypatch.chdir(tmp_path / "alias" / "work")
+    monkeypatch.setenv("PWD", str(tmp_path / "alias" / "work"))
+    with Folder.open(tmp_path / "alias" / "work" / "out", create=True) as handle:
+        handle.write_text("x", "y")
+    assert (home / "work" / "out" / "x").read_text() == "y"
+
+
+def test_new_files_get_the_mode_less_the_umask(tmp_path: Path):
+    old = os.umask(0o077)
+    try:
+        with Folder.open(tmp_path) as handle:
+            handle.write_text("report.md", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.lstat(tmp_path / "report.md").st_mode) == 0o600

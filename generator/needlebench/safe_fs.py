@@ -17,7 +17,10 @@ open, the descriptor is the folder that was checked, whatever is renamed or link
   (:meth:`Folder.open_read`).
 - Private folders and files (caches) get 0700 and 0600 with ``fchmod`` whatever the umask (:func:`private_folder`).
 
-The folder the user named on the command line (``--out DIR``) is opened as given: a link the user typed is theirs.
+The folder the user named on the command line (``--out DIR``) is opened one component at a time from ``/``: a link
+on that path is followed only where it belongs to the machine's or the user's own layout (:meth:`Folder.open`), so
+``--out shared/sub/report`` never follows a link ``sub`` that a shared folder carries. New files get the mode asked
+for less the umask (private files: 0600 whatever it is).
 """
 
 from __future__ import annotations
@@ -40,6 +43,35 @@ _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: errno values of a hard link that the file system does not support (a copy is made instead)
 _NO_LINK = (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EMLINK, errno.EOPNOTSUPP)
 _COPY_CHUNK = 1 << 20
+
+
+def _trusted_ancestors() -> set[Path]:
+    """The home folder, the current folder (as the shell names it, ``$PWD``, and as the kernel does) and all their
+    ancestors: links there are the user's own layout, not something a folder from someone else planted."""
+    found: set[Path] = set()
+    places = [os.path.expanduser("~"), os.getcwd()]
+    logical = os.environ.get("PWD")
+    if logical and os.path.isabs(logical) and os.path.realpath(logical) == os.path.realpath(os.getcwd()):
+        places.append(logical)
+    for place in places:
+        path = Path(os.path.abspath(place))
+        found.update([path, *path.parents])
+    return found
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (``Umask:`` of /proc/self/status, Linux 4.7+; elsewhere set and
+    restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def parts_of(name: str | os.PathLike[str], where: object = None) -> tuple[str, ...]:
@@ -77,15 +109,56 @@ class Folder:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = False, mode: int = 0o777) -> Folder:
-        """The folder the user named (created with its parents when `create`); a link in the path the user typed
-        is followed (it is the user's), but the folder itself must be a directory."""
+        """The folder `path` the user named (created with its missing parents when `create`), opened one component
+        at a time from ``/`` with ``O_NOFOLLOW``, so a component swapped for a link meanwhile is refused.
+
+        A symbolic link on the way is followed only where it is part of the machine's or the user's own layout: a
+        component directly under ``/`` (``/tmp`` -> ``/private/tmp``), or an ancestor of the home folder or of the
+        current folder (``/home`` -> ``/usr/home``). Any other link (``shared/sub`` in a folder from someone else,
+        typed as ``--out shared/sub/report``) is a one-line error naming it and the real path to give instead."""
         path = Path(path)
-        if create:
-            path.mkdir(parents=True, exist_ok=True, mode=mode)
+        absolute = Path(os.path.abspath(path))
+        trusted = _trusted_ancestors()
+        fd = os.open("/", _DIR_FLAGS)
+        current = Path("/")
         try:
-            fd = os.open(path, _DIR_FLAGS)
+            for part in absolute.parts[1:]:
+                current = current / part
+                try:
+                    info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, mode, dir_fd=fd)
+                    info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISLNK(info.st_mode):
+                    if len(current.parts) > 2 and current not in trusted:
+                        raise NeedlebenchError(
+                            f"{path} goes through the symbolic link {current} (-> {os.readlink(current)}); "
+                            "needlebench follows no link below your home or current folder in a path it reads or "
+                            f"writes (a folder from someone else may carry one): give the real path "
+                            f"{os.path.realpath(path)}"
+                        )
+                    child = os.open(current, _DIR_FLAGS)
+                else:
+                    child = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = child
         except NotADirectoryError:
-            raise NeedlebenchError(f"{path} is not a folder") from None
+            os.close(fd)
+            raise NeedlebenchError(f"{path} is not a folder ({current} is a file)") from None
+        except OSError as error:
+            os.close(fd)
+            if error.errno == errno.ELOOP:
+                raise NeedlebenchError(
+                    f"{path} changed while it was opened ({current} became a symbolic link); needlebench never "
+                    "follows such a link"
+                ) from None
+            raise
+        except BaseException:
+            os.close(fd)
+            raise
         return cls(fd, path)
 
     def sub(self, name: str | os.PathLike[str], *, create: bool = False, mode: int = 0o777) -> Folder:
@@ -223,7 +296,8 @@ class Folder:
         self, name: str | os.PathLike[str], *, mode: int = 0o644, create_parents: bool = False
     ) -> Iterator[IO[bytes]]:
         """A binary file object whose bytes replace `name` atomically when the block ends without an error (the
-        temporary file is removed otherwise). Whatever sat at `name` (a planted link included) is replaced."""
+        temporary file is removed otherwise), with `mode` less the umask. Whatever sat at `name` (a planted link
+        included) is replaced."""
         with self._parent(name, create=create_parents) as (parent, leaf):
             fd, temp = parent._new_temp(leaf)
             try:
@@ -231,7 +305,7 @@ class Folder:
                     yield handle
                     handle.flush()
                     os.fsync(handle.fileno())
-                    os.fchmod(handle.fileno(), mode)
+                    os.fchmod(handle.fileno(), mode & ~_umask())
                 os.replace(temp, leaf, src_dir_fd=parent.fd, dst_dir_fd=parent.fd)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -260,7 +334,7 @@ class Folder:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
-                os.fchmod(handle.fileno(), mode)
+                os.fchmod(handle.fileno(), mode & ~_umask())
             return True
 
     def append_bytes(self, name: str | os.PathLike[str], data: bytes, *, mode: int = 0o600) -> None:
