@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from needlebench import safe_json
 from needlebench.errors import NeedlebenchError
 
 MANIFEST = "needlebench.json"
@@ -206,74 +207,47 @@ def open_no_follow(root: Path, name: str, what: str, limit: int | None = None) -
 MAX_INT_DIGITS = 40
 MAX_NUMBER_CHARS = 64
 MAX_JSON_DEPTH = 64
-
-
-class _Refused:
-    """A JSON value refused while parsing (a huge integer, a non-finite number), found again by its field."""
-
-    __slots__ = ("reason",)
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-def _parse_int(text: str) -> int | _Refused:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        return _Refused(f"an integer of {len(text.lstrip('-')):,} digits (allowed: at most {MAX_INT_DIGITS})")
-    return int(text)
-
-
-def _parse_float(text: str) -> float | _Refused:
-    if len(text) > MAX_NUMBER_CHARS:
-        return _Refused(f"a number of {len(text):,} characters (allowed: at most {MAX_NUMBER_CHARS})")
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        return _Refused(f"the number {text[:20]}... beyond the range of a float")
-    return value
-
-
-def _parse_constant(text: str) -> _Refused:
-    return _Refused(f"{text} (allowed: finite numbers only)")
-
-
-def _field(path: list[str | int]) -> str:
-    shown = ".".join(str(part) for part in path) or "(top level)"
-    return shown if len(shown) <= 120 else shown[:117] + "..."
-
-
-def _check_values(value: Any, path_of_file: Path) -> None:
-    """Walk parsed JSON without recursion: a refused value or nesting beyond :data:`MAX_JSON_DEPTH` is a one-line
-    error naming the file and the field."""
-    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, _Refused):
-            raise NeedlebenchError(f"{path_of_file} field {_field(path)} holds {item.reason}")
-        if isinstance(item, (dict, list)):
-            if len(path) >= MAX_JSON_DEPTH:
-                raise NeedlebenchError(
-                    f"{path_of_file} field {_field(path[:8])}... is nested more than {MAX_JSON_DEPTH} levels deep"
-                )
-            pairs = item.items() if isinstance(item, dict) else enumerate(item)
-            stack.extend((child, [*path, key]) for key, child in pairs)
+_LIMITS = safe_json.Limits(
+    max_depth=MAX_JSON_DEPTH, max_int_digits=MAX_INT_DIGITS, max_number_chars=MAX_NUMBER_CHARS, finite_only=True
+)
 
 
 def parse_json(data: bytes, path: Path) -> Any:
     """JSON text of a file read from a folder, parsed with limits (integer digits, number length, no NaN or
-    Infinity, nesting depth); any failure is a one-line error naming the file (and the field when there is one)."""
+    Infinity, nesting depth; :func:`needlebench.safe_json.loads`); any failure is a one-line error naming the file
+    (and the field when there is one)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise NeedlebenchError(f"{path} is not a readable needlebench manifest: it is not UTF-8 text") from None
     try:
-        value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+        return safe_json.loads(text, _LIMITS)
+    except safe_json.JSONLimitError as error:
+        raise NeedlebenchError(_beyond_limits(error, path)) from None
     except json.JSONDecodeError as error:
         raise NeedlebenchError(f"{path} is not a readable needlebench manifest: {error}") from None
-    except (RecursionError, ValueError) as error:
-        reason = "it is nested too deeply" if isinstance(error, RecursionError) else " ".join(str(error).split())[:120]
+    except ValueError as error:
+        reason = " ".join(str(error).split())[:120]
         raise NeedlebenchError(f"{path} is not a readable needlebench manifest: {reason}") from None
-    _check_values(value, path)
-    return value
+
+
+def _beyond_limits(error: safe_json.JSONLimitError, path_of_file: Path) -> str:
+    """The one-line message of a value of the file `path_of_file` beyond :data:`_LIMITS`."""
+    if error.kind == safe_json.RECURSION:
+        return f"{path_of_file} is not a readable needlebench manifest: it is nested too deeply"
+    if error.kind == safe_json.DEPTH:
+        field = safe_json.dotted_path(error.path[:8])
+        return f"{path_of_file} field {field}... is nested more than {MAX_JSON_DEPTH} levels deep"
+    text = error.literal
+    if error.kind == safe_json.DIGITS:
+        reason = f"an integer of {len(text.lstrip('-')):,} digits (allowed: at most {MAX_INT_DIGITS})"
+    elif error.kind == safe_json.CHARS:
+        reason = f"a number of {len(text):,} characters (allowed: at most {MAX_NUMBER_CHARS})"
+    elif error.kind == safe_json.RANGE:
+        reason = f"the number {text[:20]}... beyond the range of a float"
+    else:  # safe_json.CONSTANT (lone surrogates are read)
+        reason = f"{text} (allowed: finite numbers only)"
+    return f"{path_of_file} field {safe_json.dotted_path(error.path)} holds {reason}"
 
 
 def read_manifest_file(root: Path, name: str = MANIFEST, *, where: str | None = None) -> dict[str, Any] | None:

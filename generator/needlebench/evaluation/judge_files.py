@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import stat
@@ -24,9 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from needlebench import safe_json
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder
 from needlebench.sources.cache import same_tag, sign
+from needlebench.terminal import printable as shown  # a path or name in a message: its control characters escaped
 from needlebench.terminal import warn
 
 SAMPLES_RE = re.compile(r"^samples_.+\.jsonl$")
@@ -51,95 +52,40 @@ _TAG_DOMAIN = b"needlebench judge cache entry v1\0"
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
-def shown(path: Path | str) -> str:
-    """A path as it may be printed: control characters (terminal escapes, line breaks) become ``\\xNN`` escapes."""
-    text = str(path)
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
-
-
 # --- JSON with limits -------------------------------------------------------------------------------------------
 
-
-class _Bad:
-    """A value the reader refuses, kept in place so the field that holds it can be named."""
-
-    __slots__ = ("what",)
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-
-
-def _parse_int(text: str) -> int | _Bad:
-    return _Bad(f"a {len(text):,}-character number") if len(text) > MAX_NUMBER_CHARS else int(text)
-
-
-def _parse_float(text: str) -> float | _Bad:
-    if len(text) > MAX_NUMBER_CHARS:
-        return _Bad(f"a {len(text):,}-character number")
-    value = float(text)
-    return value if math.isfinite(value) else _Bad(f"{text} (not a finite number)")
-
-
-def _parse_constant(text: str) -> _Bad:
-    return _Bad(text)
-
-
-def _field(path: tuple[Any, ...]) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", part):
-            out += f".{part}" if out else part
-        else:
-            out += f"[{shown(repr(part[:60]))}]"
-    return out or "the value"
-
-
-#: A ``\uD800``-``\uDFFF`` escape: the only way a lone surrogate (which UTF-8 cannot carry) gets into decoded JSON.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def _lone_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
+_LIMITS = safe_json.Limits(
+    max_depth=MAX_JSON_DEPTH, max_number_chars=MAX_NUMBER_CHARS, finite_only=True, lone_surrogates=False
+)
 
 
 def load_json(text: str | bytes) -> Any:
-    """``json.loads`` with limits: ValueError (its message names the field) for nesting deeper than
-    :data:`MAX_JSON_DEPTH`, ``NaN``/``Infinity`` or a number too large for a float, a number longer than
-    :data:`MAX_NUMBER_CHARS` characters, a string with a lone surrogate (``"\\ud800"``, which no UTF-8 file can
-    be written with). Other values are read exactly as ``json.loads`` reads them."""
+    """``json.loads`` with limits (:func:`needlebench.safe_json.loads`): ValueError (its message names the field)
+    for nesting deeper than :data:`MAX_JSON_DEPTH`, ``NaN``/``Infinity`` or a number too large for a float, a number
+    longer than :data:`MAX_NUMBER_CHARS` characters, a string with a lone surrogate (``"\\ud800"``, which no UTF-8
+    file can be written with). Other values are read exactly as ``json.loads`` reads them."""
     try:
-        value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
-    except RecursionError:
-        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
-    pattern = _SURROGATE_ESCAPE_BYTES if isinstance(text, (bytes, bytearray)) else _SURROGATE_ESCAPE
-    strings = pattern.search(text) is not None  # check strings only when an escape could have made one
-    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, _Bad):
-            raise ValueError(f"{_field(path)} is {item.what}")
-        if strings and isinstance(item, str) and _lone_surrogate(item):
-            raise ValueError(f"{_field(path)} holds a lone surrogate (\\ud800-\\udfff), which UTF-8 cannot carry")
-        if isinstance(item, (dict, list)):
-            if len(path) >= MAX_JSON_DEPTH:
-                raise ValueError(f"{_field(path[:8])}... nests deeper than {MAX_JSON_DEPTH} levels")
-            if isinstance(item, dict):
-                if strings and any(_lone_surrogate(key) for key in item):
-                    raise ValueError(f"a key of {_field(path)} holds a lone surrogate, which UTF-8 cannot carry")
-                pairs = item.items()
-            else:
-                pairs = enumerate(item)
-            stack.extend((child, (*path, key)) for key, child in pairs)
-    return value
+        return safe_json.loads(text, _LIMITS)
+    except safe_json.JSONLimitError as error:
+        raise ValueError(_beyond_limits(error)) from None
+
+
+def _beyond_limits(error: safe_json.JSONLimitError) -> str:
+    """The message of a value beyond :data:`_LIMITS` (callers put it in their one line)."""
+    field = safe_json.indexed_path(error.path)
+    if error.kind == safe_json.RECURSION:
+        return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    if error.kind == safe_json.DEPTH:
+        return f"{safe_json.indexed_path(error.path[:8])}... nests deeper than {MAX_JSON_DEPTH} levels"
+    if error.kind == safe_json.SURROGATE:
+        return f"{field} holds a lone surrogate (\\ud800-\\udfff), which UTF-8 cannot carry"
+    if error.kind == safe_json.SURROGATE_KEY:
+        return f"a key of {field} holds a lone surrogate, which UTF-8 cannot carry"
+    if error.kind == safe_json.CHARS:
+        return f"{field} is a {len(error.literal):,}-character number"
+    if error.kind == safe_json.RANGE:
+        return f"{field} is {error.literal} (not a finite number)"
+    return f"{field} is {error.literal}"  # safe_json.CONSTANT: NaN, Infinity, -Infinity
 
 
 # --- the results folder -----------------------------------------------------------------------------------------

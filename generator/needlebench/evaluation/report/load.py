@@ -37,18 +37,18 @@ from needlebench.evaluation.families import eval_family
 from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
 from needlebench.evaluation.report.safety import (
     MAX_JSON_BYTES,
-    JSONLimitError,
     is_finite_number,
     loads,
     not_regular,
     open_text,
-    printable,
     regular_file,
     shown,
     walk_files,
 )
+from needlebench.safe_json import JSONLimitError
 from needlebench.tasks.experiment import experiment_from_record, experiment_spec
 from needlebench.tasks.grid import ConfigSpec, Grid, registry
+from needlebench.terminal import printable
 
 SAMPLES_FILE_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import math
 import os
 import stat
@@ -21,8 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from needlebench import safe_json
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder
+from needlebench.safe_json import JSONLimitError
+from needlebench.terminal import printable
 
 #: Deepest nesting of arrays and objects accepted in a results, samples or health file (lm-eval's are 5 deep).
 MAX_JSON_DEPTH = 64
@@ -37,60 +39,30 @@ MAX_JSON_BYTES = 256 << 20
 MAX_FOLDER_DEPTH = 32
 
 
-def printable(text: Any) -> str:
-    """Text as a terminal line may show it: every character that is not printable (controls, escapes, line
-    breaks, bidirectional overrides; ``str.isprintable``) written as its Python escape (``\\x1b``, ``\\u202e``)."""
-    text = str(text)
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
-
-
 def shown(path: Any) -> str:
-    """A path or name in a one-line message: :func:`printable`."""
+    """A path or name in a one-line message: :func:`~needlebench.terminal.printable` of its file-system path.
+
+    Kept apart from ``printable``: an ``os.PathLike`` is shown as ``os.fspath`` gives it, where ``str()`` may differ
+    (an ``os.DirEntry`` is ``<DirEntry 'name'>``, a bytes path ``b'...'``)."""
     return printable(os.fspath(path) if isinstance(path, os.PathLike) else path)
 
 
-def _parse_int(text: str) -> int | float:
-    if len(text) - text.startswith("-") <= MAX_INT_DIGITS:
-        return int(text)
-    return -math.inf if text.startswith("-") else math.inf
-
-
-class JSONLimitError(ValueError):
-    """A JSON text beyond the limits (depth); its message says which."""
-
-
-def depth_of(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
-    """The nesting depth of a parsed JSON value (a scalar is 0), walked without recursion; stops past `limit`."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children = list(item.values())
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            return deepest
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
+_LIMITS = safe_json.Limits(
+    max_depth=MAX_JSON_DEPTH, max_int_digits=MAX_INT_DIGITS, over_digits="infinite", finite_only=False
+)
 
 
 def loads(text: str | bytes) -> Any:
-    """``json.loads`` with limits: nesting at most :data:`MAX_JSON_DEPTH` (deeper is a :class:`JSONLimitError`,
-    never a ``RecursionError``), integers longer than :data:`MAX_INT_DIGITS` digits read as infinite floats.
-    ``NaN`` and ``Infinity`` are read as floats (the callers leave non-finite numbers out or refuse them)."""
+    """``json.loads`` with limits (:func:`needlebench.safe_json.loads`): nesting at most :data:`MAX_JSON_DEPTH`
+    (deeper is a :class:`~needlebench.safe_json.JSONLimitError` saying so, never a ``RecursionError``), integers
+    longer than :data:`MAX_INT_DIGITS` digits read as infinite floats. ``NaN`` and ``Infinity`` are read as floats
+    (the callers leave non-finite numbers out or refuse them)."""
     try:
-        value = json.loads(text, parse_int=_parse_int)
-    except RecursionError:
-        raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
-    if depth_of(value) > MAX_JSON_DEPTH:
-        raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-    return value
+        return safe_json.loads(text, _LIMITS)
+    except JSONLimitError as error:  # only nesting is beyond these limits; the report's line names no field
+        raise JSONLimitError(
+            error.kind, error.path, error.literal, f"nested deeper than {MAX_JSON_DEPTH} levels"
+        ) from None
 
 
 def is_finite_number(value: Any) -> bool:

@@ -29,11 +29,11 @@ from needlebench.evaluation.report.load import (
     load_results,
     source_label,
 )
-from needlebench.evaluation.report.safety import loads, printable
+from needlebench.evaluation.report.safety import loads
 from needlebench.evaluation.report.tables import Table, build_tables
 from needlebench.evaluation.scoring.overall import overall_formula
 from needlebench.safe_fs import Folder
-from needlebench.terminal import warn
+from needlebench.terminal import printable, warn
 
 
 def _format(value: Any, digits: int) -> str:
