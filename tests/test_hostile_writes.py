@@ -20,9 +20,11 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from support.sandbox import CLI, REAL_CONFIG, REAL_HF_HOME, refused, snapshot
+from test_internal_error import PLANT
 
 CARD, MANIFEST = "README.md", "needlebench.json"
 SHARD = "test-00000-of-00001.parquet"
@@ -255,6 +257,78 @@ def test_a_swap_at_the_worst_moment_never_reaches_the_user(dataset, sandbox, tmp
             _stopped(result, "atc_en", "link")
         moved = out / "data" / "atc_en.real" / SHARD
         assert json.loads((out / MANIFEST).read_text())["configs"]["atc_en"]["fingerprint"] == _sha256(moved)
+
+
+#: The parent-swap race (a second process renames a parent of a new --out and puts a link to the user's home in its
+#: place while the build runs), won every time: right after the build made its staging folder; then the build fails
+#: (as a Ctrl-C or any error would end it), so it removes the --out it made.
+_PARENT_RACER = """
+import os
+PARENT, HOME = os.environ["RACE_PARENT"], os.environ["RACE_HOME"]
+import needlebench.dataset.replace as replace
+real_make = replace.make_staging
+def make_staging(out):
+    staging = real_make(out)
+    os.rename(PARENT, PARENT + ".real")
+    os.symlink(HOME, PARENT)
+    raise KeyboardInterrupt
+replace.make_staging = make_staging
+"""
+
+
+def test_a_parent_swapped_for_a_link_never_redirects_the_clean_up(sandbox, tmp_path):
+    """``--out shared/A/mydata`` (a new folder) while another process swaps ``shared/A`` for a link to the home
+    folder, then the build is interrupted: the folder it made is removed through its parent's descriptor, never
+    through the link (which would remove ~/mydata)."""
+    shared = sandbox / "work" / "shared"
+    (shared / "A").mkdir(parents=True)
+    racer = tmp_path / "racer"
+    racer.mkdir()
+    (racer / "sitecustomize.py").write_text(_PARENT_RACER)
+    env = {
+        "PYTHONPATH": f"{racer}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "RACE_PARENT": str(shared / "A"),
+        "RACE_HOME": str(sandbox),
+    }
+    before = snapshot(sandbox, skip=sandbox / "work")
+    result = _run(sandbox, "build", "atc_en", "--out", str(shared / "A" / "mydata"), timeout=300, env=env)
+    assert result.returncode == 130, result.stderr[-2000:]
+    assert (shared / "A").is_symlink()  # the swap happened
+    assert snapshot(sandbox, skip=sandbox / "work") == before
+    assert (sandbox / "mydata" / SHARD).read_bytes() == b"the user's own file"
+    assert not (shared / "A.real" / "mydata").exists()  # the build's own folder, removed where it was
+
+
+@pytest.mark.parametrize("planted", ["tokens", "arrow", "crash"])
+def test_a_link_in_a_shared_cache_is_never_followed(dataset, sandbox, planted):
+    """A cache root others may write (a shared or loose ``NEEDLEBENCH_CACHE``) holding ``<folder> -> ~/mydata``:
+    needlebench neither changes the mode of ~/mydata nor writes into it (the link is refused; the cache is skipped
+    with a warning, or the command stops in one line)."""
+    cache = sandbox / "work" / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)
+    (sandbox / "mydata").chmod(0o775)
+    (cache / planted).symlink_to(sandbox / "mydata")
+    before = snapshot(sandbox, skip=sandbox / "work")
+    env = {"NEEDLEBENCH_CACHE": str(cache)}
+    if planted == "tokens":
+        result = _run(sandbox, "build", "single_en_4k", "--out", str(sandbox / "work" / "k4"), env=env, timeout=600)
+    elif planted == "arrow":
+        first = pq.read_table(dataset / "data" / "atc_en" / SHARD, columns=["id"]).column("id")[0].as_py()
+        result = _run(sandbox, "show", str(dataset), first, env=env, timeout=600)
+    else:  # a bug planted at the front door (tests/test_internal_error.py): its traceback goes to cache/crash
+        result = subprocess.run(
+            [sys.executable, "-c", PLANT, "needlebench.dataset.build:build_dataset", "build", "atc_en", "--out", "x"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HOME": str(sandbox), **env},
+            cwd=sandbox / "work",
+            timeout=600,
+        )
+        assert "could not save its traceback" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert snapshot(sandbox, skip=sandbox / "work") == before
+    assert stat.S_IMODE(os.stat(sandbox / "mydata").st_mode) == 0o775
 
 
 # --- 3. files of data/<config>/ the manifest does not list --------------------------------------------------------

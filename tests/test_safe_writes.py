@@ -41,11 +41,6 @@ WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
 #: (module, what) -> why this write by path cannot reach a folder from someone else.
 ALLOWED: dict[tuple[str, str], str] = {
     ("safe_fs.py", "*"): "the layer itself",
-    ("dataset/build.py", "os.mkdir"): "creates the missing folders of the --out path the user typed, one by one",
-    ("dataset/build.py", "shutil.rmtree"): (
-        "removes an --out this build created itself after a failure (rmtree refuses a link at the top, and the "
-        "folder was new a moment before)"
-    ),
     ("dataset/build.py", "tempfile.TemporaryFile(dir=...)"): (
         "probes that --out's first existing folder is writable: O_TMPFILE, a file with no name at all"
     ),

@@ -253,7 +253,11 @@ def build(
         )
     console.print(table)
     for name in names_list:  # share of each boundary kind the needles sit on (configs with needles)
-        if (shares := format_shares(boundary_counts(out, name, manifest["configs"][name]["files"]))) != "-":
+        try:
+            counts = boundary_counts(out, name, manifest["configs"][name]["files"])
+        except (OSError, NeedlebenchError):  # the folder moved or changed since the build: the summary only
+            continue
+        if (shares := format_shares(counts)) != "-":
             say(f"needle boundaries of {name}: {shares}", soft_wrap=True)
     _print_counting_note(manifest)
     say(f"wrote {out}")
@@ -707,7 +711,8 @@ def _report_crash(error: BaseException) -> None:
             if not folder.create_new(path.name, (header + text).encode("utf-8"), mode=0o600):
                 raise FileExistsError(errno.EEXIST, "exists", str(path))
     except (OSError, NeedlebenchError) as failure:
-        where = f"(could not save its traceback: {failure.strerror or failure}; rerun with {DEBUG_ENV}=1 to see it)"
+        reason = getattr(failure, "strerror", None) or failure
+        where = f"(could not save its traceback: {reason}; rerun with {DEBUG_ENV}=1 to see it)"
     else:
         where = f"full traceback in {path}"
     print(f"needlebench: internal error in {command}: {summary}; {where}, please report it", file=sys.stderr)

@@ -108,14 +108,18 @@ class Folder:
     # --- opening ---------------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, create: bool = False, mode: int = 0o777) -> Folder:
+    def open(
+        cls, path: str | os.PathLike[str], *, create: bool = False, mode: int = 0o777, private: bool = False
+    ) -> Folder:
         """The folder `path` the user named (created with its missing parents when `create`), opened one component
         at a time from ``/`` with ``O_NOFOLLOW``, so a component swapped for a link meanwhile is refused.
 
         A symbolic link on the way is followed only where it is part of the machine's or the user's own layout: a
         component directly under ``/`` (``/tmp`` -> ``/private/tmp``), or an ancestor of the home folder or of the
         current folder (``/home`` -> ``/usr/home``). Any other link (``shared/sub`` in a folder from someone else,
-        typed as ``--out shared/sub/report``) is a one-line error naming it and the real path to give instead."""
+        typed as ``--out shared/sub/report``) is a one-line error naming it and the real path to give instead.
+        With `private`, each folder this call creates is made 0700 (``fchmod`` on its own descriptor, whatever the
+        umask)."""
         path = Path(path)
         absolute = Path(os.path.abspath(path))
         trusted = _trusted_ancestors()
@@ -124,13 +128,15 @@ class Folder:
         try:
             for part in absolute.parts[1:]:
                 current = current / part
+                made = False
                 try:
                     info = os.stat(part, dir_fd=fd, follow_symlinks=False)
                 except FileNotFoundError:
                     if not create:
                         raise
                     with contextlib.suppress(FileExistsError):
-                        os.mkdir(part, mode, dir_fd=fd)
+                        os.mkdir(part, 0o700 if private else mode, dir_fd=fd)
+                        made = True
                     info = os.stat(part, dir_fd=fd, follow_symlinks=False)
                 if stat.S_ISLNK(info.st_mode):
                     if len(current.parts) > 2 and current not in trusted:
@@ -143,6 +149,8 @@ class Folder:
                     child = os.open(current, _DIR_FLAGS)
                 else:
                     child = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+                    if made and private:
+                        os.fchmod(child, 0o700)  # the very folder made above: its descriptor, never a path
                 os.close(fd)
                 fd = child
         except NotADirectoryError:
@@ -439,19 +447,11 @@ class Folder:
 
 
 def private_folder(path: str | os.PathLike[str]) -> Folder:
-    """A cache folder of this user: created 0700 whatever the umask (each missing parent too), opened as a
-    :class:`Folder`; an existing one that another user owns, or that others may write, is a one-line error."""
+    """A cache folder of this user: each missing folder on the way created 0700 whatever the umask (``mkdirat``,
+    then ``fchmod`` on the new folder's own descriptor, so a swap between the two cannot redirect the mode), opened as
+    a :class:`Folder`; an existing one that another user owns, or that others may write, is a one-line error."""
     path = Path(path)
-    missing = []
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder, 0o700)
-            os.chmod(folder, 0o700)  # mkdir's mode is cut by the umask
-    handle = Folder.open(path)
+    handle = Folder.open(path, create=True, private=True)
     info = os.fstat(handle.fd)
     if info.st_uid != os.getuid() or info.st_mode & 0o022:
         handle.close()

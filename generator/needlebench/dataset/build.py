@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import shutil
 import signal
 import tempfile
 import time
@@ -211,34 +210,49 @@ def build_dataset(
     corpora = _corpora(options, specs)  # loads (and validates) the haystack inputs before any work
     options = options.pinned(corpora)
 
-    # the folder the user named is opened once (a link they typed is followed) and locked; every file below it is
-    # reached from this descriptor, never by a path looked up again (:mod:`needlebench.safe_fs`)
+    # The folder holding --out is opened once, from / one component at a time (Folder.open: a link below the home
+    # or current folder is refused), --out is made in it by descriptor (mkdirat: `created` is true only when this
+    # build made it) and opened with O_NOFOLLOW; every file below is reached from these descriptors, never by a path
+    # looked up again, and a folder this build made is removed through its parent's descriptor (a parent swapped for
+    # a link meanwhile never redirects the clean-up; :mod:`needlebench.safe_fs`).
+    absolute = Path(os.path.abspath(out_dir))
     created = False
     try:
-        if not _exists(out_dir):
-            _make_folders(out_dir)
-            created = True
-        out = Folder.open(out_dir)
+        parent = Folder.open(absolute.parent, create=True)
     except OSError as error:
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
         raise NeedlebenchError(
             f"cannot write output folder {_shown(out_dir)}: {error.strerror}; choose another --out"
         ) from None
-    with out:
+    with parent:
         try:
-            replace.lock(out)
-            previous = None if created else _check_out_dir(out, options, overwrite)
-        except BaseException:
+            if absolute.name:
+                with contextlib.suppress(FileExistsError):
+                    parent.mkdir(absolute.name, exist_ok=False)
+                    created = True
+                out = parent.sub(absolute.name)
+            else:
+                out = Folder.open(absolute)
+        except OSError as error:
             if created:
-                shutil.rmtree(out_dir, ignore_errors=True)
-            raise
-        # the card lists the folder's experiment configs by name; the configs of this build are the ones it writes
-        register_experiments(previous, keep=[spec.name for spec in specs])
+                parent.rmtree(absolute.name)
+            raise NeedlebenchError(
+                f"cannot write output folder {_shown(out_dir)}: {error.strerror}; choose another --out"
+            ) from None
+        with out:
+            try:
+                replace.lock(out)
+                previous = None if created else _check_out_dir(out, options, overwrite)
+            except BaseException:
+                if created:
+                    parent.rmtree(absolute.name)
+                raise
+            # the card lists the folder's experiment configs by name; the configs of this build are the ones it writes
+            register_experiments(previous, keep=[spec.name for spec in specs])
 
-        for spec in specs:  # never written through a link: refused before any work
-            check_no_links(out_dir, f"data/{spec.name}", f"the build of {spec.name} into {out_dir}")
-        return _build_into(specs, out, options, corpora, previous, created, num_proc, overwrite, progress, experiments)
+            for spec in specs:  # never written through a link: refused before any work
+                check_no_links(out_dir, f"data/{spec.name}", f"the build of {spec.name} into {out_dir}")
+            made = (parent, absolute.name) if created else None
+            return _build_into(specs, out, options, corpora, previous, made, num_proc, overwrite, progress, experiments)
 
 
 def _build_into(
@@ -247,14 +261,15 @@ def _build_into(
     options: BuildOptions,
     corpora: dict,
     previous: dict | None,
-    created: bool,
+    made: tuple[Folder, str] | None,
     num_proc: int,
     overwrite: bool,
     progress: bool,
     experiments: dict | None = None,
 ) -> dict:
     """Build into a staging folder inside the open, locked folder `out`, then swap it in
-    (:func:`.replace.commit`)."""
+    (:func:`.replace.commit`). `made` is (the folder holding `out`, its name) when this build created `out`: an error
+    or an interrupt removes it through that descriptor."""
 
     staging: Folder | None = None
 
@@ -262,8 +277,9 @@ def _build_into(
         if staging is not None:
             with contextlib.suppress(OSError):
                 out.rmtree(staging.path.name)
-        if created:
-            shutil.rmtree(out.path, ignore_errors=True)  # the folder this build made (rmtree never follows links)
+        if made is not None:
+            with contextlib.suppress(OSError):
+                made[0].rmtree(made[1])  # the folder this build made, by its parent's descriptor (never a link)
 
     # registered before the staging folder exists: a signal while it is made and marked still cleans up
     key = interrupts.register(discard)  # also run if a Ctrl-C must end the process before the main thread can
@@ -311,19 +327,6 @@ def _exists(path: Path) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False
     return True
-
-
-def _make_folders(path: Path) -> None:
-    """``mkdir -p`` without recursion (``Path.mkdir(parents=True)`` recurses once per missing level, so a deep
-    ``--out`` would end in a RecursionError)."""
-    missing = []
-    probe = path.absolute()
-    while not _exists(probe) and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder)
 
 
 def _check_writable(out_dir: Path) -> None:

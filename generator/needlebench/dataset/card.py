@@ -12,6 +12,7 @@ usage, citations and a changelog.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -20,10 +21,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from needlebench.dataset.experiment_card import experiments_markdown
-from needlebench.dataset.safe_folder import check_name
 from needlebench.errors import NeedlebenchError
 from needlebench.resources import card_template
-from needlebench.safe_fs import write_file
+from needlebench.safe_fs import Folder, write_file
 from needlebench.tasks.families import FAMILIES
 from needlebench.tasks.grid import EDITIONS, ConfigSpec, get_config, registry
 from needlebench.tasks.schema import features_yaml
@@ -140,21 +140,26 @@ def card_license(corpora: Mapping[str, Mapping[str, Any]]) -> tuple[str, dict[st
     }
 
 
-def _file_sizes(folder: Path | None, files: Iterable[str]) -> tuple[int, int]:
-    """(download bytes, uncompressed bytes) of a config's Parquet files; zeros when they are not on disk."""
+def _file_sizes(folder: Path | Folder | None, files: Iterable[str]) -> tuple[int, int]:
+    """(download bytes, uncompressed bytes) of a config's Parquet files; zeros when they are not on disk. Each file is
+    opened once through the folder's descriptor as a regular file (never a link, FIFO or device) and measured on
+    that descriptor."""
     if folder is None:
         return 0, 0
     import pyarrow.parquet as pq
 
     download = uncompressed = 0
-    for name in files:
-        path = folder / check_name(folder, name, f"the card of {folder}")
-        if not path.is_file():
-            return 0, 0
-        download += path.stat().st_size
-        with open(path, "rb") as handle:  # a file object: any path the OS takes, whatever the locale
-            metadata = pq.ParquetFile(handle).metadata
-        uncompressed += sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
+    with contextlib.ExitStack() as stack:
+        root = folder if isinstance(folder, Folder) else stack.enter_context(Folder.open(folder))
+        for name in files:
+            try:
+                handle = root.open_read(name, what=f" (listed by the card of {root.path})")
+            except FileNotFoundError:
+                return 0, 0
+            with handle:
+                download += os.fstat(handle.fileno()).st_size
+                metadata = pq.ParquetFile(handle).metadata
+            uncompressed += sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
     return download, uncompressed
 
 
@@ -326,7 +331,7 @@ def template_context(
 
 def render_card(
     manifest: Mapping[str, Any],
-    folder: Path | None = None,
+    folder: Path | Folder | None = None,
     *,
     repo_id: str | None = None,
     version: str | None = None,

@@ -298,7 +298,7 @@ def prepare(out: Folder, staging: Folder, manifest: dict, previous: dict | None)
         except FileNotFoundError:
             raise _missing(out, name, out.path / MANIFEST) from None
     step()
-    card = dataset_card.render_card(manifest, staging.path)
+    card = dataset_card.render_card(manifest, staging)
     staging.write_text(CARD, card)
     text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
     staging.write_text(MANIFEST, text)
