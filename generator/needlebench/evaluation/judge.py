@@ -9,7 +9,10 @@ retried with bounded exponential backoff. Every reply of the judge model is a ve
 interrupted run resumes where it stopped; a request that never got a reply is not cached, its row stays unjudged
 and a rerun asks again. For each ``samples_<task>_<date>.jsonl`` whose rows all have a verdict the judged samples
 are written beside it as ``judged_samples_<task>_<date>.jsonl``: the original record plus ``judge`` (``score``
-1-10 or null when the judge never gave a usable rating, ``model``, ``reply``, ``endpoint``). The results folder may
+1-10 or null when the judge never gave a usable rating, ``model``, ``reply``, ``endpoint``), with its tag
+``judged_samples_<task>_<date>.jsonl.tag`` (signed with this user's secret; ``needlebench report`` reads only a
+judged file whose tag verifies). A samples file with a row left without a verdict gets no judged file, and one
+there before (from an earlier run or from the folder's sender) is removed. The results folder may
 come from someone else: every file in it is read and written through :mod:`needlebench.evaluation.judge_files`
 (no link followed, values read with limits, cache entries signed with this user's secret). Credentials in
 ``--base-url`` (``user:pass@``, a query string) and the API key are never written or printed: the endpoint is
@@ -42,6 +45,7 @@ from needlebench.evaluation.judge_files import (
     new_file_mode,
     open_results,
     read_samples,
+    remove_judged,
     write_judged,
 )
 from needlebench.safe_fs import Folder
@@ -384,7 +388,8 @@ def _judge_folder(root: Folder, config: JudgeConfig, progress: bool) -> dict:
         raise NeedlebenchError(f"--timeout {config.timeout:g} is not a positive number of seconds")
     endpoint = Endpoint(config.base_url, config.api_key)
     mode = new_file_mode()
-    loaded = {parts: read_samples(root, parts) for parts in files}
+    digests = {parts: hashlib.sha256() for parts in files}
+    loaded = {parts: read_samples(root, parts, digests[parts]) for parts in files}
     cache = JudgeCache(root)
     work: dict[str, str] = {}
     keys_of: dict[tuple[str, ...], list[str]] = {}
@@ -404,6 +409,7 @@ def _judge_folder(root: Folder, config: JudgeConfig, progress: bool) -> dict:
         missing = sum(key not in cache.entries for key in keys)
         failed += missing
         if missing:
+            remove_judged(root, parts)
             continue
         lines = []
         for sample, key in zip(samples, keys):
@@ -416,7 +422,7 @@ def _judge_folder(root: Folder, config: JudgeConfig, progress: bool) -> dict:
                 "endpoint": entry.get("endpoint"),
             }
             lines.append(json.dumps({**sample, "judge": verdict}, ensure_ascii=False))
-        write_judged(root, parts, "\n".join(lines) + "\n", mode)
+        write_judged(root, parts, "\n".join(lines) + "\n", mode, digests[parts].digest())
     total = sum(len(samples) for samples in loaded.values())
     reasons = Counter(failures.values()).most_common(1)
     return {
