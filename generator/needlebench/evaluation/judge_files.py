@@ -27,7 +27,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -249,11 +249,16 @@ def read_lines(handle, where: str, digest: Any = None) -> Iterator[bytes]:
 
 
 def read_samples(root: Folder, parts: tuple[str, ...], digest: Any = None) -> list[dict]:
-    """The rows of the samples file `parts` (regular file only), each checked: a JSON object whose ``doc`` (when
-    present) is an object with a scalar ``question`` and ``answer``; a bad row is a one-line error naming the
-    file, the line and the field. Lines are read with a cap (:func:`read_lines`), every byte fed to `digest`."""
+    """The rows of the samples file `parts` as a list (see :func:`iter_samples`)."""
+    return list(iter_samples(root, parts, digest))
+
+
+def iter_samples(root: Folder, parts: tuple[str, ...], digest: Any = None) -> Iterator[dict]:
+    """The rows of the samples file `parts` (regular file only), one at a time, each checked: a JSON object whose
+    ``doc`` (when present) is an object with a scalar ``question`` and ``answer``; a bad row is a one-line error
+    naming the file, the line and the field. Lines are read with a cap (:func:`read_lines`), every byte fed to
+    `digest`; the file is never held whole."""
     where = shown(root.path.joinpath(*parts))
-    rows = []
     with root.open_read("/".join(parts)) as handle:
         for number, raw in enumerate(read_lines(handle, where, digest), start=1):
             try:
@@ -272,8 +277,7 @@ def read_samples(root: Folder, parts: tuple[str, ...], digest: Any = None) -> li
                     f"{where} line {number} is not JSON lm-eval writes ({problem}); expected lm-eval --log_samples "
                     "output"
                 ) from None
-            rows.append(_checked_row(row, where, number))
-    return rows
+            yield _checked_row(row, where, number)
 
 
 def _checked_row(row: Any, where: str, number: int) -> dict:
@@ -314,15 +318,25 @@ def judged_tag(samples_name: str, samples_sha256: bytes, judged_sha256: bytes) -
     return sign(payload).hex()
 
 
-def write_judged(root: Folder, parts: tuple[str, ...], text: str, mode: int, samples_sha256: bytes) -> None:
-    """``judged_<samples name>`` beside the samples file `parts` and its tag ``judged_<samples name>.tag``, each
-    replaced atomically (never written through). The tag is written last: an interrupted run leaves a judged file
-    whose (old or missing) tag does not verify, which the report ignores."""
-    data = text.encode("utf-8")
-    tag = judged_tag(parts[-1], samples_sha256, hashlib.sha256(data).digest())
-    record = {"samples": parts[-1], "tag": tag}
+def write_judged(root: Folder, parts: tuple[str, ...], lines: Iterable[str], mode: int, samples_digest: Any) -> None:
+    """``judged_<samples name>`` beside the samples file `parts` (the `lines`, each ended by a line break, written as
+    they come) and its tag ``judged_<samples name>.tag``, each replaced atomically (never written through).
+    `samples_digest` (a hashlib sha256) has seen every byte of the samples file once `lines` is exhausted. The tag is
+    written last: an interrupted run leaves a judged file whose (old or missing) tag does not verify, which the
+    report ignores."""
+    judged = hashlib.sha256()
     with root.sub("/".join(parts[:-1])) if len(parts) > 1 else _borrowed(root) as folder:
-        folder.write_bytes(JUDGED_PREFIX + parts[-1], data, mode=mode)
+        with folder.atomic(JUDGED_PREFIX + parts[-1], mode=mode) as handle:
+            empty = True
+            for line in lines:
+                data = (line + "\n").encode("utf-8")
+                judged.update(data)
+                handle.write(data)
+                empty = False
+            if empty:  # as "\n".join(lines) + "\n" always wrote
+                judged.update(b"\n")
+                handle.write(b"\n")
+        record = {"samples": parts[-1], "tag": judged_tag(parts[-1], samples_digest.digest(), judged.digest())}
         folder.write_text(JUDGED_PREFIX + parts[-1] + TAG_SUFFIX, json.dumps(record) + "\n", mode=mode)
 
 
