@@ -98,6 +98,20 @@ def _write(folder: Path, name: str, records: list[dict]) -> Path:
     return path
 
 
+def _write_judged(samples: Path, records: list[dict]) -> Path:
+    """``judged_<samples name>`` beside `samples` with its tag, as `needlebench judge` writes them (the report reads
+    only a judged file whose tag verifies)."""
+    import hashlib
+
+    from needlebench.evaluation.judge_files import TAG_SUFFIX, judged_tag
+
+    judged = _write(samples.parent, "judged_" + samples.name, records)
+    digests = [hashlib.sha256(path.read_bytes()).digest() for path in (samples, judged)]
+    tag = judged_tag(samples.name, *digests)
+    judged.with_name(judged.name + TAG_SUFFIX).write_text(json.dumps({"samples": samples.name, "tag": tag}) + "\n")
+    return judged
+
+
 def _expected(records: list[dict], value) -> tuple[dict, dict, float, float]:
     """Per cell: mean over rows and sample std over runs; overall: mean of cell means, std of run means."""
     cells: dict[tuple[int, int], dict[int, float]] = {}
@@ -196,7 +210,7 @@ def test_judged_samples_replace_the_scores_and_unrated_ones_are_counted(oracle_r
     for record in _records(output):
         rating = _chosen_rating(record["doc"])
         judged.append({**record, "judge": {"score": rating, "model": "tiny-judge", "reply": f"Rating: [[{rating}]]"}})
-    _write(samples.parent, "judged_" + samples.name, judged)
+    _write_judged(samples, judged)
 
     def rating_x10(doc):
         rating = _chosen_rating(doc)
@@ -299,7 +313,7 @@ def test_judged_paper_rows_use_the_judge_and_rule_rows_stay(tmp_path):
     )
     write_samples(folder, "needlebench_single_en_4k", [{"doc": single_row(prompt="p"), "score": 40.0}])
     record = json.loads(mrt.read_text(encoding="utf-8"))
-    _write(folder, "judged_" + mrt.name, [{**record, "judge": {"score": 7, "model": "j", "reply": "[[7]]"}}])
+    _write_judged(mrt, [{**record, "judge": {"score": 7, "model": "j", "reply": "[[7]]"}}])
     runs = {run.task: run for run in report.load_results([folder]).runs}
     judged, rule = runs["needlebench_multi_retrieval_en_4k"], runs["needlebench_single_en_4k"]
     assert judged.judged and not rule.judged and rule.scorer == "rule (lm-eval metric)"

@@ -9,7 +9,10 @@ retried with bounded exponential backoff. Every reply of the judge model is a ve
 interrupted run resumes where it stopped; a request that never got a reply is not cached, its row stays unjudged
 and a rerun asks again. For each ``samples_<task>_<date>.jsonl`` whose rows all have a verdict the judged samples
 are written beside it as ``judged_samples_<task>_<date>.jsonl``: the original record plus ``judge`` (``score``
-1-10 or null when the judge never gave a usable rating, ``model``, ``reply``, ``endpoint``). The results folder may
+1-10 or null when the judge never gave a usable rating, ``model``, ``reply``, ``endpoint``), with its tag
+``judged_samples_<task>_<date>.jsonl.tag`` (signed with this user's secret; ``needlebench report`` reads only a
+judged file whose tag verifies). A samples file with a row left without a verdict gets no judged file, and one
+there before (from an earlier run or from the folder's sender) is removed. The results folder may
 come from someone else: every file in it is read and written through :mod:`needlebench.evaluation.judge_files`
 (no link followed, values read with limits, cache entries signed with this user's secret). Credentials in
 ``--base-url`` (``user:pass@``, a query string) and the API key are never written or printed: the endpoint is
@@ -26,6 +29,7 @@ import hashlib
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,10 +42,12 @@ from needlebench.evaluation.judge_files import (
     SAMPLES_RE,
     JudgeCache,
     find_samples,
+    iter_samples,
     load_json,
     new_file_mode,
     open_results,
-    read_samples,
+    remove_judged,
+    shown,
     write_judged,
 )
 from needlebench.safe_fs import Folder
@@ -384,40 +390,35 @@ def _judge_folder(root: Folder, config: JudgeConfig, progress: bool) -> dict:
         raise NeedlebenchError(f"--timeout {config.timeout:g} is not a positive number of seconds")
     endpoint = Endpoint(config.base_url, config.api_key)
     mode = new_file_mode()
-    loaded = {parts: read_samples(root, parts) for parts in files}
-    cache = JudgeCache(root)
-    work: dict[str, str] = {}
+    prompts: dict[str, str] = {}
     keys_of: dict[tuple[str, ...], list[str]] = {}
-    for parts, samples in loaded.items():
+    for parts in files:  # read row by row, keeping only the keys and prompts (a samples file may be gigabytes)
         keys = keys_of[parts] = []
-        for sample in samples:
-            doc = sample.get("doc", {})
-            question, reference, answer = str(doc.get("question", "")), str(doc.get("answer", "")), _answer_of(sample)
+        for sample in iter_samples(root, parts):
+            question, reference, answer = _texts(sample)
             key = _cache_key(config.model, question, reference, answer)
             keys.append(key)
-            if key not in cache.entries:
-                work[key] = RUBRIC.format(question=question, reference=reference, answer=answer)
+            prompts.setdefault(key, RUBRIC.format(question=question, reference=reference, answer=answer))
+    cache = JudgeCache(root)
+    work = {key: prompt for key, prompt in prompts.items() if key not in cache.entries}
+    del prompts
     failures = asyncio.run(_judge_all(work, cache, endpoint, config, progress))
     unrated = failed = 0
-    for parts, samples in loaded.items():
+    for parts in files:
         keys = keys_of[parts]
         missing = sum(key not in cache.entries for key in keys)
         failed += missing
         if missing:
+            remove_judged(root, parts)
             continue
-        lines = []
-        for sample, key in zip(samples, keys):
-            entry = cache.entries[key]
-            unrated += entry["score"] is None
-            verdict = {
-                "score": entry["score"],
-                "model": entry["model"],
-                "reply": entry["reply"],
-                "endpoint": entry.get("endpoint"),
-            }
-            lines.append(json.dumps({**sample, "judge": verdict}, ensure_ascii=False))
-        write_judged(root, parts, "\n".join(lines) + "\n", mode)
-    total = sum(len(samples) for samples in loaded.values())
+        unrated += sum(cache.entries[key]["score"] is None for key in keys)
+        digest = hashlib.sha256()
+        try:
+            write_judged(root, parts, _judged_lines(root, parts, keys, cache, config.model, digest), mode, digest)
+        except NeedlebenchError:
+            remove_judged(root, parts)
+            raise
+    total = sum(len(keys) for keys in keys_of.values())
     reasons = Counter(failures.values()).most_common(1)
     return {
         "samples": total,
@@ -428,6 +429,40 @@ def _judge_folder(root: Folder, config: JudgeConfig, progress: bool) -> dict:
         "failed": failed,
         "failure": reasons[0][0] if reasons else None,
     }
+
+
+def _texts(sample: dict) -> tuple[str, str, str]:
+    """The question, reference answer and model answer of a logged sample."""
+    doc = sample.get("doc", {})
+    return str(doc.get("question", "")), str(doc.get("answer", "")), _answer_of(sample)
+
+
+def _judged_lines(
+    root: Folder, parts: tuple[str, ...], keys: list[str], cache: JudgeCache, model: str, digest
+) -> Iterator[str]:
+    """The judged rows of the samples file `parts`, read again row by row (every byte fed to `digest`): each the
+    original record plus ``judge``. A file whose rows differ from the first read (changed meanwhile) is a one-line
+    error (the judged file is then not written)."""
+    count = 0
+    for sample in iter_samples(root, parts, digest):
+        key = _cache_key(model, *_texts(sample))
+        if count >= len(keys) or key != keys[count]:
+            count = -1
+            break
+        entry = cache.entries[key]
+        verdict = {
+            "score": entry["score"],
+            "model": entry["model"],
+            "reply": entry["reply"],
+            "endpoint": entry.get("endpoint"),
+        }
+        yield json.dumps({**sample, "judge": verdict}, ensure_ascii=False)
+        count += 1
+    if count == len(keys):
+        return
+    raise NeedlebenchError(
+        f"{shown(root.path.joinpath(*parts))} changed while it was judged; run needlebench judge again"
+    )
 
 
 async def _judge_all(

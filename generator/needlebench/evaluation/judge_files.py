@@ -4,7 +4,13 @@
   with ``O_NOFOLLOW`` (:func:`find_samples` never descends into a link), a samples file is read only when it is a
   regular file (a link, FIFO or device is refused in one line), and ``judged_samples_*.jsonl`` and the cache are
   replaced through an ``O_EXCL`` temporary under an unpredictable name, so no name the folder planted is written
-  through.
+  through. Samples files are read line by line, each line at most :data:`MAX_SAMPLES_LINE` bytes (a longer one is a
+  one-line error, never held whole).
+- A judged file is ours or ignored: beside ``judged_<samples name>`` the judge writes ``judged_<samples name>.tag``,
+  an HMAC-SHA256 tag (the same per-user secret) over the samples file's name and sha256 and the judged file's
+  sha256 (:func:`judged_tag`). ``needlebench report`` reads a judged file only when its tag verifies
+  (:func:`verified_judged`), so verdicts planted by a sender never show as this user's judge's; a judge run that
+  cannot write a complete judged file removes the one before it (:func:`remove_judged`).
 - JSON is read with limits (:func:`load_json`): nesting depth, digits of a number, no ``NaN``/``Infinity``; a bad
   value is a one-line error naming the file, the line and the field.
 - The cache (:class:`JudgeCache`) holds only verdicts this user's needlebench wrote: each entry carries an
@@ -15,11 +21,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +57,15 @@ _ENTRY_FIELDS = ("key", "model", "score", "reply", "endpoint")
 #: What the tag of a cache entry signs before the entry (keeps these tags apart from any other the secret makes).
 _TAG_DOMAIN = b"needlebench judge cache entry v1\0"
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+#: Longest line of a samples file read (bytes). lm-eval logs the whole prompt in each row: a 1M-token row is a few
+#: MB; a longer line is refused after this many bytes, never held whole.
+MAX_SAMPLES_LINE = 256 << 20
+#: The name of a judged file's tag: ``judged_<samples name>`` + this.
+TAG_SUFFIX = ".tag"
+#: Largest tag file read (one short JSON line).
+MAX_TAG_BYTES = 4096
+#: What the tag of a judged file signs first (keeps these tags apart from the cache entries' and any other).
+_JUDGED_DOMAIN = b"needlebench judged samples v1\0"
 
 
 # --- JSON with limits -------------------------------------------------------------------------------------------
@@ -127,17 +143,19 @@ def find_samples(root: Folder) -> list[tuple[str, ...]]:
                             f"{shown(folder.path / name)} is not a regular file (a symbolic link, FIFO, device or "
                             "folder); needlebench judge reads only lm-eval's own samples files"
                         )
-                    if len(os.fsencode(JUDGED_PREFIX + name)) > NAME_MAX:
+                    if len(os.fsencode(JUDGED_PREFIX + name + TAG_SUFFIX)) > NAME_MAX:
                         raise NeedlebenchError(
-                            f"{shown(folder.path / name)}: the name is too long to write {JUDGED_PREFIX}<name> beside "
-                            f"it (at most {NAME_MAX - len(JUDGED_PREFIX)} bytes; lm-eval's own names are far shorter)"
+                            f"{shown(folder.path / name)}: the name is too long to write {JUDGED_PREFIX}<name> and its "
+                            f"{TAG_SUFFIX} beside it (at most {NAME_MAX - len(JUDGED_PREFIX) - len(TAG_SUFFIX)} bytes; "
+                            "lm-eval's own names are far shorter)"
                         )
-                    judged = folder.lstat(JUDGED_PREFIX + name)
-                    if judged is not None and stat.S_ISDIR(judged.st_mode):
-                        raise NeedlebenchError(
-                            f"{shown(folder.path / (JUDGED_PREFIX + name))} is a folder; needlebench judge writes its "
-                            "judged samples there (remove it)"
-                        )
+                    for written in (JUDGED_PREFIX + name, JUDGED_PREFIX + name + TAG_SUFFIX):
+                        judged = folder.lstat(written)
+                        if judged is not None and stat.S_ISDIR(judged.st_mode):
+                            raise NeedlebenchError(
+                                f"{shown(folder.path / written)} is a folder; needlebench judge writes its judged "
+                                "samples there (remove it)"
+                            )
                     found.append((*parts, name))
                 elif stat.S_ISDIR(info.st_mode):
                     stack.append((*parts, name))
@@ -157,14 +175,38 @@ class _borrowed:
         return None
 
 
-def read_samples(root: Folder, parts: tuple[str, ...]) -> list[dict]:
-    """The rows of the samples file `parts` (regular file only), each checked: a JSON object whose ``doc`` (when
-    present) is an object with a scalar ``question`` and ``answer``; a bad row is a one-line error naming the
-    file, the line and the field."""
+def read_lines(handle, where: str, digest: Any = None) -> Iterator[bytes]:
+    """The lines of the binary `handle`, each read with a cap (:data:`MAX_SAMPLES_LINE`; a longer line is a one-line
+    error naming `where`, never held whole); every byte read is fed to `digest` (a hashlib object) when given."""
+    number = 0
+    while True:
+        raw = handle.readline(MAX_SAMPLES_LINE + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > MAX_SAMPLES_LINE:
+            raise NeedlebenchError(
+                f"{where} line {number} is longer than {MAX_SAMPLES_LINE >> 20} MiB; lm-eval --log_samples rows are "
+                "a few MB at most"
+            )
+        if digest is not None:
+            digest.update(raw)
+        yield raw
+
+
+def read_samples(root: Folder, parts: tuple[str, ...], digest: Any = None) -> list[dict]:
+    """The rows of the samples file `parts` as a list (see :func:`iter_samples`)."""
+    return list(iter_samples(root, parts, digest))
+
+
+def iter_samples(root: Folder, parts: tuple[str, ...], digest: Any = None) -> Iterator[dict]:
+    """The rows of the samples file `parts` (regular file only), one at a time, each checked: a JSON object whose
+    ``doc`` (when present) is an object with a scalar ``question`` and ``answer``; a bad row is a one-line error
+    naming the file, the line and the field. Lines are read with a cap (:func:`read_lines`), every byte fed to
+    `digest`; the file is never held whole."""
     where = shown(root.path.joinpath(*parts))
-    rows = []
     with root.open_read("/".join(parts)) as handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in enumerate(read_lines(handle, where, digest), start=1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -181,8 +223,7 @@ def read_samples(root: Folder, parts: tuple[str, ...]) -> list[dict]:
                     f"{where} line {number} is not JSON lm-eval writes ({problem}); expected lm-eval --log_samples "
                     "output"
                 ) from None
-            rows.append(_checked_row(row, where, number))
-    return rows
+            yield _checked_row(row, where, number)
 
 
 def _checked_row(row: Any, where: str, number: int) -> dict:
@@ -215,10 +256,75 @@ def _json_kind(value: Any) -> str:
     return "a number"
 
 
-def write_judged(root: Folder, parts: tuple[str, ...], text: str, mode: int) -> None:
-    """``judged_<samples name>`` beside the samples file `parts`, replaced atomically (never written through)."""
+def judged_tag(samples_name: str, samples_sha256: bytes, judged_sha256: bytes) -> str:
+    """The tag of a judged file: HMAC-SHA256 (this user's secret) over the samples file's name (its bytes, length
+    first) and sha256 and the judged file's sha256."""
+    name = os.fsencode(samples_name)
+    payload = _JUDGED_DOMAIN + len(name).to_bytes(4, "big") + name + samples_sha256 + judged_sha256
+    return sign(payload).hex()
+
+
+def write_judged(root: Folder, parts: tuple[str, ...], lines: Iterable[str], mode: int, samples_digest: Any) -> None:
+    """``judged_<samples name>`` beside the samples file `parts` (the `lines`, each ended by a line break, written as
+    they come) and its tag ``judged_<samples name>.tag``, each replaced atomically (never written through).
+    `samples_digest` (a hashlib sha256) has seen every byte of the samples file once `lines` is exhausted. The tag is
+    written last: an interrupted run leaves a judged file whose (old or missing) tag does not verify, which the
+    report ignores."""
+    judged = hashlib.sha256()
     with root.sub("/".join(parts[:-1])) if len(parts) > 1 else _borrowed(root) as folder:
-        folder.write_text(JUDGED_PREFIX + parts[-1], text, mode=mode)
+        with folder.atomic(JUDGED_PREFIX + parts[-1], mode=mode) as handle:
+            empty = True
+            for line in lines:
+                data = (line + "\n").encode("utf-8")
+                judged.update(data)
+                handle.write(data)
+                empty = False
+            if empty:  # as "\n".join(lines) + "\n" always wrote
+                judged.update(b"\n")
+                handle.write(b"\n")
+        record = {"samples": parts[-1], "tag": judged_tag(parts[-1], samples_digest.digest(), judged.digest())}
+        folder.write_text(JUDGED_PREFIX + parts[-1] + TAG_SUFFIX, json.dumps(record) + "\n", mode=mode)
+
+
+def remove_judged(root: Folder, parts: tuple[str, ...]) -> bool:
+    """Remove ``judged_<samples name>`` and its tag beside the samples file `parts` (a run that could not judge every
+    row: an older judged file, or one a sender planted, must not stand for this run's); whether one was there."""
+    removed = False
+    with root.sub("/".join(parts[:-1])) if len(parts) > 1 else _borrowed(root) as folder:
+        for name in (JUDGED_PREFIX + parts[-1] + TAG_SUFFIX, JUDGED_PREFIX + parts[-1]):
+            if folder.lstat(name) is not None:
+                folder.unlink(name)
+                removed = True
+    return removed
+
+
+def file_sha256(folder: Folder, name: str) -> bytes:
+    """The sha256 of the regular file `name` of `folder`, read in blocks (never held whole)."""
+    digest = hashlib.sha256()
+    with folder.open_read(name) as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.digest()
+
+
+def verified_judged(folder: Folder, samples_name: str) -> bytes | None:
+    """The sha256 of ``judged_<samples_name>`` in `folder` when its tag (``.tag`` beside it) verifies: written by this
+    user's needlebench judge for exactly the samples file `samples_name` now beside it; else None (no judged file,
+    no tag, a tag that does not verify: planted, stale or from another machine). A judged name or tag that is not a
+    regular file is a one-line error (safe_fs refuses it)."""
+    judged, tag_name = JUDGED_PREFIX + samples_name, JUDGED_PREFIX + samples_name + TAG_SUFFIX
+    if folder.lstat(judged) is None or folder.lstat(tag_name) is None or folder.lstat(samples_name) is None:
+        return None
+    try:
+        record = load_json(folder.read_bytes(tag_name, limit=MAX_TAG_BYTES))
+    except (ValueError, UnicodeDecodeError, NeedlebenchError):
+        return None
+    tag = record.get("tag") if isinstance(record, dict) else None
+    if not isinstance(tag, str):
+        return None
+    judged_sha256 = file_sha256(folder, judged)
+    expected = judged_tag(samples_name, file_sha256(folder, samples_name), judged_sha256)
+    return judged_sha256 if same_tag(tag, expected) else None
 
 
 def new_file_mode() -> int:

@@ -11,9 +11,10 @@ Each logged sample becomes a :class:`Sample` (its config, dataset row and metric
 model a :class:`TaskRun`, everything read a :class:`Results`. Custom configs (experiment files) are found in the
 dataset folder the run recorded (task metadata ``data_dir``) or given with ``--data-dir``, else binned by their
 rows' own lengths and depths (:func:`observed_spec`). A ``judged_samples_*.jsonl`` beside a samples file
-(``needlebench judge``) is read instead of it: rows of a NeedleBench haystack family (S-RT/M-RT/M-RS) are scored
-with the judge's 1-10 rating x 10, unrated ones left out and counted. Run health (``needlebench eval``) is read
-from ``needlebench_health_<date>.json`` beside each results file.
+(``needlebench judge``) is read instead of it when its tag verifies (written by this user's judge for exactly that
+samples file; else it is ignored, counted in one warning line, and the samples file read): rows of a NeedleBench
+haystack family (S-RT/M-RT/M-RS) are scored with the judge's 1-10 rating x 10, unrated ones left out and counted.
+Run health (``needlebench eval``) is read from ``needlebench_health_<date>.json`` beside each results file.
 
 ``--scoring reference`` (:func:`apply_scoring`) puts the reference-exact ``*_reference`` metrics in place of the
 default ones (computed from the logged outputs for runs logged without them).
@@ -21,6 +22,7 @@ default ones (computed from the logged outputs for runs logged without them).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -35,6 +37,7 @@ from needlebench.dataset.verify import MANIFEST_NAME, read_manifest
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import eval_family
 from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
+from needlebench.evaluation.judge_files import TAG_SUFFIX, read_lines, verified_judged
 from needlebench.evaluation.report.safety import (
     MAX_JSON_BYTES,
     is_finite_number,
@@ -45,10 +48,11 @@ from needlebench.evaluation.report.safety import (
     shown,
     walk_files,
 )
+from needlebench.safe_fs import Folder
 from needlebench.safe_json import JSONLimitError
 from needlebench.tasks.experiment import experiment_from_record, experiment_spec
 from needlebench.tasks.grid import ConfigSpec, Grid, registry
-from needlebench.terminal import printable
+from needlebench.terminal import printable, warn
 
 SAMPLES_FILE_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
 
@@ -341,8 +345,11 @@ def read_samples(
     lookup: Callable[[str], ConfigSpec | None] | None = None,
     observe: bool = True,
     left_out: list[tuple[str, str]] | None = None,
+    expect: bytes | None = None,
 ) -> list[Sample]:
-    """The samples of one ``samples_*.jsonl`` (or ``judged_samples_*.jsonl``) file.
+    """The samples of one ``samples_*.jsonl`` (or ``judged_samples_*.jsonl``) file, read line by line (each line at
+    most :data:`~needlebench.evaluation.judge_files.MAX_SAMPLES_LINE` bytes; the file is never held whole). With
+    `expect` (a sha256), a file whose bytes read differ from it is a one-line error.
 
     ``lookup`` finds a config by name (default: the built-in registry). Rows of a config it does not know are
     kept when ``observe`` and they carry the NeedleBench haystack columns (``task`` S-RT/M-RT/M-RS,
@@ -355,40 +362,70 @@ def read_samples(
     samples = []
     unknown: dict[str, list[tuple[int, dict, Any]]] = defaultdict(list)
     families: dict[str, str] = {}
-    with open_text(path) as handle:
-        try:
-            lines = list(handle)
-        except UnicodeDecodeError:
-            raise _bad(path, 1, "not UTF-8 text") from None
     judged_file = path.name.startswith(JUDGED_PREFIX)
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = loads(line)
-        except json.JSONDecodeError as error:
-            raise _bad(path, number, f"not a JSON line ({error.msg})") from None
-        except JSONLimitError as error:
-            raise _bad(path, number, str(error)) from None
-        if not isinstance(record, dict):
-            raise _bad(path, number, "not a JSON object")
-        doc = record.get("doc")
-        if not isinstance(doc, dict):
-            raise _bad(path, number, "no 'doc' object (the dataset row)")
-        _check_doc(path, number, doc)
-        spec = find(str(doc.get("config")))
-        if spec is None:
-            family = _observable(doc) if observe else None
-            if family:
-                unknown[str(doc["config"])].append((number, record, doc))
-                families.setdefault(str(doc["config"]), family)
-            continue
-        samples.append(_sample(path, number, record, doc, spec, judged_file, left_out))
+    digest = hashlib.sha256()
+    with _open_binary(path) as handle:
+        for number, raw in enumerate(read_lines(handle, shown(path), digest), start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _bad(path, number, "not UTF-8 text") from None
+            if not line.strip():
+                continue
+            _read_record(path, number, line, find, observe, judged_file, samples, unknown, families, left_out)
+    if expect is not None and digest.digest() != expect:
+        raise NeedlebenchError(f"{shown(path)} changed while it was read; run the report again")
     for name, entries in unknown.items():
         docs = [doc for _n, _r, doc in entries]
         spec = _bounded({name: observed_spec(name, families[name], docs)}, path)[name]
         samples += [_sample(path, number, record, doc, spec, judged_file, left_out) for number, record, doc in entries]
     return samples
+
+
+def _open_binary(path: Path):
+    """The regular file `path` for reading in binary, opened without following a link at its name (safe_fs)."""
+    try:
+        with Folder.open(path.parent) as folder:
+            return folder.open_read(path.name)
+    except NeedlebenchError as error:
+        raise NeedlebenchError(printable(str(error))) from None
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read {shown(path)}: {error.strerror}") from None
+
+
+def _read_record(
+    path: Path,
+    number: int,
+    line: str,
+    find: Callable[[str], ConfigSpec | None],
+    observe: bool,
+    judged_file: bool,
+    samples: list[Sample],
+    unknown: dict[str, list[tuple[int, dict, Any]]],
+    families: dict[str, str],
+    left_out: list[tuple[str, str]] | None,
+) -> None:
+    """One line of a samples file: a sample added to `samples`, a row of an unknown config to `unknown`, or none."""
+    try:
+        record = loads(line)
+    except json.JSONDecodeError as error:
+        raise _bad(path, number, f"not a JSON line ({error.msg})") from None
+    except JSONLimitError as error:
+        raise _bad(path, number, str(error)) from None
+    if not isinstance(record, dict):
+        raise _bad(path, number, "not a JSON object")
+    doc = record.get("doc")
+    if not isinstance(doc, dict):
+        raise _bad(path, number, "no 'doc' object (the dataset row)")
+    _check_doc(path, number, doc)
+    spec = find(str(doc.get("config")))
+    if spec is None:
+        family = _observable(doc) if observe else None
+        if family:
+            unknown[str(doc["config"])].append((number, record, doc))
+            families.setdefault(str(doc["config"]), family)
+        return
+    samples.append(_sample(path, number, record, doc, spec, judged_file, left_out))
 
 
 def _sample(
@@ -526,6 +563,60 @@ def _apply_names(
             (used if used is not None else set()).add(key)
             return value
     return name
+
+
+#: Longest model name kept (characters): a longer one (a hostile ``pretrained``) is cut to its start and a hash of
+#: the whole, the same wherever it is used, so no table, figure or file name works on a name of megabytes.
+MAX_MODEL_CHARS = 300
+
+
+def bounded_name(name: str) -> str:
+    """`name` when at most :data:`MAX_MODEL_CHARS` characters, else its start and the first 12 hex digits of the
+    sha256 of the whole (two long names that share their start stay apart)."""
+    if len(name) <= MAX_MODEL_CHARS:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{name[: MAX_MODEL_CHARS - 13]}-{digest}"
+
+
+def valid_text(text: str) -> str:
+    """`text` with each byte a file name held that is not UTF-8 (``os.fsdecode`` keeps it as a lone surrogate,
+    PEP 383) as U+FFFD, so that the name can be written to a UTF-8 file."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return text
+
+
+def _judged_or_samples(path: Path, ignored: list[Path]) -> tuple[Path, bytes | None]:
+    """The file to read for the samples file `path` (or a ``judged_samples_*`` file given alone), and the sha256 its
+    bytes must have: the judged file beside the samples file when its tag verifies
+    (:func:`~needlebench.evaluation.judge_files.verified_judged`), else the samples file (a judged file there is added
+    to `ignored`). A judged file given alone whose tag does not verify is read as its samples file, which must then
+    be there."""
+    if path.name.startswith(JUDGED_PREFIX):
+        samples, judged = path.with_name(path.name.removeprefix(JUDGED_PREFIX)), path
+    else:
+        samples, judged = path, path.with_name(JUDGED_PREFIX + path.name)
+    if not regular_file(judged):
+        return samples, None
+    try:
+        with Folder.open(path.parent) as folder:
+            digest = verified_judged(folder, samples.name)
+    except NeedlebenchError as error:
+        raise NeedlebenchError(printable(str(error))) from None
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read {shown(judged)}{TAG_SUFFIX}: {error.strerror}") from None
+    if digest is not None:
+        return judged, digest
+    ignored.append(judged)
+    if not regular_file(samples):
+        raise NeedlebenchError(
+            f"{shown(judged)} was not written by this user's needlebench judge (no {TAG_SUFFIX} beside it that "
+            f"verifies) and {shown(samples.name)} is not beside it; pass the samples file, or run needlebench judge"
+        )
+    return samples, None
 
 
 def _pretrained(results: Mapping[str, Any]) -> str | None:
@@ -666,10 +757,10 @@ def load_results(
     matchable: dict[str, None] = {}  # what a --name key may name: models, pretrained values, results paths
 
     def model_of(results: Mapping[str, Any] | None, folder: Path) -> str:
-        raw = (model_display_name(results) if results else None) or folder.name
+        raw = bounded_name(valid_text((model_display_name(results) if results else None) or folder.name))
         pretrained = _pretrained(results) if results else None
-        matchable.update(dict.fromkeys(item for item in (raw, pretrained) if item))
-        return _apply_names(raw, pretrained, folder, names, used)
+        matchable.update(dict.fromkeys(bounded_name(item) for item in (raw, pretrained) if item))
+        return bounded_name(_apply_names(raw, pretrained, folder, names, used))
 
     left_out: list[tuple[str, str]] = []
     reported: dict[tuple[str, str], tuple[str, dict[str, float], Any]] = {}
@@ -710,9 +801,10 @@ def load_results(
                 )
 
     newest: dict[tuple[str, str], TaskRun] = {}
+    ignored: list[Path] = []
     for path in sample_files:
         match = SAMPLES_FILE_RE.match(path.name.removeprefix(JUDGED_PREFIX))
-        task, date = match.group("task"), match.group("date")  # type: ignore[union-attr]
+        task, date = valid_text(match.group("task")), match.group("date")  # type: ignore[union-attr]
         candidates = sorted(results_by_folder.get(path.parent, []))
         same = [p for d, p in candidates if d == date]
         source = same[0] if same else (candidates[-1][1] if candidates else None)
@@ -720,14 +812,19 @@ def load_results(
         key = (model, task)
         if key in newest and newest[key].date >= date:
             continue
-        judged = path.with_name(JUDGED_PREFIX + path.name)
-        read = judged if regular_file(judged) else path
+        read, expect = _judged_or_samples(path, ignored)
         recorded = _recorded_data_dir(parsed[source] if source else None, task)
-        samples = read_samples(read, finder.lookup(recorded), left_out=left_out)
+        samples = read_samples(read, finder.lookup(recorded), left_out=left_out, expect=expect)
         if not samples:
             continue
         run = TaskRun(model, task, samples[0].spec, read, date, samples, grid_source=finder.source(samples[0].spec))
         newest[key] = run
+    if ignored:
+        warn(
+            f"{len(ignored):,} judged_samples_*.jsonl file(s) (first: {shown(ignored[0])}) were not written by this "
+            "user's needlebench judge for the samples file beside them (no tag, or a tag that does not verify: from "
+            "someone else, another machine, or stale); they are ignored and the samples files' own scores used"
+        )
     if not newest:
         raise NeedlebenchError(
             f"the samples under {', '.join(map(str, paths))} hold no needlebench task rows (rows with a known config)"

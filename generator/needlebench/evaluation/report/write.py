@@ -59,9 +59,21 @@ _MD_SPECIAL = re.compile(r"([\\\[\]|])")
 #: the ``@`` of an address get a backslash escape, which splits the text node the extension scans (cmark-gfm
 #: extensions/autolink.c).
 _MD_AUTOLINK = re.compile(r"(?i)(?<=www)\.|:(?=//)|@(?=[\w.+-]*\.\w)")
-#: Characters a Markdown file from input data may not carry: controls (terminal escapes when the file is shown
-#: with ``cat``) and bidirectional overrides (text that reads other than it is stored, CVE-2021-42574).
-_MD_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: Characters a Markdown, CSV or HTML file from input data may not carry: controls (terminal escapes when the file is
+#: shown with ``cat``), bidirectional overrides (text that reads other than it is stored, CVE-2021-42574) and lone
+#: surrogates (a file-name byte that is not UTF-8, PEP 383; no UTF-8 file can hold one).
+_MD_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def plain_text(text: Any) -> str:
+    """Text from input data as a CSV cell or HTML text may carry it: each character of :data:`_MD_CONTROL` (the
+    same the Markdown files drop) as U+FFFD; line breaks and tabs stay."""
+    return _MD_CONTROL.sub("\ufffd", str(text))
+
+
+def _html(text: Any) -> str:
+    """Text from input data as HTML text (or a quoted attribute): :func:`plain_text`, then ``html.escape``."""
+    return html.escape(plain_text(text))
 
 
 def _md_escape(text: str) -> str:
@@ -117,9 +129,13 @@ _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 
 def csv_safe(value: Any) -> Any:
-    """A CSV cell a spreadsheet shows as text, never runs: text starting with ``= + - @``, tab or CR is
-    prefixed with ``'`` (OWASP's rule); numbers, and text that is a plain number (``-3.5``), stay numbers."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.match(value):
+    """A CSV cell a spreadsheet shows as text, never runs: text is :func:`plain_text` (no control character, bidi
+    override or lone surrogate), and starting with ``= + - @``, tab or CR it is prefixed with ``'`` (OWASP's rule);
+    numbers, and text that is a plain number (``-3.5``), stay numbers."""
+    if not isinstance(value, str):
+        return value
+    value = plain_text(value)
+    if value.startswith(_FORMULA_START) and not _NUMBER.match(value):
         return "'" + value
     return value
 
@@ -132,18 +148,18 @@ def table_csv(table: Table) -> str:
 
 
 def table_html(table: Table) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.header)
+    head = "".join(f"<th>{_html(h)}</th>" for h in table.header)
     body = []
     for row in table.rows:
         cells = []
         for value in row:
-            text = html.escape(_format(value, table.digits))
+            text = _html(_format(value, table.digits))
             empty = isinstance(value, Cell) and value.value is None
             cells.append(f'<td class="empty">{text}</td>' if empty else f"<td>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    note = f"<p class='note'>{html.escape(table.note)}</p>" if table.note else ""
+    note = f"<p class='note'>{_html(table.note)}</p>" if table.note else ""
     return (
-        f"<h2 id='{table.name}'>{html.escape(table.title)}</h2>{note}"
+        f"<h2 id='{_html(table.name)}'>{_html(table.title)}</h2>{note}"
         f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     )
 
@@ -180,9 +196,9 @@ def report_html(
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>NeedleBench report</title>",
         f"<style>{_CSS}</style></head><body><h1>NeedleBench report</h1>",
-        f"<p class='note'>{html.escape(EXPLANATION)}</p>",
-        f"<p class='note'>{html.escape(scorers)}</p>" if scorers else "",
-        "<p class='note'>Sources: " + ", ".join(html.escape(source_label(s)) for s in sources) + "</p>",
+        f"<p class='note'>{_html(EXPLANATION)}</p>",
+        f"<p class='note'>{_html(scorers)}</p>" if scorers else "",
+        "<p class='note'>Sources: " + ", ".join(_html(source_label(s)) for s in sources) + "</p>",
     ]
     parts += [table_html(table) for table in tables]
     if figures:
@@ -190,8 +206,8 @@ def report_html(
     for title, figure in figures:
         data = base64.b64encode(figure).decode("ascii")
         parts.append(
-            f"<figure><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>"
-            f"<figcaption>{html.escape(title)}</figcaption></figure>"
+            f"<figure><img alt='{_html(title)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{_html(title)}</figcaption></figure>"
         )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
