@@ -29,7 +29,7 @@ from needlebench.tasks.families import FAMILIES, ConfigSpec, Grid, family_of, mu
 from needlebench.tasks.grid import register_config, registry
 from needlebench.tasks.haystack import base_row, cells_of, tokenized_corpus
 from needlebench.tasks.multi_reasoning import reasoning_question
-from needlebench.tasks.needle_file import load_needles_file
+from needlebench.tasks.needle_file import MAX_NEEDLES_BYTES, load_needles_file
 from needlebench.tasks.needles import splice_guide
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import CONTEXT_SLOT, frame_parts, prompt_data
@@ -343,26 +343,73 @@ def local_path(value: str, key: str, where: str, base: Path | None, allowed: tup
     )
 
 
-def _local_haystack(value: object, where: str, base: Path | None, allowed: tuple[str | Path, ...]) -> object:
-    """The haystack of an experiment file: a local one inside its folder (:func:`local_path`) that is a regular
-    file or a folder (a FIFO or device is refused before anything reads it), other specs unchanged."""
+def _inside_parts(path: Path, base: Path) -> str | None:
+    """`path` relative to `base` ("" for `base` itself) when it resolves inside it, else None (a path the command
+    line allowed)."""
+    real, folder = path.resolve(), base.resolve()
+    if not _within(real, folder):
+        return None
+    return real.relative_to(folder).as_posix() if real != folder else ""
+
+
+def _pin_local(
+    value: str, key: str, where: str, base: Path, allowed: tuple[str | Path, ...], folder_ok: bool, limit: int
+) -> Path:
+    """Read a local input of an experiment file ONCE and pin its bytes (:mod:`needlebench.sources.pinned`); every
+    later use (the recipe's hash, the corpus, the needles) takes the pinned bytes, never the path again. A path
+    inside the file's folder is opened relative to that folder's descriptor with ``O_NOFOLLOW`` at every part
+    (:class:`needlebench.safe_fs.Folder`), and the type is checked on the descriptor that is read: a file swapped for
+    a link after :func:`local_path` is refused, not followed (open(2), ``O_NOFOLLOW``). A path outside it that the
+    command line allowed (``--allow-path``) is the user's own and read once as they typed it."""
     import os
     import stat
 
+    from needlebench.safe_fs import Folder
+    from needlebench.sources.pinned import Pinned, pin, read_folder_txt, read_user_file, read_user_folder
+
+    path = local_path(value, key, where, base, allowed)
+    allowed_text = "a .txt or .jsonl file or a folder" if folder_ok else "an existing needles.jsonl file"
+    allowed_text += " (not a FIFO, device, socket or link)"
+    relative = _inside_parts(path, base)
+    if relative is None:  # allowed on the command line
+        if folder_ok and path.is_dir():
+            read_user_folder(path, key, limit)
+        elif path.exists():
+            read_user_file(path, key, limit)
+        else:
+            raise _fail(where, key, value, allowed_text)
+        return path
+    with Folder.open(base.resolve()) as folder:
+        info = folder.lstat(relative) if relative else os.fstat(folder.fd)
+        if info is None:
+            if folder_ok:
+                raise NeedlebenchError(
+                    f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory"
+                )
+            raise _fail(where, key, value, allowed_text)
+        if stat.S_ISDIR(info.st_mode) and folder_ok:
+            if relative:
+                with folder.sub(relative) as sub:
+                    held = read_folder_txt(sub, path.name, str(path), "haystack", limit)
+            else:
+                held = read_folder_txt(folder, path.name, str(path), "haystack", limit)
+        elif stat.S_ISREG(info.st_mode):
+            data = folder.read_bytes(relative, limit=limit, what=f" ({where}: key {key})")
+            held = Pinned(path.name, "file", ((path.name, data),))
+        else:
+            raise _fail(where, key, value, allowed_text)
+    pin(path, held)
+    return path
+
+
+def _local_haystack(value: object, where: str, base: Path | None, allowed: tuple[str | Path, ...]) -> object:
+    """The haystack of an experiment file: a local one inside its folder (:func:`local_path`) that is a regular
+    file or a folder of .txt files, read once through descriptors (:func:`_pin_local`); other specs unchanged."""
+    from needlebench.sources.pinned import MAX_INPUT_BYTES
+
     if base is None or not is_local_spec(value):
         return value
-    path = local_path(value, "haystack", where, base, allowed)
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return str(path)  # missing: the corpus loader says so
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        raise _fail(where, "haystack", value, "a .txt or .jsonl file or a folder (not a FIFO, device or socket)")
-    if stat.S_ISDIR(mode):  # its .txt files are read (corpus.load_local): a link among them must not lead out
-        for entry in sorted(path.iterdir()):
-            if entry.suffix == ".txt" and entry.is_symlink():
-                local_path(str(entry), f"haystack ({entry.name})", where, base, allowed)
-    return str(path)
+    return str(_pin_local(value, "haystack", where, base, allowed, True, MAX_INPUT_BYTES))
 
 
 def parse_experiment(
@@ -485,9 +532,10 @@ def _parse_needles(
                 raise _fail(where, f"needles.{i}", item, f"a needle sentence (string) for {kind}")
         return tuple(ExperimentNeedle(text.strip(), "", "", "") for text in data["needles"])
     if has_file:
-        path = local_path(data["needles_file"], "needles_file", where, base, allowed)
-        if not path.is_file():
-            raise _fail(where, "needles_file", data["needles_file"], "an existing needles.jsonl file")
+        if base is None:
+            path = local_path(data["needles_file"], "needles_file", where, base, allowed)
+        else:  # read once through the folder's descriptor; load_needles_file takes the pinned bytes
+            path = _pin_local(data["needles_file"], "needles_file", where, base, allowed, False, MAX_NEEDLES_BYTES)
         loaded = load_needles_file(path, language)
         return tuple(ExperimentNeedle(n.text, n.question, n.keyword, n.keyword) for n in loaded)
     needles = []
