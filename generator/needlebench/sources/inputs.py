@@ -13,12 +13,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import tempfile
 from pathlib import Path
 
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.cache import cache_folder, read_private, tokens_dir
-from needlebench.sources.pinned import MAX_INPUT_BYTES, Pinned, pin, pinned, read_user_file, read_user_folder
+from needlebench.sources.pinned import (
+    MAX_INPUT_BYTES,
+    Pinned,
+    origin_of,
+    pin,
+    pinned,
+    read_user_file,
+    read_user_folder,
+    unpin,
+)
 
 #: Build options that may name a local file (or folder), and the option that re-points them in `verify`.
 LOCAL_INPUT_OPTIONS = {
@@ -126,7 +137,7 @@ def _remember(sha256: str, path: Path) -> None:
 def remember_path(key: str, path: Path) -> None:
     """Note that the input identified by `key` (a sha256, or a prefixed one such as ``tokenizer:<sha256>``) was read
     from `path` (best effort)."""
-    _remember(key, Path(path).absolute())
+    _remember(key, Path(origin_of(path)).absolute())
 
 
 def remembered_paths(key: str) -> list[str]:
@@ -148,6 +159,7 @@ def locate(name: str, record: dict, given: str | None) -> str:
             raise NeedlebenchError(
                 f"{option} {given} does not exist; give {describe(record)} the dataset was built with"
             )
+        unpin(path)  # read now, once: the bytes checked against the hash are the bytes built from
         found = input_record(given)
         if found["sha256"] != record["sha256"] or found["kind"] != record["kind"]:
             raise NeedlebenchError(
@@ -196,4 +208,47 @@ def check_given(recipe: dict, given: dict[str, str | None]) -> None:
             shown = "the built-in default" if recorded in (None, "default") else repr(recorded)
             raise NeedlebenchError(
                 f"{LOCAL_INPUT_OPTIONS[name]} {value} was given but the recipe's {name} is {shown}, not a local file"
+            )
+
+
+#: ``hf:LABEL@sha256:HEX``: a tokenizer as a recipe records it (:mod:`needlebench.sources.hf_tokenizer`).
+_RECORDED_TOKENIZER = re.compile(r"^hf:(?P<label>.+)@sha256:[0-9a-f]{64}$")
+
+
+def _path_like(text: str, *, existing: bool) -> bool:
+    """Whether `text` names a local path rather than a Hub id (``ORG/NAME``) or a folder label: absolute, ``~``,
+    ``.``/``..`` parts, more than one ``/``, a backslash or NUL, or (`existing`) a file or folder that exists."""
+    parts = text.split("/")
+    return (
+        not text
+        or text.startswith(("/", "~"))
+        or "\\" in text
+        or "\0" in text
+        or any(part in ("", ".", "..") for part in parts)
+        or len(parts) > 2
+        or (existing and os.path.lexists(text))
+    )
+
+
+def check_recipe_paths(recipe: dict) -> None:
+    """A recipe handed over in someone else's manifest never names a local path that is read: local inputs are
+    records located by hash in this machine's index or at a path given on the command line (:func:`locate`), the
+    tokenizer a built-in name, a Hub id or ``hf:LABEL@sha256:HEX`` found by its hash. A path there is a one-line
+    error naming the field and the option to use instead."""
+    for name, option in LOCAL_INPUT_OPTIONS.items():
+        value = recipe.get(name)
+        if is_local_spec(value):
+            raise NeedlebenchError(
+                f"the recipe's {name} is the local path {value!r}; a recipe records a local input as "
+                f"{{file, kind, size, sha256}}, never a path to read; pass {option} PATH to give a file of yours"
+            )
+    tokenizer = recipe.get("tokenizer")
+    if isinstance(tokenizer, str) and tokenizer.startswith("hf:"):
+        recorded = _RECORDED_TOKENIZER.match(tokenizer)
+        label = recorded["label"] if recorded else tokenizer[3:]
+        if _path_like(label, existing=recorded is None):
+            raise NeedlebenchError(
+                f"the recipe's tokenizer {tokenizer!r} names a local path; a recipe names a tokenizer by a built-in "
+                "name, a Hub id or hf:LABEL@sha256:HEX, never a path to read; pass --tokenizer hf:PATH to give "
+                "a tokenizer folder of yours"
             )

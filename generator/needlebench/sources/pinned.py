@@ -47,9 +47,18 @@ def pinned(path: str | os.PathLike[str]) -> Pinned | None:
     return _PINNED.get(_key(path))
 
 
-def pin(path: str | os.PathLike[str], value: Pinned) -> Pinned:
-    """Pin `value` as what `path` holds for the rest of the process (the first pin stays)."""
+def pin(path: str | os.PathLike[str], value: Pinned, *, fresh: bool = False) -> Pinned:
+    """Pin `value` as what `path` holds for the rest of the process: the first pin stays, unless `fresh` (a new
+    read of the same input, which every later use then takes)."""
+    if fresh:
+        _PINNED[_key(path)] = value
+        return value
     return _PINNED.setdefault(_key(path), value)
+
+
+def unpin(path: str | os.PathLike[str]) -> None:
+    """Forget the bytes pinned for `path` (the next use reads it again, once)."""
+    _PINNED.pop(_key(path), None)
 
 
 def read_fd(fd: int, shown: str, what: str, limit: int | None) -> bytes:
@@ -142,3 +151,17 @@ def read_folder_txt(folder: Folder, name: str, shown: str, what: str, limit: int
         total += len(data)
         files.append((entry, data))
     return Pinned(name, "folder", tuple(files))
+
+
+#: Private copies of local folders (an experiment's tokenizer folder) and the folder each was copied from.
+_COPIES: dict[str, str] = {}
+
+
+def note_copy(copy: Path, origin: Path) -> None:
+    """Remember that `copy` is a private copy of `origin` (the local index names `origin`, which outlives it)."""
+    _COPIES[_key(copy)] = str(origin)
+
+
+def origin_of(path: str | os.PathLike[str]) -> str:
+    """The folder a private copy was made from, else `path` itself."""
+    return _COPIES.get(_key(path), os.fspath(path))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -23,7 +24,7 @@ from pathlib import Path
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED, derive_seed
 from needlebench.sources.haystacks import window_start_hint
-from needlebench.sources.inputs import input_record, is_input_record, is_local_spec
+from needlebench.sources.inputs import check_recipe_paths, input_record, is_input_record, is_local_spec
 from needlebench.sources.tokenizer import DEFAULT_TOKENIZER
 from needlebench.tasks.families import FAMILIES, ConfigSpec, Grid, family_of, multi_reasoning, multi_retrieval, single
 from needlebench.tasks.grid import register_config, registry
@@ -209,8 +210,63 @@ def register_experiment(experiment: Experiment) -> ConfigSpec:
 
 
 def manifest_experiment_specs(manifest: dict) -> list[ConfigSpec]:
-    """The configs of the experiments a dataset manifest records (unregistered)."""
-    return [experiment_spec(experiment_from_record(record)) for record in (manifest.get("experiments") or {}).values()]
+    """The configs of the experiments a dataset manifest records (unregistered), each checked against the recipe
+    (:func:`check_record_matches_recipe`)."""
+    experiments = manifest.get("experiments") or {}
+    recipe = manifest.get("recipe")
+    if experiments and isinstance(recipe, dict):
+        check_recipe_paths(recipe)  # before a record is compared with it: the line names the option to use
+    specs = []
+    for name, record in experiments.items():
+        experiment = experiment_from_record(record)
+        if isinstance(recipe, dict):
+            check_record_matches_recipe(name, experiment, recipe)
+        specs.append(experiment_spec(experiment))
+    return specs
+
+
+def _unpinned(spec: str) -> str:
+    """A Hub haystack spec without its revision (``hub:ORG/NAME@REV:...`` -> ``hub:ORG/NAME:...``)."""
+    if spec.startswith("opencompass"):
+        return "opencompass"
+    if spec.startswith("hub:"):
+        repo, colon, rest = spec[4:].partition(":")
+        return f"hub:{repo.split('@')[0]}{colon}{rest}"
+    return spec
+
+
+def check_record_matches_recipe(name: object, experiment: Experiment, recipe: dict) -> None:
+    """An experiment's rows are rebuilt with the recipe's tokenizer, haystack and seed (its own settings keep the
+    build's tokenizer and haystack: ``Family.settings``), so a record naming another tokenizer, haystack or seed
+    does not describe what was built, and `verify` would check something else: a one-line error naming the field."""
+    where = f"the manifest's experiments.{name}"
+    tokenizer = recipe.get("tokenizer", DEFAULT_TOKENIZER)
+    if experiment.tokenizer != tokenizer:
+        raise NeedlebenchError(
+            f"{where}.tokenizer is {experiment.tokenizer!r} but the recipe's tokenizer is {tokenizer!r}; the record "
+            "does not describe what was built"
+        )
+    if "release_seed" in recipe and experiment.seed != recipe["release_seed"]:
+        raise NeedlebenchError(
+            f"{where}.seed is {experiment.seed!r} but the recipe's release_seed is {recipe['release_seed']!r}; the "
+            "record does not describe what was built"
+        )
+    built = recipe.get(f"haystack_{experiment.language}")
+    if experiment.haystack_record is not None:
+        recorded: object = experiment.haystack_record
+        same = built == recorded
+    else:
+        recorded = experiment.haystack
+        if recorded in (None, "default"):
+            same = built in (None, "default")
+        else:  # a Hub spec: the recipe pins it to the revision that was read (``BuildOptions.pinned``)
+            same = isinstance(built, str) and _unpinned(built) == _unpinned(recorded)
+    if not same:
+        shown = json.dumps(recorded, ensure_ascii=False)[:120]
+        raise NeedlebenchError(
+            f"{where}.haystack is {shown} but the recipe's haystack_{experiment.language} is "
+            f"{json.dumps(built, ensure_ascii=False)[:120]}; the record does not describe what was built"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- parsing
@@ -365,13 +421,15 @@ def _pin_local(
     import stat
 
     from needlebench.safe_fs import Folder
-    from needlebench.sources.pinned import Pinned, pin, read_folder_txt, read_user_file, read_user_folder
+    from needlebench.sources.pinned import Pinned, pin, read_folder_txt, read_user_file, read_user_folder, unpin
 
     path = local_path(value, key, where, base, allowed)
     allowed_text = "a .txt or .jsonl file or a folder" if folder_ok else "an existing needles.jsonl file"
     allowed_text += " (not a FIFO, device, socket or link)"
     relative = _inside_parts(path, base)
-    if relative is None:  # allowed on the command line
+    if relative is None:  # allowed on the command line (else changed since the check: refused again here)
+        local_path(value, key, where, base, allowed)
+        unpin(path)
         if folder_ok and path.is_dir():
             read_user_folder(path, key, limit)
         elif path.exists():
@@ -398,7 +456,7 @@ def _pin_local(
             held = Pinned(path.name, "file", ((path.name, data),))
         else:
             raise _fail(where, key, value, allowed_text)
-    pin(path, held)
+    pin(path, held, fresh=True)
     return path
 
 
@@ -511,8 +569,61 @@ def _tokenizer_spec(spec: str, base: Path | None, where: str = "", allowed: tupl
             local_path(text, "tokenizer", where, base, allowed)
             return spec
         if (base / folder).is_dir():
-            return f"hf:{local_path(text, 'tokenizer', where, base, allowed).resolve()}"
+            path = local_path(text, "tokenizer", where, base, allowed)
+            relative = _inside_parts(path, base)
+            if relative is None:  # allowed on the command line: the user's own folder
+                return f"hf:{local_path(text, 'tokenizer', where, base, allowed).resolve()}"
+            return f"hf:{_private_tokenizer_copy(base, relative, path, where)}"
     return spec
+
+
+#: Files of a tokenizer folder transformers reads (tokenizer.json and its configs, vocabularies, merges,
+#: SentencePiece models); model weights and other files are left out of the copy.
+_TOKENIZER_FILE = re.compile(
+    r"^(tokenizer[\w.-]*|special_tokens_map\.json|added_tokens\.json|config\.json|generation_config\.json|"
+    r"vocab[\w.-]*|merges[\w.-]*|[\w.-]+\.model|[\w.-]+\.tiktoken|chat_template[\w.-]*)$"
+)
+#: Largest tokenizer file copied (the largest tokenizer.json of common models is some 30 MB).
+_MAX_TOKENIZER_FILE = 512 * 1024 * 1024
+_copies: list = []
+
+
+def _private_tokenizer_copy(base: Path, relative: str, path: Path, where: str) -> Path:
+    """A private copy of the tokenizer folder `relative` of the experiment's folder, made through descriptors: each
+    file transformers would read is opened relative to the folder's descriptor with ``O_NOFOLLOW`` and must be a
+    regular file (a link such as ``tok/tokenizer.json -> ~/.ssh/id_rsa`` is a one-line error, never followed); the
+    copy, under the folder's own name (its label in ``hf:LABEL@sha256:HEX``), lives as long as the process and is
+    what the tokenizer is loaded from. Its index entry names the original folder
+    (:func:`needlebench.sources.inputs.remember_path`)."""
+    import os
+    import stat
+    import tempfile
+
+    from needlebench.safe_fs import Folder
+    from needlebench.sources.pinned import note_copy
+
+    holder = tempfile.TemporaryDirectory(prefix="needlebench-tokenizer-")
+    _copies.append(holder)
+    name = path.resolve().name if relative else base.resolve().name
+    with Folder.open(base.resolve()) as top:
+        folder = top.sub(relative) if relative else Folder(os.dup(top.fd), top.path)
+    with folder:
+        with Folder.open(holder.name) as private, private.sub(name, create=True, mode=0o700) as copy:
+            for entry in folder.listdir():
+                if not _TOKENIZER_FILE.match(entry):
+                    continue
+                info = folder.lstat(entry)
+                if info is None or stat.S_ISDIR(info.st_mode):
+                    continue
+                if not stat.S_ISREG(info.st_mode):
+                    raise _fail(
+                        where, "tokenizer", f"{relative or '.'}/{entry}", "a folder of regular files (not a link)"
+                    )
+                data = folder.read_bytes(entry, limit=_MAX_TOKENIZER_FILE, what=f" ({where}: key tokenizer)")
+                copy.write_bytes(entry, data, mode=0o600)
+    target = Path(holder.name) / name
+    note_copy(target, path.resolve())
+    return target
 
 
 def _parse_needles(
