@@ -251,6 +251,18 @@ def test_a_recipe_naming_a_local_path_is_refused(sandbox, built, field, value, o
     assert snapshot(sandbox, skip=built) == before
 
 
+def test_a_recipe_of_built_in_configs_naming_a_local_path_is_refused(sandbox, tmp_path):
+    out = sandbox / "work" / "atc"
+    result = run(sandbox, "build", "atc_en", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    diary = sandbox / "mydata" / "diary.txt"
+    diary.write_text(DIARY)
+    _edit(out, lambda manifest: manifest["recipe"].update(haystack_en=str(diary)))
+    before = snapshot(sandbox, skip=out)
+    refused(run(sandbox, "verify", str(out)), "haystack_en", "--haystack-en")
+    assert snapshot(sandbox, skip=out) == before
+
+
 @pytest.mark.parametrize("value", ["hf:nonexistent/zzz", "hf:~/mydata/tok", "hf:tok@sha256:" + "1" * 64])
 def test_an_experiment_record_naming_another_tokenizer_fails_verify(sandbox, built, value):
     _edit(built, lambda manifest: manifest["experiments"]["myexp"].update(tokenizer=value))

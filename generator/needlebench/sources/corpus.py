@@ -26,7 +26,7 @@ from pathlib import Path
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.cache import cache_root, read_checked, write_checked
 from needlebench.sources.hub import OPENCOMPASS_LICENSE, load_hub_documents, opencompass_file, parse_corpus_option
-from needlebench.sources.pinned import MAX_INPUT_BYTES, pinned, read_user_file, read_user_folder
+from needlebench.sources.pinned import MAX_INPUT_BYTES, current, pinned, read_user_file, read_user_folder
 
 #: Separator between documents in the haystack stream.
 DOCUMENT_SEPARATOR = "\n\n"
@@ -284,7 +284,7 @@ def _haystack_files(path: Path) -> tuple[str, list[tuple[str, bytes]]]:
     """("file" or "folder", [(name, bytes)]) of a local haystack: the bytes pinned for it (an experiment file's
     haystack, read through its folder's descriptor), else read once from the path the user gave and pinned, so
     the recipe's hash and the rows come from the same bytes (:mod:`needlebench.sources.pinned`)."""
-    held = pinned(path)
+    held = current(path)
     if held is None:
         if not path.exists():
             raise NeedlebenchError(f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory")

@@ -23,6 +23,7 @@ from needlebench.sources.cache import cache_folder, read_private, tokens_dir
 from needlebench.sources.pinned import (
     MAX_INPUT_BYTES,
     Pinned,
+    current,
     origin_of,
     pin,
     pinned,
@@ -85,7 +86,7 @@ def _digest(held: Pinned) -> dict:
 def _read_input(path: Path) -> Pinned:
     """The bytes of a local input, read once per process (:mod:`needlebench.sources.pinned`): the bytes pinned for
     it (an experiment file's input, read through its folder's descriptor), else read from the path and pinned."""
-    held = pinned(path)
+    held = current(path)
     if held is not None:
         return held
     if path.is_dir():

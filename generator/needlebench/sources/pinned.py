@@ -27,6 +27,10 @@ class Pinned:
     name: str
     kind: str
     files: tuple[tuple[str, bytes], ...]
+    #: For a path the user typed: its identity, size and modification time when read (a file the user changes
+    #: between two commands run in one process is read again); None for an input read through an experiment
+    #: folder's descriptors, which is never read again.
+    stamp: tuple | None = None
 
     @property
     def size(self) -> int:
@@ -61,6 +65,30 @@ def unpin(path: str | os.PathLike[str]) -> None:
     _PINNED.pop(_key(path), None)
 
 
+def _stamp(path: str | os.PathLike[str]) -> tuple | None:
+    """What tells a changed file or folder (of ``.txt`` files) at a path the user typed: identity, size, mtime."""
+    try:
+        info = os.stat(os.path.expanduser(os.fspath(path)))
+        stamp: tuple = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        if stat.S_ISDIR(info.st_mode):
+            for entry in sorted(Path(os.path.expanduser(os.fspath(path))).iterdir()):
+                if entry.suffix == ".txt":
+                    found = entry.stat()
+                    stamp += ((entry.name, found.st_ino, found.st_size, found.st_mtime_ns),)
+        return stamp
+    except OSError:
+        return None
+
+
+def current(path: str | os.PathLike[str]) -> Pinned | None:
+    """The pin of `path` unless it is the pin of a path the user typed that has changed since (then forgotten)."""
+    held = pinned(path)
+    if held is not None and held.stamp is not None and _stamp(path) != held.stamp:
+        unpin(path)
+        return None
+    return held
+
+
 def read_fd(fd: int, shown: str, what: str, limit: int | None) -> bytes:
     """The bytes of the open regular file `fd` (closed here), at most `limit`; a one-line error otherwise."""
     try:
@@ -90,7 +118,7 @@ def read_user_file(path: str | os.PathLike[str], what: str, limit: int | None = 
     pinned bytes when there are, else read through one descriptor (``O_NONBLOCK``: a FIFO never blocks the open,
     open(2); refused by ``fstat`` on that descriptor) and pinned."""
     shown = os.fspath(path)
-    held = pinned(path)
+    held = current(path)
     if held is not None:
         if held.kind != "file":
             raise NeedlebenchError(f"{what} {shown} is a folder; give a file")
@@ -102,18 +130,25 @@ def read_user_file(path: str | os.PathLike[str], what: str, limit: int | None = 
         fd = os.open(os.path.expanduser(shown), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
         raise NeedlebenchError(f"cannot read {what} {shown}: {error.strerror or error}") from None
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)  # of the file read, as _stamp gives it
     data = read_fd(fd, shown, what, limit)
-    return pin(path, Pinned(Path(shown).name, "file", ((Path(shown).name, data),))).files[0][1]
+    return pin(path, Pinned(Path(shown).name, "file", ((Path(shown).name, data),), stamp)).files[0][1]
 
 
 def read_user_folder(path: str | os.PathLike[str], what: str, limit: int) -> Pinned:
     """The ``.txt`` files of a folder the user gave, sorted (a link among them is followed, as a link in a path the
     user typed is), each read through one descriptor, at most `limit` bytes in all; read once per process (pinned)."""
-    held = pinned(path)
+    held = current(path)
     if held is not None:
         return held
     shown = os.fspath(path)
     folder = Path(shown).expanduser()
+    stamp = _stamp(path)
     files = []
     total = 0
     try:
@@ -125,7 +160,7 @@ def read_user_folder(path: str | os.PathLike[str], what: str, limit: int) -> Pin
             files.append((entry.name, data))
     except OSError as error:
         raise NeedlebenchError(f"cannot read {what} {shown}: {error.strerror or error}") from None
-    return pin(path, Pinned(folder.name, "folder", tuple(files)))
+    return pin(path, Pinned(folder.name, "folder", tuple(files), stamp))
 
 
 def read_folder_txt(folder: Folder, name: str, shown: str, what: str, limit: int) -> Pinned:

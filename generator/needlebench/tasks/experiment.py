@@ -446,6 +446,9 @@ def _pin_local(
                 )
             raise _fail(where, key, value, allowed_text)
         if stat.S_ISDIR(info.st_mode) and folder_ok:
+            for entry in sorted(path.iterdir()):  # the line for a link out names it (read_folder_txt refuses any)
+                if entry.suffix == ".txt" and entry.is_symlink():
+                    local_path(str(entry), f"haystack ({entry.name})", where, base, ())
             if relative:
                 with folder.sub(relative) as sub:
                     held = read_folder_txt(sub, path.name, str(path), "haystack", limit)
