@@ -297,3 +297,28 @@ def test_a_tokenizer_folder_holding_a_link_out_is_refused(sandbox, shared, tmp_p
     assert "secret" not in line and "OPENSSH" not in line
     assert not out.exists()
     assert snapshot(sandbox, skip=shared) == before
+
+
+def test_an_experiment_tokenizer_folder_of_regular_files_builds_from_its_private_copy(sandbox, shared, tmp_path):
+    """The honest case: the copy records the same ``hf:LABEL@sha256:HEX`` as the folder itself."""
+    import hashlib
+    import shutil
+
+    from support.smollm import smollm_dir
+
+    smollm = smollm_dir()
+    tok = shared / smollm.name
+    tok.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (smollm / name).is_file():
+            shutil.copyfile(smollm / name, tok / name)
+    path = _experiment(shared, tokenizer=f"hf:{smollm.name}", haystack="race.txt")
+    out = tmp_path / "out"
+    result = run(sandbox, "build", "--experiment", str(path), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    sha = hashlib.sha256((smollm / "tokenizer.json").read_bytes()).hexdigest()
+    manifest = json.loads((out / "needlebench.json").read_text())
+    assert manifest["recipe"]["tokenizer"] == f"hf:{smollm.name}@sha256:{sha}"
+    assert manifest["experiments"]["myexp"]["tokenizer"] == manifest["recipe"]["tokenizer"]
+    result = run(sandbox, "verify", str(out))  # found again through the index, which names the shared folder
+    assert result.returncode == 0, result.stderr[-2000:]
