@@ -13,6 +13,7 @@ from needlebench.sources.hub import OPENCOMPASS_REVISION, opencompass_file, pars
 from needlebench.sources.inputs import (
     LOCAL_INPUT_OPTIONS,
     check_given,
+    check_recipe_paths,
     input_record,
     is_input_record,
     is_local_spec,
@@ -191,6 +192,10 @@ class BuildOptions:
         if not isinstance(recipe, dict):
             raise RecipeError(f"the recipe is {type(recipe).__name__}, not an object")
         check_recipe(recipe)
+        try:
+            check_recipe_paths(recipe)
+        except NeedlebenchError as error:
+            raise RecipeError(str(error)) from None
         given = dict(inputs or {})
         check_given(recipe, given)
         names = {field.name for field in fields(cls)}

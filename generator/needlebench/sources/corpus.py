@@ -19,7 +19,6 @@ import json
 import os
 import re
 import sqlite3
-import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.cache import cache_root, read_checked, write_checked
 from needlebench.sources.hub import OPENCOMPASS_LICENSE, load_hub_documents, opencompass_file, parse_corpus_option
+from needlebench.sources.pinned import MAX_INPUT_BYTES, current, pinned, read_user_file, read_user_folder
 
 #: Separator between documents in the haystack stream.
 DOCUMENT_SEPARATOR = "\n\n"
@@ -218,34 +218,10 @@ def _normalise_document(text: str) -> str:
 
 def read_regular(path: str | os.PathLike[str], what: str, limit: int | None = None) -> bytes:
     """The bytes of the regular file at `path`, a path the user gave (a link there is followed: it is theirs), at
-    most `limit` bytes. A FIFO, device, socket or folder is a one-line error before anything is read: the file is
-    opened with ``O_NONBLOCK`` (opening a FIFO never waits for a writer; open(2)) and checked with ``fstat`` on the
-    descriptor that is then read (a link to ``/dev/zero`` is a character device, refused)."""
-    shown = os.fspath(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        raise NeedlebenchError(f"cannot read {what} {shown}: {error.strerror or error}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NeedlebenchError(
-                f"{what} {shown} is not a regular file (a FIFO, device, socket or folder); give a file"
-            )
-        if limit is not None and info.st_size > limit:
-            raise NeedlebenchError(f"{what} {shown} has {info.st_size:,} bytes; allowed: at most {limit:,}")
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb") as handle:
-            fd = -1
-            data = handle.read() if limit is None else handle.read(limit + 1)
-    except OSError as error:
-        raise NeedlebenchError(f"cannot read {what} {shown}: {error.strerror or error}") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if limit is not None and len(data) > limit:
-        raise NeedlebenchError(f"{what} {shown} has more than {limit:,} bytes")
-    return data
+    most `limit` bytes, read once per process (:func:`needlebench.sources.pinned.read_user_file`: bytes an experiment
+    file pinned through its folder's descriptor, or read through one descriptor and pinned). A FIFO, device, socket
+    or folder is a one-line error before anything is read."""
+    return read_user_file(path, what, limit)
 
 
 def read_regular_text(path: str | os.PathLike[str], what: str, limit: int | None = None) -> str:
@@ -258,8 +234,12 @@ def read_regular_text(path: str | os.PathLike[str], what: str, limit: int | None
 
 def read_jsonl_documents(path: Path, field_name: str = "text") -> list[str]:
     """Documents of a JSONL file with a `text` field (the reference haystack format)."""
+    return _jsonl_documents(read_regular_text(path, "haystack file"), path, field_name)
+
+
+def _jsonl_documents(text: str, path: Path, field_name: str = "text") -> list[str]:
     documents = []
-    lines = read_regular_text(path, "haystack file").split("\n")  # not splitlines: JSON may hold U+2028
+    lines = text.split("\n")  # not splitlines: JSON may hold U+2028
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -281,7 +261,14 @@ def read_text_file(path: Path) -> list[str]:
 #: `encode_ordinary` returns a Python list, about 36 bytes a token at its peak (4 M tokens of English took 144 MB),
 #: so a 2 GB text (~500 M tokens) needs some 18 GB: the failed allocation aborted the process (SIGABRT). The
 #: longest window (1000k tokens) needs about 4 MB of English text; more only gives the windows more places to start.
-MAX_HAYSTACK_BYTES = 64 * 1024 * 1024
+MAX_HAYSTACK_BYTES = MAX_INPUT_BYTES
+
+
+def _too_big(path: object, size: int) -> NeedlebenchError:
+    return NeedlebenchError(
+        f"haystack {path} has {size:,} bytes; allowed: at most {MAX_HAYSTACK_BYTES:,} bytes (64 MiB) of text; "
+        "give a part of it"
+    )
 
 
 def _check_size(path: Path, files: list[Path]) -> None:
@@ -290,27 +277,53 @@ def _check_size(path: Path, files: list[Path]) -> None:
     except OSError as error:
         raise NeedlebenchError(f"cannot read haystack {path}: {error.strerror or error}") from None
     if size > MAX_HAYSTACK_BYTES:
-        raise NeedlebenchError(
-            f"haystack {path} has {size:,} bytes; allowed: at most {MAX_HAYSTACK_BYTES:,} bytes (64 MiB) of text; "
-            "give a part of it"
-        )
+        raise _too_big(path, size)
+
+
+def _haystack_files(path: Path) -> tuple[str, list[tuple[str, bytes]]]:
+    """("file" or "folder", [(name, bytes)]) of a local haystack: the bytes pinned for it (an experiment file's
+    haystack, read through its folder's descriptor), else read once from the path the user gave and pinned, so
+    the recipe's hash and the rows come from the same bytes (:mod:`needlebench.sources.pinned`)."""
+    held = current(path)
+    if held is None:
+        if not path.exists():
+            raise NeedlebenchError(f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory")
+        if path.is_dir():
+            _check_size(path, sorted(p for p in path.iterdir() if p.suffix == ".txt" and p.is_file()))
+            held = read_user_folder(path, "haystack", MAX_HAYSTACK_BYTES)
+        else:
+            if path.suffix not in (".jsonl", ".txt"):
+                raise NeedlebenchError(
+                    f"haystack {path} has suffix {path.suffix!r}; allowed: .txt, .jsonl or a directory"
+                )
+            _check_size(path, [path])
+            read_user_file(path, "haystack file", MAX_HAYSTACK_BYTES)
+            held = pinned(path)
+    if held.size > MAX_HAYSTACK_BYTES:
+        raise _too_big(path, held.size)
+    return held.kind, list(held.files)
+
+
+def _decode(name: str, data: bytes, what: str = "haystack file") -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise NeedlebenchError(f"cannot read {what} {name}: not UTF-8 text ({error.reason})") from None
 
 
 def load_local(path_text: str, language: str) -> Corpus:
     """A `.txt` file, a `.jsonl` file with a `text` field, or a directory of `.txt` files (sorted order), of at
-    most :data:`MAX_HAYSTACK_BYTES`."""
+    most :data:`MAX_HAYSTACK_BYTES`; its bytes are read once (:func:`_haystack_files`)."""
     path = Path(path_text).expanduser()
-    if not path.exists():
-        raise NeedlebenchError(f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory")
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix == ".txt" and p.is_file())
+    kind, files = _haystack_files(path)
+    if kind == "folder":
         if not files:
             raise NeedlebenchError(f"haystack directory {path} holds no .txt files")
-        _check_size(path, files)
-        documents = [doc for file in files for doc in read_text_file(file)]
-    elif path.suffix in (".jsonl", ".txt"):
-        _check_size(path, [path])
-        documents = read_jsonl_documents(path) if path.suffix == ".jsonl" else read_text_file(path)
+        documents = [_decode(str(path / name), data) for name, data in files]
+    elif path.suffix == ".jsonl":
+        documents = _jsonl_documents(_decode(str(path), files[0][1]), path)
+    elif path.suffix == ".txt":
+        documents = [_decode(str(path), files[0][1])]
     else:
         raise NeedlebenchError(f"haystack {path} has suffix {path.suffix!r}; allowed: .txt, .jsonl or a directory")
     documents = [doc for doc in (_normalise_document(d) for d in documents) if doc]

@@ -13,12 +13,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import tempfile
-from functools import cache
 from pathlib import Path
 
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.cache import cache_folder, read_private, tokens_dir
+from needlebench.sources.pinned import (
+    MAX_INPUT_BYTES,
+    Pinned,
+    current,
+    origin_of,
+    pin,
+    pinned,
+    read_user_file,
+    read_user_folder,
+    unpin,
+)
 
 #: Build options that may name a local file (or folder), and the option that re-points them in `verify`.
 LOCAL_INPUT_OPTIONS = {
@@ -59,47 +71,37 @@ def is_input_record(value: object) -> bool:
     )
 
 
-def _file_digest(path: Path) -> tuple[int, str]:
+def _digest(held: Pinned) -> dict:
+    """The record of pinned bytes: a file's size and sha256, or a folder's (its .txt files in sorted order, as
+    corpus.load_local reads them: the sha256 of ``name NUL sha256 LF`` lines)."""
+    if held.kind == "file":
+        data = held.files[0][1]
+        return {"file": held.name, "kind": "file", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            size += len(chunk)
-            digest.update(chunk)
-    return size, digest.hexdigest()
+    for name, data in held.files:
+        digest.update(f"{name}\0{hashlib.sha256(data).hexdigest()}\n".encode("utf-8", "surrogateescape"))
+    return {"file": held.name, "kind": "folder", "size": held.size, "sha256": digest.hexdigest()}
 
 
-@cache
-def _record(path_text: str, stamp: tuple) -> dict:
-    path = Path(path_text)
+def _read_input(path: Path) -> Pinned:
+    """The bytes of a local input, read once per process (:mod:`needlebench.sources.pinned`): the bytes pinned for
+    it (an experiment file's input, read through its folder's descriptor), else read from the path and pinned."""
+    held = current(path)
+    if held is not None:
+        return held
     if path.is_dir():
-        # a haystack folder is read as its .txt files in sorted order (corpus.load_local)
-        digest = hashlib.sha256()
-        size = 0
-        for file in sorted(p for p in path.iterdir() if p.suffix == ".txt" and p.is_file()):
-            file_size, file_hash = _file_digest(file)
-            size += file_size
-            digest.update(f"{file.name}\0{file_hash}\n".encode("utf-8", "surrogateescape"))
-        return {"file": path.name, "kind": "folder", "size": size, "sha256": digest.hexdigest()}
-    size, sha256 = _file_digest(path)
-    return {"file": path.name, "kind": "file", "size": size, "sha256": sha256}
-
-
-def _stamp(path: Path) -> tuple:
-    """What invalidates a cached hash: the path's identity, size and modification time (and a folder's files)."""
-    info = path.stat()
-    stamp: tuple = (info.st_ino, info.st_size, info.st_mtime_ns)
-    if path.is_dir():
-        stamp += tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.iterdir()))
-    return stamp
+        return read_user_folder(path, "input", MAX_INPUT_BYTES)
+    read_user_file(path, "input", MAX_INPUT_BYTES)
+    return pinned(path)
 
 
 def input_record(spec: str) -> dict:
-    """``{"file", "kind", "size", "sha256"}`` of a local input file or folder, remembered in the local index."""
+    """``{"file", "kind", "size", "sha256"}`` of a local input file or folder (of the very bytes the build reads),
+    remembered in the local index."""
     given = Path(spec).expanduser().absolute()
     try:
+        record = {**_digest(_read_input(given)), "file": given.name}
         path = given.resolve()  # remember the real file, not a link to it
-        record = {**_record(str(path), _stamp(path)), "file": given.name}
     except OSError as error:
         raise NeedlebenchError(f"cannot read input {spec}: {error.strerror or error}") from None
     _remember(record["sha256"], path)
@@ -136,7 +138,7 @@ def _remember(sha256: str, path: Path) -> None:
 def remember_path(key: str, path: Path) -> None:
     """Note that the input identified by `key` (a sha256, or a prefixed one such as ``tokenizer:<sha256>``) was read
     from `path` (best effort)."""
-    _remember(key, Path(path).absolute())
+    _remember(key, Path(origin_of(path)).absolute())
 
 
 def remembered_paths(key: str) -> list[str]:
@@ -158,6 +160,7 @@ def locate(name: str, record: dict, given: str | None) -> str:
             raise NeedlebenchError(
                 f"{option} {given} does not exist; give {describe(record)} the dataset was built with"
             )
+        unpin(path)  # read now, once: the bytes checked against the hash are the bytes built from
         found = input_record(given)
         if found["sha256"] != record["sha256"] or found["kind"] != record["kind"]:
             raise NeedlebenchError(
@@ -168,9 +171,9 @@ def locate(name: str, record: dict, given: str | None) -> str:
     for candidate in _read_index().get(record["sha256"], []):
         path = Path(candidate)
         try:
-            if path.exists() and _record(str(path), _stamp(path))["sha256"] == record["sha256"]:
+            if path.exists() and _digest(_read_input(path))["sha256"] == record["sha256"]:
                 return _under_recorded_name(path, record["file"])
-        except OSError:
+        except (OSError, NeedlebenchError):
             continue
     raise NeedlebenchError(
         f"the recipe's {name} is {describe(record)}, which is not where it was read on this machine; "
@@ -189,7 +192,10 @@ def _under_recorded_name(path: Path, name: str) -> str:
     holder = tempfile.TemporaryDirectory(prefix="needlebench-input-")
     _links.append(holder)
     link = Path(holder.name) / name
-    link.symlink_to(path.absolute(), target_is_directory=path.is_dir())
+    held = pinned(path)
+    link.symlink_to(path.absolute(), target_is_directory=held.kind == "folder" if held else path.is_dir())
+    if held is not None:  # the bytes checked against the hash are the bytes read under the recorded name
+        pin(link, Pinned(name, held.kind, held.files))
     return str(link)
 
 
@@ -203,4 +209,47 @@ def check_given(recipe: dict, given: dict[str, str | None]) -> None:
             shown = "the built-in default" if recorded in (None, "default") else repr(recorded)
             raise NeedlebenchError(
                 f"{LOCAL_INPUT_OPTIONS[name]} {value} was given but the recipe's {name} is {shown}, not a local file"
+            )
+
+
+#: ``hf:LABEL@sha256:HEX``: a tokenizer as a recipe records it (:mod:`needlebench.sources.hf_tokenizer`).
+_RECORDED_TOKENIZER = re.compile(r"^hf:(?P<label>.+)@sha256:[0-9a-f]{64}$")
+
+
+def _path_like(text: str, *, existing: bool) -> bool:
+    """Whether `text` names a local path rather than a Hub id (``ORG/NAME``) or a folder label: absolute, ``~``,
+    ``.``/``..`` parts, more than one ``/``, a backslash or NUL, or (`existing`) a file or folder that exists."""
+    parts = text.split("/")
+    return (
+        not text
+        or text.startswith(("/", "~"))
+        or "\\" in text
+        or "\0" in text
+        or any(part in ("", ".", "..") for part in parts)
+        or len(parts) > 2
+        or (existing and os.path.lexists(text))
+    )
+
+
+def check_recipe_paths(recipe: dict) -> None:
+    """A recipe handed over in someone else's manifest never names a local path that is read: local inputs are
+    records located by hash in this machine's index or at a path given on the command line (:func:`locate`), the
+    tokenizer a built-in name, a Hub id or ``hf:LABEL@sha256:HEX`` found by its hash. A path there is a one-line
+    error naming the field and the option to use instead."""
+    for name, option in LOCAL_INPUT_OPTIONS.items():
+        value = recipe.get(name)
+        if is_local_spec(value):
+            raise NeedlebenchError(
+                f"the recipe's {name} is the local path {value!r}; a recipe records a local input as "
+                f"{{file, kind, size, sha256}}, never a path to read; pass {option} PATH to give a file of yours"
+            )
+    tokenizer = recipe.get("tokenizer")
+    if isinstance(tokenizer, str) and tokenizer.startswith("hf:"):
+        recorded = _RECORDED_TOKENIZER.match(tokenizer)
+        label = recorded["label"] if recorded else tokenizer[3:]
+        if _path_like(label, existing=recorded is None):
+            raise NeedlebenchError(
+                f"the recipe's tokenizer {tokenizer!r} names a local path; a recipe names a tokenizer by a built-in "
+                "name, a Hub id or hf:LABEL@sha256:HEX, never a path to read; pass --tokenizer hf:PATH to give "
+                "a tokenizer folder of yours"
             )

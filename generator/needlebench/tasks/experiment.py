@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -23,13 +24,13 @@ from pathlib import Path
 from needlebench.errors import NeedlebenchError
 from needlebench.seeding import RELEASE_SEED, derive_seed
 from needlebench.sources.haystacks import window_start_hint
-from needlebench.sources.inputs import input_record, is_input_record, is_local_spec
+from needlebench.sources.inputs import check_recipe_paths, input_record, is_input_record, is_local_spec
 from needlebench.sources.tokenizer import DEFAULT_TOKENIZER
 from needlebench.tasks.families import FAMILIES, ConfigSpec, Grid, family_of, multi_reasoning, multi_retrieval, single
 from needlebench.tasks.grid import register_config, registry
 from needlebench.tasks.haystack import base_row, cells_of, tokenized_corpus
 from needlebench.tasks.multi_reasoning import reasoning_question
-from needlebench.tasks.needle_file import load_needles_file
+from needlebench.tasks.needle_file import MAX_NEEDLES_BYTES, load_needles_file
 from needlebench.tasks.needles import splice_guide
 from needlebench.tasks.placement import NeedleRequest, build_context
 from needlebench.tasks.prompts import CONTEXT_SLOT, frame_parts, prompt_data
@@ -209,8 +210,63 @@ def register_experiment(experiment: Experiment) -> ConfigSpec:
 
 
 def manifest_experiment_specs(manifest: dict) -> list[ConfigSpec]:
-    """The configs of the experiments a dataset manifest records (unregistered)."""
-    return [experiment_spec(experiment_from_record(record)) for record in (manifest.get("experiments") or {}).values()]
+    """The configs of the experiments a dataset manifest records (unregistered), each checked against the recipe
+    (:func:`check_record_matches_recipe`)."""
+    experiments = manifest.get("experiments") or {}
+    recipe = manifest.get("recipe")
+    if experiments and isinstance(recipe, dict):
+        check_recipe_paths(recipe)  # before a record is compared with it: the line names the option to use
+    specs = []
+    for name, record in experiments.items():
+        experiment = experiment_from_record(record)
+        if isinstance(recipe, dict):
+            check_record_matches_recipe(name, experiment, recipe)
+        specs.append(experiment_spec(experiment))
+    return specs
+
+
+def _unpinned(spec: str) -> str:
+    """A Hub haystack spec without its revision (``hub:ORG/NAME@REV:...`` -> ``hub:ORG/NAME:...``)."""
+    if spec.startswith("opencompass"):
+        return "opencompass"
+    if spec.startswith("hub:"):
+        repo, colon, rest = spec[4:].partition(":")
+        return f"hub:{repo.split('@')[0]}{colon}{rest}"
+    return spec
+
+
+def check_record_matches_recipe(name: object, experiment: Experiment, recipe: dict) -> None:
+    """An experiment's rows are rebuilt with the recipe's tokenizer, haystack and seed (its own settings keep the
+    build's tokenizer and haystack: ``Family.settings``), so a record naming another tokenizer, haystack or seed
+    does not describe what was built, and `verify` would check something else: a one-line error naming the field."""
+    where = f"the manifest's experiments.{name}"
+    tokenizer = recipe.get("tokenizer", DEFAULT_TOKENIZER)
+    if experiment.tokenizer != tokenizer:
+        raise NeedlebenchError(
+            f"{where}.tokenizer is {experiment.tokenizer!r} but the recipe's tokenizer is {tokenizer!r}; the record "
+            "does not describe what was built"
+        )
+    if "release_seed" in recipe and experiment.seed != recipe["release_seed"]:
+        raise NeedlebenchError(
+            f"{where}.seed is {experiment.seed!r} but the recipe's release_seed is {recipe['release_seed']!r}; the "
+            "record does not describe what was built"
+        )
+    built = recipe.get(f"haystack_{experiment.language}")
+    if experiment.haystack_record is not None:
+        recorded: object = experiment.haystack_record
+        same = built == recorded
+    else:
+        recorded = experiment.haystack
+        if recorded in (None, "default"):
+            same = built in (None, "default")
+        else:  # a Hub spec: the recipe pins it to the revision that was read (``BuildOptions.pinned``)
+            same = isinstance(built, str) and _unpinned(built) == _unpinned(recorded)
+    if not same:
+        shown = json.dumps(recorded, ensure_ascii=False)[:120]
+        raise NeedlebenchError(
+            f"{where}.haystack is {shown} but the recipe's haystack_{experiment.language} is "
+            f"{json.dumps(built, ensure_ascii=False)[:120]}; the record does not describe what was built"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- parsing
@@ -343,26 +399,78 @@ def local_path(value: str, key: str, where: str, base: Path | None, allowed: tup
     )
 
 
-def _local_haystack(value: object, where: str, base: Path | None, allowed: tuple[str | Path, ...]) -> object:
-    """The haystack of an experiment file: a local one inside its folder (:func:`local_path`) that is a regular
-    file or a folder (a FIFO or device is refused before anything reads it), other specs unchanged."""
+def _inside_parts(path: Path, base: Path) -> str | None:
+    """`path` relative to `base` ("" for `base` itself) when it resolves inside it, else None (a path the command
+    line allowed)."""
+    real, folder = path.resolve(), base.resolve()
+    if not _within(real, folder):
+        return None
+    return real.relative_to(folder).as_posix() if real != folder else ""
+
+
+def _pin_local(
+    value: str, key: str, where: str, base: Path, allowed: tuple[str | Path, ...], folder_ok: bool, limit: int
+) -> Path:
+    """Read a local input of an experiment file ONCE and pin its bytes (:mod:`needlebench.sources.pinned`); every
+    later use (the recipe's hash, the corpus, the needles) takes the pinned bytes, never the path again. A path
+    inside the file's folder is opened relative to that folder's descriptor with ``O_NOFOLLOW`` at every part
+    (:class:`needlebench.safe_fs.Folder`), and the type is checked on the descriptor that is read: a file swapped for
+    a link after :func:`local_path` is refused, not followed (open(2), ``O_NOFOLLOW``). A path outside it that the
+    command line allowed (``--allow-path``) is the user's own and read once as they typed it."""
     import os
     import stat
 
+    from needlebench.safe_fs import Folder
+    from needlebench.sources.pinned import Pinned, pin, read_folder_txt, read_user_file, read_user_folder, unpin
+
+    path = local_path(value, key, where, base, allowed)
+    allowed_text = "a .txt or .jsonl file or a folder" if folder_ok else "an existing needles.jsonl file"
+    allowed_text += " (not a FIFO, device, socket or link)"
+    relative = _inside_parts(path, base)
+    if relative is None:  # allowed on the command line (else changed since the check: refused again here)
+        local_path(value, key, where, base, allowed)
+        unpin(path)
+        if folder_ok and path.is_dir():
+            read_user_folder(path, key, limit)
+        elif path.exists():
+            read_user_file(path, key, limit)
+        else:
+            raise _fail(where, key, value, allowed_text)
+        return path
+    with Folder.open(base.resolve()) as folder:
+        info = folder.lstat(relative) if relative else os.fstat(folder.fd)
+        if info is None:
+            if folder_ok:
+                raise NeedlebenchError(
+                    f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory"
+                )
+            raise _fail(where, key, value, allowed_text)
+        if stat.S_ISDIR(info.st_mode) and folder_ok:
+            for entry in sorted(path.iterdir()):  # the line for a link out names it (read_folder_txt refuses any)
+                if entry.suffix == ".txt" and entry.is_symlink():
+                    local_path(str(entry), f"haystack ({entry.name})", where, base, ())
+            if relative:
+                with folder.sub(relative) as sub:
+                    held = read_folder_txt(sub, path.name, str(path), "haystack", limit)
+            else:
+                held = read_folder_txt(folder, path.name, str(path), "haystack", limit)
+        elif stat.S_ISREG(info.st_mode):
+            data = folder.read_bytes(relative, limit=limit, what=f" ({where}: key {key})")
+            held = Pinned(path.name, "file", ((path.name, data),))
+        else:
+            raise _fail(where, key, value, allowed_text)
+    pin(path, held, fresh=True)
+    return path
+
+
+def _local_haystack(value: object, where: str, base: Path | None, allowed: tuple[str | Path, ...]) -> object:
+    """The haystack of an experiment file: a local one inside its folder (:func:`local_path`) that is a regular
+    file or a folder of .txt files, read once through descriptors (:func:`_pin_local`); other specs unchanged."""
+    from needlebench.sources.pinned import MAX_INPUT_BYTES
+
     if base is None or not is_local_spec(value):
         return value
-    path = local_path(value, "haystack", where, base, allowed)
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return str(path)  # missing: the corpus loader says so
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        raise _fail(where, "haystack", value, "a .txt or .jsonl file or a folder (not a FIFO, device or socket)")
-    if stat.S_ISDIR(mode):  # its .txt files are read (corpus.load_local): a link among them must not lead out
-        for entry in sorted(path.iterdir()):
-            if entry.suffix == ".txt" and entry.is_symlink():
-                local_path(str(entry), f"haystack ({entry.name})", where, base, allowed)
-    return str(path)
+    return str(_pin_local(value, "haystack", where, base, allowed, True, MAX_INPUT_BYTES))
 
 
 def parse_experiment(
@@ -464,8 +572,61 @@ def _tokenizer_spec(spec: str, base: Path | None, where: str = "", allowed: tupl
             local_path(text, "tokenizer", where, base, allowed)
             return spec
         if (base / folder).is_dir():
-            return f"hf:{local_path(text, 'tokenizer', where, base, allowed).resolve()}"
+            path = local_path(text, "tokenizer", where, base, allowed)
+            relative = _inside_parts(path, base)
+            if relative is None:  # allowed on the command line: the user's own folder
+                return f"hf:{local_path(text, 'tokenizer', where, base, allowed).resolve()}"
+            return f"hf:{_private_tokenizer_copy(base, relative, path, where)}"
     return spec
+
+
+#: Files of a tokenizer folder transformers reads (tokenizer.json and its configs, vocabularies, merges,
+#: SentencePiece models); model weights and other files are left out of the copy.
+_TOKENIZER_FILE = re.compile(
+    r"^(tokenizer[\w.-]*|special_tokens_map\.json|added_tokens\.json|config\.json|generation_config\.json|"
+    r"vocab[\w.-]*|merges[\w.-]*|[\w.-]+\.model|[\w.-]+\.tiktoken|chat_template[\w.-]*)$"
+)
+#: Largest tokenizer file copied (the largest tokenizer.json of common models is some 30 MB).
+_MAX_TOKENIZER_FILE = 512 * 1024 * 1024
+_copies: list = []
+
+
+def _private_tokenizer_copy(base: Path, relative: str, path: Path, where: str) -> Path:
+    """A private copy of the tokenizer folder `relative` of the experiment's folder, made through descriptors: each
+    file transformers would read is opened relative to the folder's descriptor with ``O_NOFOLLOW`` and must be a
+    regular file (a link such as ``tok/tokenizer.json -> ~/.ssh/id_rsa`` is a one-line error, never followed); the
+    copy, under the folder's own name (its label in ``hf:LABEL@sha256:HEX``), lives as long as the process and is
+    what the tokenizer is loaded from. Its index entry names the original folder
+    (:func:`needlebench.sources.inputs.remember_path`)."""
+    import os
+    import stat
+    import tempfile
+
+    from needlebench.safe_fs import Folder
+    from needlebench.sources.pinned import note_copy
+
+    holder = tempfile.TemporaryDirectory(prefix="needlebench-tokenizer-")
+    _copies.append(holder)
+    name = path.resolve().name if relative else base.resolve().name
+    with Folder.open(base.resolve()) as top:
+        folder = top.sub(relative) if relative else Folder(os.dup(top.fd), top.path)
+    with folder:
+        with Folder.open(holder.name) as private, private.sub(name, create=True, mode=0o700) as copy:
+            for entry in folder.listdir():
+                if not _TOKENIZER_FILE.match(entry):
+                    continue
+                info = folder.lstat(entry)
+                if info is None or stat.S_ISDIR(info.st_mode):
+                    continue
+                if not stat.S_ISREG(info.st_mode):
+                    raise _fail(
+                        where, "tokenizer", f"{relative or '.'}/{entry}", "a folder of regular files (not a link)"
+                    )
+                data = folder.read_bytes(entry, limit=_MAX_TOKENIZER_FILE, what=f" ({where}: key tokenizer)")
+                copy.write_bytes(entry, data, mode=0o600)
+    target = Path(holder.name) / name
+    note_copy(target, path.resolve())
+    return target
 
 
 def _parse_needles(
@@ -485,9 +646,10 @@ def _parse_needles(
                 raise _fail(where, f"needles.{i}", item, f"a needle sentence (string) for {kind}")
         return tuple(ExperimentNeedle(text.strip(), "", "", "") for text in data["needles"])
     if has_file:
-        path = local_path(data["needles_file"], "needles_file", where, base, allowed)
-        if not path.is_file():
-            raise _fail(where, "needles_file", data["needles_file"], "an existing needles.jsonl file")
+        if base is None:
+            path = local_path(data["needles_file"], "needles_file", where, base, allowed)
+        else:  # read once through the folder's descriptor; load_needles_file takes the pinned bytes
+            path = _pin_local(data["needles_file"], "needles_file", where, base, allowed, False, MAX_NEEDLES_BYTES)
         loaded = load_needles_file(path, language)
         return tuple(ExperimentNeedle(n.text, n.question, n.keyword, n.keyword) for n in loaded)
     needles = []

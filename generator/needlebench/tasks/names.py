@@ -50,9 +50,10 @@ def builtin_names(language: str) -> tuple[str, ...]:
 
 def _read_json(path: str) -> object:
     """The JSON content of a file; unreadable or malformed files raise a one-line error."""
+    from needlebench.sources.pinned import read_user_file  # the bytes the recipe's hash was taken of
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        return json.loads(read_user_file(path, "names file", 64 * 1024 * 1024).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise NeedlebenchError(f"cannot read names file {path!r}: {error}") from error
 
@@ -96,9 +97,10 @@ def names_corpus_label(path: str | None) -> str:
     """The ``corpus`` column of ATC rows: ``names:builtin`` or ``names:<basename>@sha256:<first 12 hex>``."""
     if path is None:
         return "names:builtin"
+    from needlebench.sources.pinned import read_user_file  # read once per process (sources/pinned.py)
+
     try:
-        with open(path, "rb") as handle:
-            digest = hashlib.sha256(handle.read()).hexdigest()
+        digest = hashlib.sha256(read_user_file(path, "names file", 64 * 1024 * 1024)).hexdigest()
     except OSError as error:
         raise NeedlebenchError(f"cannot read names file {path!r}: {error}") from error
     return f"names:{os.path.basename(path)}@sha256:{digest[:12]}"

@@ -207,9 +207,10 @@ def generate_reasoning_set(num_needles: int, language: str, seed: int) -> Reason
 
 def _read_records(path: str) -> list:
     """The JSON list of a reasoning file; unreadable or malformed files raise a one-line error."""
+    from needlebench.sources.pinned import read_user_file  # read once per process (sources/pinned.py)
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            records = json.load(handle)
+        records = json.loads(read_user_file(path, "reasoning file", 64 * 1024 * 1024).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise NeedlebenchError(f"cannot read reasoning file {path!r}: {error}") from error
     if not isinstance(records, list):
