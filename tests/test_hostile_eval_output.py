@@ -185,3 +185,26 @@ def test_a_pycache_link_in_the_task_folder_is_refused(sandbox: Path, task_folder
     before = snapshot(sandbox)
     refused(run(sandbox, "tasks", str(task_folder.parent / "DS"), "--out", str(folder)), "__pycache__", "symbolic link")
     assert snapshot(sandbox) == before
+
+
+def test_the_move_never_writes_through_a_link_planted_during_the_run(sandbox: Path) -> None:
+    """A link put at the model folder after the check (while the model runs) is refused by the move itself; the
+    run's files stay in its own folder."""
+    from needlebench.errors import NeedlebenchError
+    from needlebench.evaluation import run_output
+
+    shared = sandbox / "work" / "SHARED"
+    run = run_output.start(shared)
+    assert (os.stat(run.folder).st_mode & 0o777) == 0o700 and run.name.startswith(".needlebench-run-")
+    (run.folder / ORACLE_FOLDER).mkdir()
+    (run.folder / ORACLE_FOLDER / f"results_{FUTURE}.json").write_text("{}\n")
+    (shared / ORACLE_FOLDER).symlink_to(sandbox / "mydata")
+    before = snapshot(sandbox, skip=sandbox / "work")
+    with pytest.raises(NeedlebenchError, match=f"{ORACLE_FOLDER}.*stay in"):
+        run_output.deliver(run)
+    assert snapshot(sandbox, skip=sandbox / "work") == before
+    assert (run.folder / ORACLE_FOLDER / f"results_{FUTURE}.json").read_text() == "{}\n"
+    (shared / ORACLE_FOLDER).unlink()
+    run_output.deliver(run)  # once the link is gone, the files land in place and the run's folder is removed
+    assert sorted(p.name for p in shared.iterdir()) == [ORACLE_FOLDER]
+    assert (shared / ORACLE_FOLDER / f"results_{FUTURE}.json").read_text() == "{}\n"

@@ -17,7 +17,9 @@
 * **Resume.** ``--resume`` adds lm-eval's ``--use_cache`` with a database in this user's private cache keyed by
   the output folder, the model and its arguments (lm-eval keys each entry by the request: prompt and generation
   settings), so a killed run, started again with the same command, only computes the rows it had not finished.
-* **Health.** After the run, ``needlebench_health_<date>.json`` beside the newest ``results_<date>.json`` gives
+* **Health.** After the run, ``needlebench_health_<date>.json`` beside the ``results_<date>.json`` this run wrote
+  (read from the run's own folder, :mod:`needlebench.evaluation.run_output`, never from other files of the output
+  folder) gives
   every needlebench task ``output_truncated`` (rows whose output used all of ``max_gen_toks``),
   ``no_final_answer`` (share of rows whose reasoning block was never closed) and ``skipped_too_long``, and the
   tasks not run because none of their rows fit (``not_run``); lm-eval's results file is left as lm-eval wrote it.
