@@ -17,7 +17,9 @@
 * **Resume.** ``--resume`` adds lm-eval's ``--use_cache`` with a database in this user's private cache keyed by
   the output folder, the model and its arguments (lm-eval keys each entry by the request: prompt and generation
   settings), so a killed run, started again with the same command, only computes the rows it had not finished.
-* **Health.** After the run, ``needlebench_health_<date>.json`` beside the newest ``results_<date>.json`` gives
+* **Health.** After the run, ``needlebench_health_<date>.json`` beside the ``results_<date>.json`` this run wrote
+  (read from the run's own folder, :mod:`needlebench.evaluation.run_output`, never from other files of the output
+  folder) gives
   every needlebench task ``output_truncated`` (rows whose output used all of ``max_gen_toks``),
   ``no_final_answer`` (share of rows whose reasoning block was never closed) and ``skipped_too_long``, and the
   tasks not run because none of their rows fit (``not_run``); lm-eval's results file is left as lm-eval wrote it.
@@ -31,6 +33,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import tempfile
 import urllib.error
 import urllib.request
@@ -51,6 +54,7 @@ from needlebench.evaluation.harness import (
     task_name,
 )
 from needlebench.evaluation.model_tokenizer import TokenizerSource, gguf_context_length, load_source, resolve_source
+from needlebench.evaluation.run_output import RunOutput
 from needlebench.evaluation.task_yaml import dump_yaml
 from needlebench.evaluation.thinking import (
     THINK_END_ENV,
@@ -397,6 +401,12 @@ def cache_path(output: Path, args: EvalArgs) -> Path:
 #: The output folder's folder of ``--resume``'s finished chunks (:class:`needlebench.evaluation.chunked.ChunkStore`).
 CHUNKS_FOLDER = ".needlebench-cache"
 
+
+def chunks_folder(args: EvalArgs) -> str:
+    """The chunk store of ``--resume`` inside the output folder: ``.needlebench-cache/<run key>-chunks``."""
+    return f"{CHUNKS_FOLDER}/{run_key(args)}-chunks"
+
+
 #: Largest task YAML of a task folder copied for ``--reasoning``.
 MAX_TASK_YAML_BYTES = 16 * 1024 * 1024
 
@@ -438,6 +448,7 @@ class PreparedRun:
     cleanup: list[Path] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # one-line messages shown before lm-eval starts
+    run: RunOutput | None = None  # the private folder lm-eval writes into (:mod:`needlebench.evaluation.run_output`)
 
 
 def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
@@ -484,8 +495,10 @@ def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
         if args.value("use_cache"):
             raise NeedlebenchError("give --resume or --use_cache, not both")
         cache = cache_path(output, args)
-        with Folder.open(output, create=True) as folder, folder.sub(CHUNKS_FOLDER, create=True):
-            pass  # a link planted at .needlebench-cache (the chunk store's folder) is refused, never followed
+        # the chunk store's folders (needlebench.evaluation.chunked.chunk_store), each opened with O_NOFOLLOW before
+        # anything runs: a link planted at .needlebench-cache or at <run>-chunks is refused now, not after a chunk
+        with Folder.open(output, create=True) as folder, folder.sub(chunks_folder(args), create=True):
+            pass
         cache_folder(cache.parent).close()  # this user's, 0700 whatever the umask
         namespace.use_cache = str(cache)
     if args.reasoning is not None and include_path is not None:
@@ -501,21 +514,56 @@ def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
 # --------------------------------------------------------------------------------------------- health
 
 
-def _newest(folder: Path, pattern: str) -> Path | None:
-    paths = sorted(folder.rglob(pattern), key=lambda path: path.stat().st_mtime)
-    return paths[-1] if paths else None
+#: Largest results JSON of a run read for its health file.
+MAX_RESULTS_BYTES = 256 * 1024 * 1024
 
 
-def _samples_file(folder: Path, task: str) -> Path | None:
-    """The newest ``samples_<task>_<date>.jsonl`` of exactly ``task`` (``..._128k`` must not match ``..._128k_m64``)."""
+def _run_files(folder: Folder, prefix: str, suffix: str, inside: str = "", depth: int = 0) -> list[str]:
+    """Names (relative to `folder`) of the regular files ``<prefix>*<suffix>`` of the run's folder and the folders
+    in it (lm-eval's model folder), by descriptors."""
+    found = []
+    for name in folder.listdir():
+        info = folder.lstat(name)
+        if info is None:
+            continue
+        if stat.S_ISREG(info.st_mode) and name.startswith(prefix) and name.endswith(suffix):
+            found.append(f"{inside}{name}")
+        elif stat.S_ISDIR(info.st_mode) and depth < 2:
+            with folder.sub(name) as sub:
+                found += _run_files(sub, prefix, suffix, f"{inside}{name}/", depth + 1)
+    return found
+
+
+def _samples_file(folder: Folder, inside: str, task: str) -> str | None:
+    """The newest ``samples_<task>_<date>.jsonl`` of exactly ``task`` in the folder `inside` of the run's folder
+    (``..._128k`` must not match ``..._128k_m64``)."""
     from needlebench.evaluation.report import SAMPLES_FILE_RE  # deferred: the report loads dataset (0.15 s)
 
-    paths = [
-        path
-        for path in folder.glob(f"samples_{task}_*.jsonl")
-        if (match := SAMPLES_FILE_RE.match(path.name)) and match.group("task") == task
+    names = [
+        name
+        for name in _run_files(folder, f"samples_{task}_", ".jsonl")
+        if name.rpartition("/")[0] == inside
+        and (match := SAMPLES_FILE_RE.match(name.rpartition("/")[2]))
+        and match.group("task") == task
     ]
-    return max(paths, key=lambda path: path.name) if paths else None
+    return max(names, key=lambda name: name.rpartition("/")[2]) if names else None
+
+
+def _responses(folder: Folder, name: str) -> list[str]:
+    """The raw response of each logged sample of the samples file `name` (a line that is no JSON object is left
+    out)."""
+    responses = []
+    with folder.open_read(name) as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(record, dict):
+                responses.append(_raw_response(record))
+    return responses
 
 
 def _raw_response(record: Mapping[str, Any]) -> str:
@@ -527,11 +575,28 @@ def _raw_response(record: Mapping[str, Any]) -> str:
 
 def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, Any]]:
     """Write ``output_truncated``, ``no_final_answer`` and ``skipped_too_long`` per task into the run-health file
-    of the newest results JSON (see the module doc)."""
-    if prepared.output is None or not prepared.output.exists():
+    of the results JSON this run produced (see the module doc), beside it in the run's own folder
+    (:mod:`needlebench.evaluation.run_output`, moved into the output folder with lm-eval's files afterwards): no
+    other file of the output folder is read. `started` is kept for callers (the run's folder is new)."""
+    del started
+    run = prepared.run
+    if run is None or run.json_path:
         return {}
-    results_path = _newest(prepared.output, "results_*.json")
-    if results_path is None or results_path.stat().st_mtime < started:
+    with run.open() as folder:
+        return _write_health(prepared, folder)
+
+
+def _write_health(prepared: PreparedRun, folder: Folder) -> dict[str, dict[str, Any]]:
+    results = sorted(_run_files(folder, "results_", ".json"), key=lambda name: name.rpartition("/")[2])
+    if not results:
+        return {}
+    results_name = results[-1]
+    inside = results_name.rpartition("/")[0]
+    try:
+        data = json.loads(folder.read_text(results_name, limit=MAX_RESULTS_BYTES))
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict) or not isinstance(data.get("results", {}), dict):
         return {}
     args = prepared.args
     tokenizer = None
@@ -543,7 +608,6 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
             tokenizer = None
     end = args.think_end if args.think_end is not None else os.environ.get(THINK_END_ENV, "</think>")
     skipped = prepared.preflight.too_long if prepared.preflight else {}
-    data = json.loads(results_path.read_text(encoding="utf-8"))
     health: dict[str, dict[str, Any]] = {}
     not_run: dict[str, dict[str, int]] = {}
     for task in prepared.preflight.dropped if prepared.preflight else []:  # not run: none of its rows fit
@@ -555,30 +619,20 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
             continue
         budget = task_budget(config, args)
         entry: dict[str, Any] = {"skipped_too_long": len(skipped.get(task, []))}
-        samples_path = _samples_file(results_path.parent, task)
-        if samples_path is not None:
-            responses = [
-                _raw_response(json.loads(line))
-                for line in samples_path.read_text(encoding="utf-8").splitlines()
-                if line.strip()
-            ]
+        samples_name = _samples_file(folder, inside, task)
+        if samples_name is not None:
+            responses = _responses(folder, samples_name)
             if responses:
                 entry["no_final_answer"] = sum(not has_final_answer(text, end) for text in responses) / len(responses)
                 if tokenizer is not None:
                     lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in responses]
                     entry["output_truncated"] = sum(length >= budget for length in lengths)
         health[task] = entry
-    record = {"results_file": results_path.name, "tasks": health, "not_run": not_run}
+    leaf = results_name.rpartition("/")[2]
+    record = {"results_file": leaf, "tasks": health, "not_run": not_run}
     from needlebench.evaluation.report import health_path  # deferred: the report loads dataset (0.15 s)
 
-    target = health_path(results_path)
+    target = health_path(Path(results_name))
     text = json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n"
-    # written by descriptors from the output folder down: no link on the way or at the name is followed
-    inside = target.parent.relative_to(prepared.output).as_posix()
-    with Folder.open(prepared.output) as root:
-        if inside == ".":
-            root.write_text(target.name, text)
-        else:
-            with root.sub(inside) as folder:
-                folder.write_text(target.name, text)
+    folder.write_text(target.as_posix(), text)  # the run's own folder, by descriptors
     return health

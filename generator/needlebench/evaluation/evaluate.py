@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation import run_output
 from needlebench.evaluation.chunked import ChunkOptions, chunk_store, chunked_evaluation
 from needlebench.evaluation.eval_args import check_run, known_tasks, parse_eval, unknown_task_message
 from needlebench.evaluation.eval_guard import prepare, write_health
@@ -93,34 +94,45 @@ def run_eval(argv: list[str]) -> int:
     for note in prepared.notes if prepared is not None else []:
         print(f"needlebench: {printable(note)}", file=sys.stderr)
     saved_env = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
     started = time.time()
     status = 0
     managers: list[Any] = []
+    if prepared is not None and prepared.output is not None:
+        # lm-eval writes by path into a folder made for this run; its files are moved by descriptors at the end
+        prepared.run = run_output.start(prepared.output)
+        namespace.output_path = prepared.run.lm_eval_path
     try:
-        setup_logging()
-        defaults = args is None or not _only_known_tasks(args)
-        with (
-            project_tasks_kept(user_include, managers=managers, defaults=defaults),
-            chunked_evaluation(chunking) if chunking else contextlib.nullcontext(),
-        ):
-            namespace.func(namespace)
-    except SystemExit as exc:
-        status = _exit_status(exc.code)
-    except ValueError as error:  # a task name lm-eval indexes nowhere: one line, with a did-you-mean
-        if not str(error).startswith(_TASKS_NOT_FOUND):
-            raise
-        raise NeedlebenchError(_unknown_tasks(str(error), managers)) from None
+        if prepared is not None and prepared.run is not None:
+            run_output.check_named_model_folder(prepared.run, getattr(namespace, "model_args", None))
+        os.environ.update(env)
+        try:
+            setup_logging()
+            defaults = args is None or not _only_known_tasks(args)
+            with (
+                project_tasks_kept(user_include, managers=managers, defaults=defaults),
+                run_output.model_folder_checked(prepared.run if prepared is not None else None),
+                chunked_evaluation(chunking) if chunking else contextlib.nullcontext(),
+            ):
+                namespace.func(namespace)
+        except SystemExit as exc:
+            status = _exit_status(exc.code)
+        except ValueError as error:  # a task name lm-eval indexes nowhere: one line, with a did-you-mean
+            if not str(error).startswith(_TASKS_NOT_FOUND):
+                raise
+            raise NeedlebenchError(_unknown_tasks(str(error), managers)) from None
+        finally:
+            for key, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            for path in prepared.cleanup if prepared is not None else []:
+                _remove_folder(path)
+        if prepared is not None and status == 0:
+            write_health(prepared, started)
     finally:
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        for path in prepared.cleanup if prepared is not None else []:
-            _remove_folder(path)
-    if prepared is not None and status == 0:
-        write_health(prepared, started)
+        if prepared is not None and prepared.run is not None:
+            run_output.deliver(prepared.run)
     return status
 
 

@@ -138,7 +138,10 @@ def write_generated_folder(
         record = _read_record(handle)
         earlier = [name for name in handle.listdir() if name not in (RECORD, _PYCACHE)]
         if handle.lstat(_PYCACHE) is not None and not handle.is_dir(_PYCACHE):
-            earlier.append(_PYCACHE)
+            raise NeedlebenchError(
+                f"--out {out}: {out / _PYCACHE} is a symbolic link or a file, not a folder (Python would read the "
+                "bytecode of the modules written here through it); remove it or choose a new or empty folder"
+            )
         foreign = [name for name in earlier if not _written_by_us(handle, name, record, ours)]
         if foreign:
             raise NeedlebenchError(
@@ -150,12 +153,26 @@ def write_generated_folder(
             data = text.encode("utf-8")
             handle.write_bytes(name, data)
             written[name] = _digest(data)
+        _remove_stale_bytecode(handle, [name.removesuffix(".py") for name in files if name.endswith(".py")])
         record_text = json.dumps({"writer": writer, "files": written}, indent=1, sort_keys=True) + "\n"
         handle.write_text(RECORD, record_text)
         for stale in earlier:
             if stale not in files:
                 handle.unlink(stale)
     return files
+
+
+def _remove_stale_bytecode(handle: Folder, modules: list[str]) -> None:
+    """Remove ``__pycache__/<module>.*.pyc`` of exactly the modules just written, by descriptors (the folder opened
+    with ``O_NOFOLLOW``; every other file in it is left alone). Python imports a cached module without looking at
+    its source when the ``.pyc`` is hash-based and unchecked (PEP 552; ``importlib._bootstrap_external``,
+    ``SourceLoader.get_code``), so a ``.pyc`` planted beside the ``utils.py`` written here would run instead of it."""
+    if not modules or handle.lstat(_PYCACHE) is None:
+        return
+    with handle.sub(_PYCACHE) as cache:
+        for name in cache.listdir():
+            if name.endswith(".pyc") and any(name.startswith(f"{module}.") for module in modules):
+                cache.unlink(name)
 
 
 def _ours(head: str) -> bool:

@@ -1,0 +1,180 @@
+"""Where lm-eval writes the files of a ``needlebench eval run``: a new private folder, moved by descriptors at the end.
+
+lm-eval writes ``results_<date>.json`` and ``samples_<task>_<date>.jsonl`` by path under
+``<output_path>/<model folder>/`` (``EvaluationTracker.save_results_aggregated`` and ``save_results_samples`` in
+``lm_eval/loggers/evaluation_tracker.py``: ``Path.mkdir(exist_ok=True)``, ``write_text``, ``open(..., "a")``), so a
+link planted at the model folder of a results folder from someone else would receive them. lm-eval is therefore
+given a folder made for the run (``.needlebench-run-<random>``, 0700, inside the output folder so that the move is a
+rename on one file system); when the run ends each file it produced is renamed into ``<output>/<model folder>/``
+(:meth:`needlebench.safe_fs.Folder.replace_from`, the model folder opened with ``O_NOFOLLOW``) and the run's folder
+is removed. The layout and the bytes are lm-eval's own; nothing is written through a link.
+
+A link or a file at ``<output>/<model folder>`` is refused in one line as soon as lm-eval has named the model
+folder (``GeneralConfigTracker.log_experiment_args``, before any request runs), and again by the move itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from needlebench.errors import NeedlebenchError
+from needlebench.safe_fs import Folder, parts_of
+
+#: Name prefix of the folder lm-eval writes a run's files into (eight random hex digits follow).
+RUN_PREFIX = ".needlebench-run-"
+#: Folder levels below the run's folder that are moved (lm-eval writes one: the model folder).
+_MAX_DEPTH = 4
+
+
+@dataclass
+class RunOutput:
+    """The run's private folder and where its files go."""
+
+    destination: Path  # the output folder (its parent for an output path ending in .json, as lm-eval reads it)
+    name: str  # the run's folder inside `destination`
+    json_path: bool  # lm-eval's ``--output_path x.json``: files beside it, no model folder
+    lm_eval_path: str  # the ``--output_path`` lm-eval receives
+
+    @property
+    def folder(self) -> Path:
+        return self.destination / self.name
+
+    @contextmanager
+    def open(self) -> Iterator[Folder]:
+        """The run's folder, opened by descriptors from the destination."""
+        with Folder.open(self.destination) as root, root.sub(self.name) as folder:
+            yield folder
+
+
+def start(output: Path) -> RunOutput:
+    """Make the run's private folder for the ``--output_path`` `output` (created when missing, as lm-eval does)."""
+    json_path = output.suffix == ".json"  # lm-eval's rule (save_results_aggregated)
+    destination = output.parent if json_path else output
+    with Folder.open(destination, create=True) as root:
+        for _ in range(100):
+            name = RUN_PREFIX + secrets.token_hex(4)
+            try:
+                os.mkdir(name, 0o700, dir_fd=root.fd)
+            except FileExistsError:
+                continue
+            break
+        else:
+            raise FileExistsError(errno.EEXIST, "no unused run folder name", str(destination))
+        with root.sub(name) as folder:
+            os.fchmod(folder.fd, 0o700)  # mkdir's mode is cut by the umask
+    folder_path = destination / name
+    return RunOutput(destination, name, json_path, str(folder_path / output.name) if json_path else str(folder_path))
+
+
+def _refuse_model_folder(run: RunOutput, name: str) -> NeedlebenchError:
+    return NeedlebenchError(
+        f"--output_path {run.destination}: {run.destination / name} is a symbolic link or a file, not a folder; "
+        "lm-eval's results for this model go there and needlebench never writes through a link: remove it or choose "
+        "another --output_path"
+    )
+
+
+def check_model_folder(run: RunOutput, name: str) -> None:
+    """Refuse (one line) a model folder name lm-eval would leave the output folder with, or a link or a file
+    at ``<output>/<name>``."""
+    if run.json_path:
+        return
+    parts = parts_of(name, f"the model folder of --output_path {run.destination}")
+    if len(parts) != 1:
+        raise NeedlebenchError(f"the model folder {name!r} of --output_path {run.destination} is not one folder name")
+    with Folder.open(run.destination) as root:
+        info = root.lstat(name)
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        raise _refuse_model_folder(run, name)
+
+
+def check_named_model_folder(run: RunOutput, model_args: object) -> None:
+    """When the model arguments name the model (``pretrained=``, ``model=``...), check its folder before anything
+    starts: lm-eval's own name and sanitising (``GeneralConfigTracker._get_model_name``, ``sanitize_model_name``).
+    An unnamed model gets a random folder name only once lm-eval runs (:func:`model_folder_checked`)."""
+    from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
+    from lm_eval.utils import sanitize_model_name
+
+    name = GeneralConfigTracker._get_model_name(model_args)  # type: ignore[arg-type]
+    if name:
+        check_model_folder(run, sanitize_model_name(name))
+
+
+@contextmanager
+def model_folder_checked(run: RunOutput | None) -> Iterator[None]:
+    """While the block runs, lm-eval's naming of the model folder checks ``<output>/<model folder>`` at once
+    (:func:`check_model_folder`), before the model answers anything (``simple_evaluate`` in
+    ``lm_eval/evaluator.py`` logs the model before it calls ``evaluate``)."""
+    if run is None:
+        yield
+        return
+    from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
+
+    original = GeneralConfigTracker.log_experiment_args
+
+    def log_experiment_args(self: GeneralConfigTracker, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        check_model_folder(run, str(self.model_name_sanitized))
+
+    GeneralConfigTracker.log_experiment_args = log_experiment_args  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        GeneralConfigTracker.log_experiment_args = original  # type: ignore[method-assign]
+
+
+def _move(source: Folder, target: Folder, depth: int) -> None:
+    """Rename every regular file of `source` into `target`, folders into folders of the same name (opened with
+    ``O_NOFOLLOW``, created when missing). Nothing else can be in `source` (0700, made by this run)."""
+    for name in source.listdir():
+        info = source.lstat(name)
+        if info is None:
+            continue
+        if stat.S_ISREG(info.st_mode):
+            try:
+                target.replace_from(source, name, name)
+            except OSError as error:
+                raise NeedlebenchError(
+                    f"{target.path / name} cannot be replaced by this run's file ({error.strerror})"
+                ) from None
+        elif stat.S_ISDIR(info.st_mode) and depth < _MAX_DEPTH:
+            try:
+                inner_target = target.sub(name, create=True)
+            except NeedlebenchError:
+                raise NeedlebenchError(f"{target.path / name} is a symbolic link or a file, not a folder") from None
+            with inner_target, source.sub(name) as inner_source:
+                _move(inner_source, inner_target, depth + 1)
+
+
+def deliver(run: RunOutput) -> None:
+    """Move the run's files into the output folder and remove the run's folder; when a file cannot be placed
+    (a link or a file at the model folder), a one-line error saying where the run's files stay."""
+    with Folder.open(run.destination) as root:
+        try:
+            with root.sub(run.name) as folder:
+                _move(folder, root, 0)
+        except NeedlebenchError as error:
+            raise NeedlebenchError(
+                f"{error}; needlebench never writes through a link: this run's files stay in {run.folder}"
+            ) from None
+        with contextlib.suppress(OSError):
+            root.rmtree(run.name)
+
+
+__all__ = [
+    "RUN_PREFIX",
+    "RunOutput",
+    "check_model_folder",
+    "check_named_model_folder",
+    "deliver",
+    "model_folder_checked",
+    "start",
+]
