@@ -22,9 +22,20 @@ from importlib import resources
 from pathlib import Path
 
 from needlebench.errors import NeedlebenchError
+from needlebench.safe_fs import Folder
 from needlebench.seeding import RELEASE_SEED, derive_seed
 from needlebench.sources.haystacks import window_start_hint
 from needlebench.sources.inputs import check_recipe_paths, input_record, is_input_record, is_local_spec
+from needlebench.sources.pinned import (
+    MAX_INPUT_BYTES,
+    Pinned,
+    note_copy,
+    pin,
+    read_folder_txt,
+    read_user_file,
+    read_user_folder,
+    unpin,
+)
 from needlebench.sources.tokenizer import DEFAULT_TOKENIZER
 from needlebench.tasks.families import FAMILIES, ConfigSpec, Grid, family_of, multi_reasoning, multi_retrieval, single
 from needlebench.tasks.grid import register_config, registry
@@ -420,9 +431,6 @@ def _pin_local(
     import os
     import stat
 
-    from needlebench.safe_fs import Folder
-    from needlebench.sources.pinned import Pinned, pin, read_folder_txt, read_user_file, read_user_folder, unpin
-
     path = local_path(value, key, where, base, allowed)
     allowed_text = "a .txt or .jsonl file or a folder" if folder_ok else "an existing needles.jsonl file"
     allowed_text += " (not a FIFO, device, socket or link)"
@@ -466,7 +474,6 @@ def _pin_local(
 def _local_haystack(value: object, where: str, base: Path | None, allowed: tuple[str | Path, ...]) -> object:
     """The haystack of an experiment file: a local one inside its folder (:func:`local_path`) that is a regular
     file or a folder of .txt files, read once through descriptors (:func:`_pin_local`); other specs unchanged."""
-    from needlebench.sources.pinned import MAX_INPUT_BYTES
 
     if base is None or not is_local_spec(value):
         return value
@@ -601,9 +608,6 @@ def _private_tokenizer_copy(base: Path, relative: str, path: Path, where: str) -
     import os
     import stat
     import tempfile
-
-    from needlebench.safe_fs import Folder
-    from needlebench.sources.pinned import note_copy
 
     holder = tempfile.TemporaryDirectory(prefix="needlebench-tokenizer-")
     _copies.append(holder)

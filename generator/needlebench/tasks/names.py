@@ -17,6 +17,7 @@ from functools import cache
 from importlib import resources
 
 from needlebench.errors import NeedlebenchError
+from needlebench.sources.pinned import read_user_file
 from needlebench.yamlload import safe_load
 
 #: Our language codes and the keys of the reference names.json.
@@ -50,7 +51,6 @@ def builtin_names(language: str) -> tuple[str, ...]:
 
 def _read_json(path: str) -> object:
     """The JSON content of a file; unreadable or malformed files raise a one-line error."""
-    from needlebench.sources.pinned import read_user_file  # the bytes the recipe's hash was taken of
 
     try:
         return json.loads(read_user_file(path, "names file", 64 * 1024 * 1024).decode("utf-8"))
@@ -97,7 +97,6 @@ def names_corpus_label(path: str | None) -> str:
     """The ``corpus`` column of ATC rows: ``names:builtin`` or ``names:<basename>@sha256:<first 12 hex>``."""
     if path is None:
         return "names:builtin"
-    from needlebench.sources.pinned import read_user_file  # read once per process (sources/pinned.py)
 
     try:
         digest = hashlib.sha256(read_user_file(path, "names file", 64 * 1024 * 1024)).hexdigest()

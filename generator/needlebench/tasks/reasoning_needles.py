@@ -23,6 +23,7 @@ from importlib import resources
 import numpy as np
 
 from needlebench.errors import NeedlebenchError
+from needlebench.sources.pinned import read_user_file
 from needlebench.tasks.names import normalize_language
 from needlebench.yamlload import safe_load
 
@@ -207,7 +208,6 @@ def generate_reasoning_set(num_needles: int, language: str, seed: int) -> Reason
 
 def _read_records(path: str) -> list:
     """The JSON list of a reasoning file; unreadable or malformed files raise a one-line error."""
-    from needlebench.sources.pinned import read_user_file  # read once per process (sources/pinned.py)
 
     try:
         records = json.loads(read_user_file(path, "reasoning file", 64 * 1024 * 1024).decode("utf-8"))
