@@ -408,7 +408,8 @@ def download_repo(repo_id: str, revision: str, configs: list[str] | None, target
 
     patterns = None
     if configs is not None:
-        patterns = [MANIFEST_NAME, "README.md", *(f"data/{name}/*" for name in configs)]
+        # the standalone YAML too: load_dataset(repo) merges it over the card (HubDatasetModuleFactory)
+        patterns = [MANIFEST_NAME, "README.md", HF_YAML_NAME, *(f"data/{name}/*" for name in configs)]
     try:
         snapshot_download(repo_id, repo_type="dataset", revision=revision, local_dir=target, allow_patterns=patterns)
     except hub_errors() as error:
