@@ -44,7 +44,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("dataset/build.py", "tempfile.TemporaryFile(dir=...)"): (
         "probes that --out's first existing folder is writable: O_TMPFILE, a file with no name at all"
     ),
-    ("dataset/publish.py", ".mkdir()"): "creates the --to-git folder the user typed when it does not exist",
     ("sources/inputs.py", ".symlink_to()"): (
         "a link to the user's own input inside a new private temporary folder (mkdtemp: 0700, unpredictable name)"
     ),

@@ -38,6 +38,27 @@ def say(text: object, **options) -> None:
     console.print(printable(text), markup=False, **options)
 
 
+def printable_lines(text: object) -> str:
+    """`text` with its line breaks and tabs kept and every other control or bidi character escaped (each line
+    :func:`~needlebench.terminal.printable`): what a terminal may be shown of a multi-line text."""
+    return "\n".join("\t".join(printable(cell) for cell in line.split("\t")) for line in str(text).split("\n"))
+
+
+def say_lines(text: object) -> None:
+    """:func:`say` for a message of several lines: one printed line each, each made printable (a line break is
+    not shown as ``\\n``)."""
+    for line in str(text).split("\n"):
+        say(line)
+
+
+def _to_terminal() -> bool:
+    """Whether stdout is a terminal (escape sequences in printed data would act on it)."""
+    try:
+        return sys.stdout.isatty()
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
 def _version(value: bool) -> None:
     if value:
         console.print(f"needlebench {__version__}")
@@ -420,14 +441,17 @@ def show(
 
     row = find_row(data_dir, row_id)
     prompt = str(row.pop("prompt", ""))
+    # a row from someone else may carry terminal escapes (ECMA-48 CSI/OSC, a CR, a bidi override): a terminal is
+    # shown them escaped, line breaks and tabs kept; a pipe gets the exact text
+    shown = printable_lines if _to_terminal() else str
     if prompt_only:  # exactly the prompt: `needlebench show DIR ID --prompt | sha256sum` gives prompt_sha256
-        sys.stdout.write(prompt)
+        sys.stdout.write(shown(prompt))
         sys.stdout.flush()
         return
     row[PROMPT_HASH_KEY], row[PROMPT_CHARS_KEY] = prompt_sha256(prompt), len(prompt)
-    print(json.dumps(row, ensure_ascii=False, indent=1, default=str))
+    print(shown(json.dumps(row, ensure_ascii=False, indent=1, default=str)))
     print("--- prompt ---")
-    sys.stdout.write(prompt if prompt.endswith("\n") else prompt + "\n")
+    sys.stdout.write(shown(prompt if prompt.endswith("\n") else prompt + "\n"))
 
 
 @app.command(short_help="List the rows whose prompt would not fit a model's context.")
@@ -560,7 +584,7 @@ def publish(
         result = publish_to_git(folder, to_git, version=version)
     else:
         result = publish_folder(folder, repo_id=repo, version=version, private=private, token=token)
-    say(result.how_to_load)
+    say_lines(result.how_to_load)
 
 
 @app.command(short_help="Rebuild configs from the recorded recipe and compare.")

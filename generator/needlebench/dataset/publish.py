@@ -19,6 +19,8 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -41,6 +43,7 @@ from needlebench.dataset.verify import (
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder
 from needlebench.sources.hub import check_token, hub_error_message, hub_errors
+from needlebench.terminal import printable
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -57,6 +60,33 @@ GIT_IDENTITY = {"name": "needlebench", "email": "needlebench@users.noreply.huggi
 #: Commit date of git releases unless SOURCE_DATE_EPOCH is set (2024-07-11 00:00:00 UTC, the release seed's date).
 DEFAULT_GIT_EPOCH = 1720656000
 GIT_TIMEOUT = 300
+#: Given to every git command: no hook (``githooks(5)``: a repository's ``hooks/`` run on commit, update-ref, tag)
+#: and no file-system monitor (``core.fsmonitor``, a command git runs on ``status``), whatever the repository or the
+#: user's configuration says. The user's global configuration is still read (it is theirs; the identity of a release
+#: is fixed by :func:`git_environment` anyway), the repository's own is checked first (:func:`check_repo_config`).
+GIT_SAFETY = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+#: Keys a repository's own configuration (``.git/config``) may set: what ``git init``, ``git clone`` and
+#: ``git lfs`` write there, none of which makes git run a command. Any other key (``core.fsmonitor``,
+#: ``core.sshCommand``, ``core.pager``, ``filter.<name>.clean``, ``diff.external``, ``alias.*``, ``include.path``,
+#: ``lfs.customtransfer.*``; ``git-config(1)``) refuses the repository before git reads it.
+REPO_CONFIG_KEYS = frozenset(
+    {
+        "core.repositoryformatversion",
+        "core.filemode",
+        "core.bare",
+        "core.logallrefupdates",
+        "core.ignorecase",
+        "core.precomposeunicode",
+        "core.symlinks",
+        "init.defaultbranch",
+        "user.name",
+        "user.email",
+        "lfs.repositoryformatversion",
+    }
+)
+#: ``<section>.<subsection>.<key>`` allowed for any subsection (a remote's or a branch's name).
+REPO_CONFIG_SUBSECTION_KEYS = frozenset({"remote.url", "remote.fetch", "branch.remote", "branch.merge"})
+MAX_REPO_CONFIG_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -161,15 +191,20 @@ def is_content_path(path: str) -> bool:
 
 @contextmanager
 def staged_content(folder: Path, manifest: Mapping[str, Any]) -> Iterator[Path]:
-    """A private temporary copy (hard links by descriptors where possible, never through a link) of the manifest
-    and the files it lists, checked again there against the manifest: what is published or compared is exactly
-    what was checked, whatever happens to the folder meanwhile."""
+    """A private temporary copy of the manifest and the files it lists, checked there against the manifest: what is
+    published or compared is exactly what was checked, whatever happens to the folder meanwhile.
+
+    Each file is read once, through a descriptor opened without following a link (:meth:`Folder.open_read`), and
+    written into a 0700 folder of ours: a copy, never a hard link, since a link shares the inode, so a second
+    process rewriting the handed file in place after the check would change the staged bytes too. Nothing reads the
+    handed folder again afterwards."""
     names = checked_content_files(folder, manifest)
     with tempfile.TemporaryDirectory(prefix="needlebench-publish-") as temp, Folder.open(temp) as holder:
         holder.mkdir("release", mode=0o700)
         with Folder.open(folder) as source, holder.sub("release") as staged:
             for name in names:
-                staged.place_from(source, name, name)
+                with source.open_read(name) as reader, staged.atomic(name, mode=0o600, create_parents=True) as writer:
+                    shutil.copyfileobj(reader, writer, 1 << 20)
             for config, entry in manifest["configs"].items():
                 reason = file_difference(staged, config, entry)
                 if reason is not None:
@@ -191,7 +226,7 @@ def staged_release(
     version: str,
     changelog: list[dict[str, Any]],
 ) -> Iterator[Path]:
-    """A temporary copy (hard links where possible) of the release files, with the card re-rendered."""
+    """A private temporary copy of the release files (:func:`staged_content`), with the card re-rendered."""
     with staged_content(folder, manifest) as staged:
         card = render_card(manifest, staged, repo_id=repo_id, version=version, changelog=changelog)
         with Folder.open(staged) as target:
@@ -485,6 +520,7 @@ class GitRepo:
             "-c", "tag.gpgSign=false",
             "-c", "tag.forceSignAnnotated=false",
             "-c", "core.autocrlf=false",
+            *GIT_SAFETY,
             "-C", str(self.path),
             *args,
         ]  # fmt: skip
@@ -549,32 +585,102 @@ def _remove_new_repo(git_path: Path, made_dir: bool) -> None:
                 folder.rmtree(".git")
 
 
+def _repo_config_allowed(key: str) -> bool:
+    if key.lower() in REPO_CONFIG_KEYS:
+        return True
+    section, _, rest = key.partition(".")
+    _subsection, dot, name = rest.rpartition(".")
+    return bool(dot) and f"{section.lower()}.{name.lower()}" in REPO_CONFIG_SUBSECTION_KEYS
+
+
+def check_repo_config(root: Folder) -> None:
+    """Refuse, before any git command runs in it, a repository whose own configuration could make git run a command
+    or read configuration from elsewhere: its ``config`` (read without following a link) may set only the keys of
+    :data:`REPO_CONFIG_KEYS` and :data:`REPO_CONFIG_SUBSECTION_KEYS`; a ``.git`` that is a file or a link (a linked
+    work tree, a submodule: the configuration lives elsewhere) and a ``commondir`` are refused too
+    (``gitrepository-layout(5)``)."""
+    where = root.path
+    info = root.lstat(".git")
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        raise NeedlebenchError(
+            f"{where}/.git is not a folder (a link, or a file pointing at another git folder); give a repository "
+            "that holds its own .git folder, or a new or empty folder"
+        )
+    with root.sub(".git") if info is not None else contextlib.nullcontext(root) as git_dir:
+        if git_dir.lstat("commondir") is not None:
+            raise NeedlebenchError(
+                f"{git_dir.path} is a linked work tree (it has a commondir file); give the main repository's folder"
+            )
+        try:
+            data = git_dir.read_bytes("config", limit=MAX_REPO_CONFIG_BYTES, what=" (the repository's configuration)")
+        except (FileNotFoundError, NotADirectoryError):
+            raise NeedlebenchError(
+                f"{where} is not a git repository (no {git_dir.path / 'config'}); give a git repository or a new or "
+                "empty folder"
+            ) from None
+    try:
+        completed = subprocess.run(
+            ["git", *GIT_SAFETY, "config", "--file", "-", "--no-includes", "--list", "-z"],
+            input=data,
+            capture_output=True,
+            env=git_environment(),
+            cwd="/",
+            timeout=GIT_TIMEOUT,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise NeedlebenchError("git is not installed; publishing into a git repository needs the git command") from None
+    if completed.returncode != 0:
+        message = " ".join(completed.stderr.decode("utf-8", "replace").split())[:200]
+        raise NeedlebenchError(f"{git_dir.path / 'config'} cannot be read as a git configuration: {message}")
+    for record in filter(None, completed.stdout.split(b"\0")):
+        key = record.split(b"\n", 1)[0].decode("utf-8", "replace")
+        if not _repo_config_allowed(key):
+            raise NeedlebenchError(
+                f"{git_dir.path / 'config'} sets {printable(key)!r}, which can make git run a command or read other "
+                "configuration; needlebench publishes only into a repository whose own configuration sets nothing "
+                "but remotes, branches, user.name/email and what git init writes (remove the key or give a new or "
+                "empty folder)"
+            )
+
+
 def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
     """The repository at ``git_path``, initialised when absent or empty.
 
+    The folder is opened without following a link planted on the way (:meth:`Folder.open`), and an existing
+    repository's configuration is checked (:func:`check_repo_config`) before any git command runs in it.
     Returns (repo, created): None for an existing repository, else whether the folder itself was made.
     """
-    git_path = git_path.resolve()
-    if git_path.exists() and not git_path.is_dir():
-        raise NeedlebenchError(f"git repository path {git_path} is a file; give a git repository folder or a new path")
-    if not git_path.exists() or not any(git_path.iterdir()):
-        made_dir = not git_path.exists()
-        git_path.mkdir(parents=True, exist_ok=True)
-        repo = GitRepo(git_path)
-        try:
-            repo.run("init", "-q", "-b", "main")
-        except NeedlebenchError:
-            _remove_new_repo(git_path, made_dir)
-            raise
-        return repo, made_dir
+    try:
+        root = Folder.open(git_path)
+        made_dir = False
+    except FileNotFoundError:
+        root = Folder.open(git_path, create=True)
+        made_dir = True
+    except NeedlebenchError as error:
+        if " is not a folder (" in str(error):
+            raise NeedlebenchError(
+                f"git repository path {git_path} is a file; give a git repository folder or a new path"
+            ) from None
+        raise
+    with root:
+        if made_dir or not root.listdir():
+            repo = GitRepo(git_path)
+            try:
+                repo.run("init", "-q", "-b", "main")
+            except NeedlebenchError:
+                _remove_new_repo(git_path, made_dir)
+                raise
+            return repo, made_dir
+        check_repo_config(root)
     probe = GitRepo(git_path)
     bare = probe.run("rev-parse", "--is-bare-repository", check=False).strip()
     if bare not in ("true", "false"):
         raise NeedlebenchError(f"{git_path} is not a git repository; give a git repository or a new or empty folder")
     repo = GitRepo(git_path, bare == "true")
-    root = repo.run("rev-parse", "--absolute-git-dir" if repo.bare else "--show-toplevel").strip()
-    if Path(root).resolve() != git_path:
-        raise NeedlebenchError(f"{git_path} is inside the git repository {root}; give the repository's own folder")
+    root_path = repo.run("rev-parse", "--absolute-git-dir" if repo.bare else "--show-toplevel").strip()
+    if Path(root_path).resolve() != Path(os.path.realpath(git_path)):
+        raise NeedlebenchError(f"{git_path} is inside the git repository {root_path}; give the repository's own folder")
     check_release_repo(repo)
     return repo, None
 
@@ -670,7 +776,7 @@ def publish_to_git(folder: Path, git_path: Path, *, version: str, repo_id: str |
     """
     version = parse_version(version)
     tag = tag_for(version)
-    git_path = Path(git_path).expanduser().resolve()
+    git_path = Path(os.path.abspath(Path(git_path).expanduser()))  # links on it: Folder.open decides
     if repo_id is None and len(git_path.parts) >= 3 and git_path.parts[-3] == "datasets":
         candidate = "/".join(git_path.parts[-2:])
         repo_id = candidate if _valid_repo_id(candidate) else None

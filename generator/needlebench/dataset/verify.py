@@ -38,6 +38,7 @@ from needlebench.dataset.writer import fingerprint_files
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder
 from needlebench.sources.hub import REPO_ID, hub_error_message, hub_errors
+from needlebench.yamlload import load_user_yaml
 
 CARD_NAME = "README.md"
 
@@ -105,6 +106,11 @@ MAX_CARD_BYTES = 16 * 2**20
 _CARD_CONFIG_KEYS = {"config_name", "data_files", "default"}
 
 
+#: A standalone YAML file ``datasets`` merges over a card's header when it loads a folder or a repository
+#: (``datasets.load.LocalDatasetModuleFactory`` and ``HubDatasetModuleFactory``, ``config.REPOYAML_FILENAME``).
+HF_YAML_NAME = ".huggingface.yaml"
+
+
 def card_metadata(folder: Folder, where: str) -> dict[str, Any] | None:
     """The YAML front matter of the folder's card (None when it has no card); a one-line error when it cannot be
     read (a link, a FIFO, too large, not YAML)."""
@@ -136,7 +142,7 @@ def card_header(text: str, where: str) -> dict[str, Any]:
     if header is None:
         return {}
     try:
-        data = yaml.safe_load(header)
+        data = load_user_yaml(header)  # no aliases (a "billion laughs" expands to gigabytes), tags or deep nesting
     except (yaml.YAMLError, RecursionError, ValueError) as error:
         reason = " ".join(str(error).split())[:160] or type(error).__name__
         raise NeedlebenchError(f"{where}: the YAML header of {CARD_NAME} cannot be read ({reason})") from None
@@ -171,6 +177,11 @@ def card_problem(folder: Folder, manifest: Mapping[str, Any], where: str) -> str
     row counts (None: it agrees). The card must give each config of the manifest, and only those, the data files
     ``data/<config>/test-*.parquet`` (:func:`~needlebench.dataset.card.data_files_pattern`, which every listed file
     matches) and nothing else that changes what is read."""
+    if folder.lstat(HF_YAML_NAME) is not None:
+        return (
+            f"the folder holds {HF_YAML_NAME}, which load_dataset merges over the YAML of {CARD_NAME} (its configs and "
+            "data_files would be read instead); needlebench never writes one, remove it"
+        )
     meta = card_metadata(folder, where)
     return None if meta is None else card_header_problem(meta, manifest)
 
@@ -397,7 +408,8 @@ def download_repo(repo_id: str, revision: str, configs: list[str] | None, target
 
     patterns = None
     if configs is not None:
-        patterns = [MANIFEST_NAME, "README.md", *(f"data/{name}/*" for name in configs)]
+        # the standalone YAML too: load_dataset(repo) merges it over the card (HubDatasetModuleFactory)
+        patterns = [MANIFEST_NAME, "README.md", HF_YAML_NAME, *(f"data/{name}/*" for name in configs)]
     try:
         snapshot_download(repo_id, repo_type="dataset", revision=revision, local_dir=target, allow_patterns=patterns)
     except hub_errors() as error:
