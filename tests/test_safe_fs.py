@@ -199,3 +199,11 @@ def test_new_files_get_the_mode_less_the_umask(tmp_path: Path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.lstat(tmp_path / "report.md").st_mode) == 0o600
+
+
+def test_append_refuses_a_hard_link(tmp_path: Path, victim: Path):
+    """A name swapped for a hard link to a file elsewhere (it passes O_NOFOLLOW and S_ISREG) is not appended to."""
+    (tmp_path / "cache.jsonl").hardlink_to(victim)
+    with Folder.open(tmp_path) as handle, pytest.raises(NeedlebenchError, match="hard link"):
+        handle.append_bytes("cache.jsonl", b"row\n")
+    assert victim.read_text() == "the user's file\n"

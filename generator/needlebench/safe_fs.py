@@ -246,9 +246,12 @@ class Folder:
 
     # --- reading ------------------------------------------------------------------------------------------------
 
-    def open_read(self, name: str | os.PathLike[str], *, limit: int | None = None, what: str = "") -> IO[bytes]:
+    def open_read(
+        self, name: str | os.PathLike[str], *, limit: int | None = None, what: str = "", sole: bool = False
+    ) -> IO[bytes]:
         """A binary file object on the regular file `name` (never a link, FIFO, device or socket: a one-line
-        error), at most `limit` bytes long. FileNotFoundError when it does not exist."""
+        error), at most `limit` bytes long. FileNotFoundError when it does not exist. With `sole`, a file with other
+        names (a hard link, which O_NOFOLLOW does not see: perhaps to a file of the user's elsewhere) is refused."""
         with self._parent(name) as (parent, leaf):
             path = parent.path / leaf
             try:
@@ -267,14 +270,21 @@ class Folder:
                 raise NeedlebenchError(f"{path}{what} is not a regular file (a FIFO, device, socket or folder)")
             if limit is not None and info.st_size > limit:
                 raise NeedlebenchError(f"{path}{what} holds {info.st_size:,} bytes; allowed: at most {limit:,}")
+            if sole and info.st_nlink > 1:
+                raise NeedlebenchError(
+                    f"{path}{what} is a hard link ({info.st_nlink} names, perhaps a file elsewhere); allowed: a file "
+                    "of this folder alone (copy it here, or name it on the command line)"
+                )
             os.set_blocking(fd, True)
             return os.fdopen(fd, "rb")
         except BaseException:
             os.close(fd)
             raise
 
-    def read_bytes(self, name: str | os.PathLike[str], *, limit: int | None = None, what: str = "") -> bytes:
-        with self.open_read(name, limit=limit, what=what) as handle:
+    def read_bytes(
+        self, name: str | os.PathLike[str], *, limit: int | None = None, what: str = "", sole: bool = False
+    ) -> bytes:
+        with self.open_read(name, limit=limit, what=what, sole=sole) as handle:
             data = handle.read() if limit is None else handle.read(limit + 1)
         if limit is not None and len(data) > limit:
             raise NeedlebenchError(f"{self.path / os.fspath(name)}{what} holds more than {limit:,} bytes")
@@ -365,6 +375,10 @@ class Folder:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode):
                     raise NeedlebenchError(f"{path} is not a regular file; needlebench appends only to its own files")
+                if info.st_nlink > 1:  # a hard link to a file elsewhere (swapped in under the name): not ours alone
+                    raise NeedlebenchError(
+                        f"{path} is a hard link to another file; needlebench appends only to files of its own"
+                    )
                 handle.write(data)
 
     def mkdir(self, name: str | os.PathLike[str], *, mode: int = 0o777, exist_ok: bool = True) -> None:

@@ -13,10 +13,11 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness import max_gen_toks_for
+from needlebench.safe_fs import Folder
 from needlebench.tasks.grid import ConfigSpec, get_config
 
 #: Prompts encoded per tokenizer call (fast tokenizers encode a batch in parallel).
@@ -242,17 +243,35 @@ def split_rows(config: str, data_dir: str | None) -> Iterable[Mapping[str, Any]]
     folder = Path(data_dir).expanduser().resolve() if data_dir else ensure_built(config)
     manifest = read_manifest(folder) if folder.is_dir() else None
     files = ((manifest or {}).get("configs", {}).get(config) or {}).get("files")
-    if not files or not all((folder / name).is_file() for name in files):
+    if not files:
         return load_split(config, data_dir=data_dir)
-    return _parquet_rows([folder / name for name in files])
+    handles: list[IO[bytes]] = []
+    try:  # each listed file opened once, as a regular file inside the folder (never a link, FIFO or device)
+        with Folder.open(folder) as root:
+            for name in files:
+                handles.append(root.open_read(name, what=f" (listed by {folder / 'needlebench.json'})"))
+    except FileNotFoundError:
+        for handle in handles:
+            handle.close()
+        return load_split(config, data_dir=data_dir)
+    except BaseException:
+        for handle in handles:
+            handle.close()
+        raise
+    return _parquet_rows(handles)
 
 
-def _parquet_rows(paths: list[Path]) -> Iterator[dict[str, Any]]:
+def _parquet_rows(handles: list[IO[bytes]]) -> Iterator[dict[str, Any]]:
+    """The rows of the open Parquet files, read through those descriptors only."""
     import pyarrow.parquet as pq
 
-    for path in paths:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=ENCODE_BATCH, columns=_COLUMNS):
-            yield from batch.to_pylist()
+    try:
+        for handle in handles:
+            for batch in pq.ParquetFile(handle).iter_batches(batch_size=ENCODE_BATCH, columns=_COLUMNS):
+                yield from batch.to_pylist()
+    finally:
+        for handle in handles:
+            handle.close()
 
 
 @dataclass

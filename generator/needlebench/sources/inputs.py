@@ -63,11 +63,24 @@ def is_input_record(value: object) -> bool:
     return (
         isinstance(value, dict)
         and set(value) == _RECORD_KEYS
-        and isinstance(value["file"], str)
+        and _plain_name(value["file"])
         and value["kind"] in ("file", "folder")
         and isinstance(value["size"], int)
         and isinstance(value["sha256"], str)
         and len(value["sha256"]) == 64
+    )
+
+
+def _plain_name(name: object) -> bool:
+    """A recorded input's file name is one plain name (no folder, ``..``, control character): it names the link
+    :func:`_under_recorded_name` makes inside a private folder, never a path anywhere else."""
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= 255
+        and name not in (".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and name.isprintable()
     )
 
 
@@ -189,6 +202,8 @@ def _under_recorded_name(path: Path, name: str) -> str:
     row): a renamed input is linked from a temporary folder that lives as long as the process."""
     if path.name == name:
         return str(path)
+    if not _plain_name(name):  # a recipe from someone else: a name, never a path (the link goes in our folder)
+        raise NeedlebenchError(f"the recipe records the input file name {name!r}; allowed: one plain file name")
     holder = tempfile.TemporaryDirectory(prefix="needlebench-input-")
     _links.append(holder)
     link = Path(holder.name) / name

@@ -175,7 +175,7 @@ def read_folder_txt(folder: Folder, name: str, shown: str, what: str, limit: int
         if info is None or stat.S_ISDIR(info.st_mode):
             continue
         try:
-            data = folder.read_bytes(entry, limit=limit - total, what=f" ({what} {shown})")
+            data = folder.read_bytes(entry, limit=limit - total, what=f" ({what} {shown})", sole=True)
         except NeedlebenchError as error:
             if "holds" in str(error) or "more than" in str(error):
                 raise NeedlebenchError(

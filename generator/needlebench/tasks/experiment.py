@@ -463,7 +463,7 @@ def _pin_local(
             else:
                 held = read_folder_txt(folder, path.name, str(path), "haystack", limit)
         elif stat.S_ISREG(info.st_mode):
-            data = folder.read_bytes(relative, limit=limit, what=f" ({where}: key {key})")
+            data = folder.read_bytes(relative, limit=limit, what=f" ({where}: key {key})", sole=True)
             held = Pinned(path.name, "file", ((path.name, data),))
         else:
             raise _fail(where, key, value, allowed_text)
@@ -626,7 +626,9 @@ def _private_tokenizer_copy(base: Path, relative: str, path: Path, where: str) -
                     raise _fail(
                         where, "tokenizer", f"{relative or '.'}/{entry}", "a folder of regular files (not a link)"
                     )
-                data = folder.read_bytes(entry, limit=_MAX_TOKENIZER_FILE, what=f" ({where}: key tokenizer)")
+                data = folder.read_bytes(
+                    entry, limit=_MAX_TOKENIZER_FILE, what=f" ({where}: key tokenizer)", sole=True
+                )
                 copy.write_bytes(entry, data, mode=0o600)
     target = Path(holder.name) / name
     note_copy(target, path.resolve())

@@ -186,9 +186,9 @@ LIST_METRICS = ("per_star", "needle_hits", "weighted")
 def _check_metrics(
     path: Path, line: int, metrics: dict[str, Any], left_out: list[tuple[str, str]] | None = None
 ) -> None:
-    """A metric of the wrong type is a one-line error; one that is not a finite number (``NaN``, ``Infinity``,
-    beyond 1e15, in a list too) is taken out of ``metrics`` and named in ``left_out`` (the means go on without
-    it, never ``nan``)."""
+    """A metric of the wrong type is a one-line error; one that is not a finite number in its range (``NaN``,
+    ``Infinity``, a score outside 0-100, in a list too) is taken out of ``metrics`` and named in ``left_out`` (the
+    means go on without it, never ``nan`` nor one row's outlier)."""
     for name, value in list(metrics.items()):
         if name in CIRCULAR_METRICS:
             if not (isinstance(value, list) and len(value) == 3):
@@ -206,15 +206,30 @@ def _check_metrics(
         if isinstance(value, list):
             if not all(isinstance(item, (int, float)) and not isinstance(item, bool) for item in value):
                 raise _bad(path, line, f"metric {name} holds a non-number")
-            finite = all(is_finite_number(item) for item in value)
+            finite = all(is_finite_number(item) for item in value) and _in_range(name, value)
         elif not isinstance(value, (int, float)) or isinstance(value, bool):
             raise _bad(path, line, f"metric {name} is {_value(value)}, not a number")
         else:
-            finite = is_finite_number(value)
+            finite = is_finite_number(value) and SCORE_RANGE[0] <= value <= SCORE_RANGE[1]
         if not finite:
             del metrics[name]
             if left_out is not None:
                 left_out.append((printable(path), printable(f"line {line} metric {name}")))
+
+
+#: Every per-row score the needlebench hooks log is a percentage (evaluation/families/*.py: 100.0 for a hit); a value
+#: outside it (one row's 1e14 would be the headline of its cell) is left out and counted like a NaN.
+SCORE_RANGE = (0.0, 100.0)
+#: The relation count of v2 ATC's ``weighted`` pair: at most the names of the longest chain (atc_*_512).
+MAX_RELATIONS = 100_000
+
+
+def _in_range(name: str, value: list) -> bool:
+    """The items of a list metric within their range: scores per star or needle, or v2 ATC's (relations, score)."""
+    low, high = SCORE_RANGE
+    if name.removesuffix(REFERENCE_SUFFIX) == "weighted":
+        return len(value) == 2 and 0 <= value[0] <= MAX_RELATIONS and low <= value[1] <= high
+    return all(low <= item <= high for item in value)
 
 
 def _number(value: Any, integer: bool = False) -> bool:
