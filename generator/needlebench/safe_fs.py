@@ -31,7 +31,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -393,6 +393,21 @@ class Folder:
                     raise NeedlebenchError(
                         f"{parent.path / leaf} is not a folder (a symbolic link or a file)"
                     ) from None
+
+    def new_private(self, make_name: Callable[[], str]) -> str:
+        """A new folder here, 0700 whatever the umask, under a name `make_name` draws (unpredictable: it must hold
+        random characters), made by ``mkdirat`` (a name already taken draws again, as ``tempfile.mkdtemp`` does) and
+        made private by ``fchmod`` on its own descriptor; returns the name."""
+        for _ in range(100):
+            name = make_name()
+            try:
+                os.mkdir(name, 0o700, dir_fd=self.fd)
+            except FileExistsError:
+                continue
+            with self.sub(name) as made:
+                os.fchmod(made.fd, 0o700)  # mkdir's mode is cut by the umask
+            return name
+        raise FileExistsError(errno.EEXIST, "no unused folder name", str(self.path))
 
     # --- removing and moving --------------------------------------------------------------------------------
 

@@ -25,7 +25,6 @@ files, ``replaces.json``) is checked by :mod:`needlebench.dataset.safe_folder` b
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -116,21 +115,17 @@ def make_staging(out: Folder) -> Folder:
     ``tempfile.mkdtemp`` makes it) with this machine's marker: host, boot id and pid, tagged with the user's secret
     (:func:`needlebench.sources.cache.sign`), so that only a build of this user on this machine can have made it.
     Nothing else (a folder of the same name from a clone) is ever recovered."""
-    for _ in range(100):
-        name = f"{STAGING_PREFIX}{os.getpid()}-{''.join(secrets.choice(_STAGING_CHARS) for _ in range(8))}"
-        try:
-            os.mkdir(name, 0o700, dir_fd=out.fd)
-        except FileExistsError:
-            continue
-        staging = out.sub(name)
-        try:
-            write_marker(staging, os.getpid())
-        except BaseException:
-            staging.close()
-            out.rmtree(name)
-            raise
-        return staging
-    raise FileExistsError(errno.EEXIST, "no unused staging folder name", str(out.path))
+    name = out.new_private(
+        lambda: f"{STAGING_PREFIX}{os.getpid()}-{''.join(secrets.choice(_STAGING_CHARS) for _ in range(8))}"
+    )
+    staging = out.sub(name)
+    try:
+        write_marker(staging, os.getpid())
+    except BaseException:
+        staging.close()
+        out.rmtree(name)
+        raise
+    return staging
 
 
 def write_marker(staging: Folder | Path, pid: int) -> None:

@@ -15,7 +15,6 @@ modification time, so a large GGUF is not hashed on every run).
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -26,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
-from needlebench.safe_fs import Folder
 from needlebench.sources.cache import cache_folder, cache_root, read_private
 from needlebench.sources.hf_tokenizer import load_transformers_tokenizer
 
@@ -146,7 +144,7 @@ def _save(tokenizer: Any, cached: Path, name: str) -> None:
         return
     with parent:
         try:
-            work = _new_folder(parent, ".tok-")
+            work = parent.new_private(lambda: f".tok-{secrets.token_hex(8)}")
         except OSError:
             return
         try:
@@ -162,19 +160,6 @@ def _save(tokenizer: Any, cached: Path, name: str) -> None:
             pass
         finally:
             parent.rmtree(work)
-
-
-def _new_folder(parent: Folder, prefix: str) -> str:
-    """A new folder (0700) in `parent` under an unpredictable name (``mkdirat``, as ``tempfile.mkdtemp`` does)."""
-    for _ in range(100):
-        name = f"{prefix}{secrets.token_hex(8)}"
-        try:
-            os.mkdir(name, 0o700, dir_fd=parent.fd)
-        except FileExistsError:
-            continue
-        os.chmod(name, 0o700, dir_fd=parent.fd, follow_symlinks=False)
-        return name
-    raise FileExistsError(errno.EEXIST, "no unused folder name", str(parent.path))
 
 
 @lru_cache(maxsize=4)

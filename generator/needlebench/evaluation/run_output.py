@@ -16,8 +16,6 @@ folder (``GeneralConfigTracker.log_experiment_args``, before any request runs), 
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
 import secrets
 import stat
 from collections.abc import Iterator
@@ -28,7 +26,7 @@ from pathlib import Path
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder, parts_of
 
-#: Name prefix of the folder lm-eval writes a run's files into (eight random hex digits follow).
+#: Name prefix of the folder lm-eval writes a run's files into (sixteen random hex digits follow).
 RUN_PREFIX = ".needlebench-run-"
 #: Folder levels below the run's folder that are moved (lm-eval writes one: the model folder).
 _MAX_DEPTH = 4
@@ -59,17 +57,7 @@ def start(output: Path) -> RunOutput:
     json_path = output.suffix == ".json"  # lm-eval's rule (save_results_aggregated)
     destination = output.parent if json_path else output
     with Folder.open(destination, create=True) as root:
-        for _ in range(100):
-            name = RUN_PREFIX + secrets.token_hex(4)
-            try:
-                os.mkdir(name, 0o700, dir_fd=root.fd)
-            except FileExistsError:
-                continue
-            break
-        else:
-            raise FileExistsError(errno.EEXIST, "no unused run folder name", str(destination))
-        with root.sub(name) as folder:
-            os.fchmod(folder.fd, 0o700)  # mkdir's mode is cut by the umask
+        name = root.new_private(lambda: RUN_PREFIX + secrets.token_hex(8))
     folder_path = destination / name
     return RunOutput(destination, name, json_path, str(folder_path / output.name) if json_path else str(folder_path))
 

@@ -626,9 +626,7 @@ def _private_tokenizer_copy(base: Path, relative: str, path: Path, where: str) -
                     raise _fail(
                         where, "tokenizer", f"{relative or '.'}/{entry}", "a folder of regular files (not a link)"
                     )
-                data = folder.read_bytes(
-                    entry, limit=_MAX_TOKENIZER_FILE, what=f" ({where}: key tokenizer)", sole=True
-                )
+                data = folder.read_bytes(entry, limit=_MAX_TOKENIZER_FILE, what=f" ({where}: key tokenizer)", sole=True)
                 copy.write_bytes(entry, data, mode=0o600)
     target = Path(holder.name) / name
     note_copy(target, path.resolve())
