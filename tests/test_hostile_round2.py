@@ -109,3 +109,19 @@ def test_one_out_of_range_score_never_becomes_a_headline(sandbox, outlier):
     tables = "".join(path.read_text() for path in out.glob("*.md"))
     assert "100.00" in tables
     assert "1111111" not in tables and "e+" not in tables
+
+
+def test_code_spans_and_math_in_a_model_name_stay_text_in_markdown(sandbox):
+    """A model name with backticks and ``$\\frac{a}{b}$``: escaped in the Markdown tables (GitHub would render a
+    code span and math), as links and pipes already were."""
+    results = sandbox / "work" / "res"
+    _samples(results / "model_a", lambda number: 100.0)
+    data = json.loads((results / "model_a" / "results_2024-01-01T00-00-00.000.json").read_text())
+    data["config"]["model_args"] = "pretrained=org/`code` $\\frac{a}{b}$"
+    (results / "model_a" / "results_2024-01-01T00-00-00.000.json").write_text(json.dumps(data))
+    out = sandbox / "work" / "rep"
+    result = run(sandbox, "report", str(results), "--out", str(out), "--no-figures")
+    assert result.returncode == 0, result.stderr[-2000:]
+    tables = "".join(path.read_text() for path in out.glob("*.md"))
+    assert "\\`code\\`" in tables and "\\$\\\\frac" in tables
+    assert "`code`" not in tables.replace("\\`", "")

@@ -50,8 +50,9 @@ def _format(value: Any, digits: int) -> str:
 
 
 #: Markdown characters a cell from input data may not use: links and images (``[x](javascript:...)``), table
-#: pipes and backslash escapes. ``&``, ``<`` and ``>`` become entities, so no raw HTML passes.
-_MD_SPECIAL = re.compile(r"([\\\[\]|])")
+#: pipes, backslash escapes, code spans (a backtick) and math (``$...$``, which GitHub renders). ``&``, ``<`` and
+#: ``>`` become entities, so no raw HTML passes.
+_MD_SPECIAL = re.compile(r"([\\\[\]|`$])")
 
 
 #: What GitHub Flavored Markdown turns into a link without brackets (its "autolinks (extension)": ``www.``,
