@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,31 @@ def test_code_spans_and_math_in_a_model_name_stay_text_in_markdown(sandbox):
     tables = "".join(path.read_text() for path in out.glob("*.md"))
     assert "\\`code\\`" in tables and "\\$\\\\frac" in tables
     assert "`code`" not in tables.replace("\\`", "")
+
+
+@pytest.mark.parametrize("plant", ["logs/HEAD symlink", "logs/HEAD hard link", "refs/tags symlink"])
+def test_publish_into_a_release_repository_with_links_in_its_git_folder(sandbox, plant):
+    """Round 3: a release repository handed over with ``.git/logs/HEAD`` linked (or hard-linked) to ~/.bashrc, or
+    ``.git/refs/tags`` linked to ~/mydata: git would append a reflog line there or write the tag there. Refused in
+    one line before git runs; the user's files unchanged."""
+    work = sandbox / "work"
+    for name, seed in (("v1", "1"), ("v2", "9")):
+        built = run(sandbox, "build", "atc_en", "--seed", seed, "--out", str(work / name))
+        assert built.returncode == 0, built.stderr[-2000:]
+    first = run(sandbox, "publish", str(work / "v1"), "--version", "1.0.0", "--to-git", str(work / "repo"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    git = work / "repo" / ".git"
+    where, kind = plant.split(" ", 1)
+    target = git / where
+    if target.is_dir():
+        shutil.rmtree(target)
+    else:
+        target.unlink()
+    if kind == "hard link":
+        os.link(sandbox / ".bashrc", target)
+    else:
+        target.symlink_to(sandbox / (".bashrc" if where.startswith("logs") else "mydata"))
+    before = snapshot(sandbox, skip=work)
+    result = run(sandbox, "publish", str(work / "v2"), "--version", "1.1.0", "--to-git", str(work / "repo"))
+    refused(result, where.split("/")[-1])
+    assert snapshot(sandbox, skip=work) == before

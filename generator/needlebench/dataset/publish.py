@@ -593,6 +593,50 @@ def _repo_config_allowed(key: str) -> bool:
     return bool(dot) and f"{section.lower()}.{name.lower()}" in REPO_CONFIG_SUBSECTION_KEYS
 
 
+#: Parts of a git folder git writes into by path when it commits and tags (gitrepository-layout(5)): a link there,
+#: or a file with another name elsewhere (a hard link), would take git's write (a reflog line, a ref) outside.
+GIT_WRITTEN = ("HEAD", "ORIG_HEAD", "FETCH_HEAD", "index", "packed-refs", "logs", "refs", "info", "objects")
+
+
+def _check_git_files(git_dir: Folder) -> None:
+    """Refuse a git folder holding a symbolic link anywhere in the parts git writes (:data:`GIT_WRITTEN`), or a file
+    there with more than one name outside ``objects/`` (a local clone hard-links its objects, which git never
+    writes into): walked by descriptors, without following links."""
+    pending: list[tuple[Folder, str, bool]] = []
+    for name in GIT_WRITTEN:
+        info = git_dir.lstat(name)
+        if info is None:
+            continue
+        if stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink > 1):
+            raise _git_link(git_dir.path / name)
+        if stat.S_ISDIR(info.st_mode):
+            pending.append((git_dir.sub(name), name, name == "objects"))
+    try:
+        while pending:
+            folder, relative, objects = pending.pop()
+            with folder:
+                for entry in folder.listdir():
+                    info = folder.lstat(entry)
+                    if info is None:
+                        continue
+                    if stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not objects):
+                        raise _git_link(folder.path / entry)
+                    if stat.S_ISDIR(info.st_mode):
+                        if relative.count("/") > 32:
+                            raise NeedlebenchError(f"{folder.path / entry} is nested too deeply for a git folder")
+                        pending.append((folder.sub(entry), f"{relative}/{entry}", objects))
+    finally:
+        for folder, _, _ in pending:
+            folder.close()
+
+
+def _git_link(path: Path) -> NeedlebenchError:
+    return NeedlebenchError(
+        f"{path} is a symbolic link or a hard link; git would write through it (a reflog line, a ref) outside the "
+        "repository, so needlebench publishes only into a git folder without links (give a new or empty folder)"
+    )
+
+
 def check_repo_config(root: Folder) -> None:
     """Refuse, before any git command runs in it, a repository whose own configuration could make git run a command
     or read configuration from elsewhere: its ``config`` (read without following a link) may set only the keys of
@@ -611,6 +655,7 @@ def check_repo_config(root: Folder) -> None:
             raise NeedlebenchError(
                 f"{git_dir.path} is a linked work tree (it has a commondir file); give the main repository's folder"
             )
+        _check_git_files(git_dir)
         try:
             data = git_dir.read_bytes("config", limit=MAX_REPO_CONFIG_BYTES, what=" (the repository's configuration)")
         except (FileNotFoundError, NotADirectoryError):
