@@ -144,7 +144,8 @@ class Results:
     reported: list[list[Any]]  # [model, task or group, metric, value, samples]
     sources: list[Path]
     scoring: str = "default"
-    #: Values left out as not finite numbers (NaN, Infinity, beyond 1e15), each (file, where in it).
+    #: Values left out as not finite numbers or scores (NaN, Infinity, beyond 1e15, a row's score outside 0-100),
+    #: each (file, where in it).
     left_out: list[tuple[str, str]] = field(default_factory=list)
 
     def entities(self) -> list[str]:

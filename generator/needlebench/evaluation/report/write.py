@@ -226,8 +226,8 @@ def left_out_text(left_out: Sequence[tuple[str, str]], shown: int = 3) -> str:
     ]
     more = f" and {len(by_file) - shown} more file(s)" if len(by_file) > shown else ""
     return (
-        f"left out {len(left_out)} value(s) that are not finite numbers (NaN, Infinity or beyond 1e15); every mean "
-        f"is over the other values: {'; '.join(parts)}{more}"
+        f"left out {len(left_out)} value(s) that are not finite numbers or scores (NaN, Infinity, beyond 1e15, a "
+        f"row's score outside 0-100); every mean is over the other values: {'; '.join(parts)}{more}"
     )
 
 
