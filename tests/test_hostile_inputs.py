@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from support.sandbox import CLI, DEAD_NAME, REAL_CONFIG, REAL_HF_HOME, refused, run, snapshot, warnings_of  # noqa: F401
+from support.sandbox import CLI, DEAD_NAME, REAL_CONFIG, REAL_HF_HOME, git_clone, refused, run, snapshot, warnings_of  # noqa: F401
 
 
 def _dead_pid() -> int:
@@ -37,20 +37,6 @@ def dataset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("honest") / "ds"
     build_dataset(["atc_en"], out, BuildOptions(), progress=False)
     return out
-
-
-def _git(*args: str, cwd: Path) -> None:
-    identity = ["-c", "user.name=attacker", "-c", "user.email=a@example.invalid", "-c", "commit.gpgSign=false"]
-    subprocess.run(["git", *identity, *args], cwd=cwd, check=True, capture_output=True, timeout=120)
-
-
-def _clone(source: Path, target: Path) -> Path:
-    """`source` as a git repository, cloned to `target` (what `git clone` of a Hub dataset gives)."""
-    _git("init", "-q", "-b", "main", cwd=source)
-    _git("add", "-A", cwd=source)
-    _git("commit", "-q", "-m", "dataset", cwd=source)
-    subprocess.run(["git", "clone", "-q", str(source), str(target)], check=True, capture_output=True, timeout=120)
-    return target
 
 
 def _manifest(folder: Path) -> dict:
@@ -132,7 +118,7 @@ def test_a_crafted_clone_with_a_staging_folder_touches_nothing_outside(dataset, 
         clone = sandbox / "clone"
         shutil.copytree(origin, clone, symlinks=True)
     else:
-        clone = _clone(origin, sandbox / "clone")
+        clone = git_clone(origin, sandbox / "clone")
     staging = clone / staging.name
     before = snapshot(sandbox.parent, skip=clone)
     staged = snapshot(staging) if not staging.is_symlink() else os.readlink(staging)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from support.sandbox import CLI, REAL_CONFIG, REAL_HF_HOME, refused, snapshot
+from support.sandbox import CLI, REAL_CONFIG, REAL_HF_HOME, git_clone, refused, snapshot
 from test_internal_error import PLANT
 
 CARD, MANIFEST = "README.md", "needlebench.json"
@@ -72,20 +72,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _git(*args: str, cwd: Path) -> None:
-    identity = ["-c", "user.name=attacker", "-c", "user.email=a@example.invalid", "-c", "commit.gpgSign=false"]
-    subprocess.run(["git", *identity, *args], cwd=cwd, check=True, capture_output=True, timeout=120)
-
-
-def _clone(source: Path, target: Path) -> Path:
-    """`source` as a git repository, cloned to `target` (a clone keeps symbolic links as links)."""
-    _git("init", "-q", "-b", "main", cwd=source)
-    _git("add", "-A", cwd=source)
-    _git("commit", "-q", "-m", "dataset", cwd=source)
-    subprocess.run(["git", "clone", "-q", str(source), str(target)], check=True, capture_output=True, timeout=120)
-    return target
-
-
 def _temporary_names(pid: int) -> list[str]:
     """Every predictable temporary name a build wrote by path before this change, for the process `pid`: the
     card's and manifest's ``.<name>.<pid>.tmp`` (replace.write_atomic), the shard's ``.<name>.tmp``
@@ -129,7 +115,7 @@ def test_links_at_every_temporary_name_are_never_written_through(dataset, sandbo
             for name in _temporary_names(pid):
                 (folder / name).symlink_to(sandbox / ".bashrc")
                 planted.append((folder / name).relative_to(origin))
-        clone = _clone(origin, sandbox / "clone")
+        clone = git_clone(origin, sandbox / "clone")
         assert all((clone / name).is_symlink() for name in planted)
         before = snapshot(sandbox.parent, skip=clone)
         stdout, stderr = waiting.communicate("go\n", timeout=300)

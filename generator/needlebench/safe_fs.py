@@ -475,6 +475,17 @@ class Folder:
                 raise
 
 
+@contextlib.contextmanager
+def opened(folder: Folder | str | os.PathLike[str]) -> Iterator[Folder]:
+    """`folder` as an open :class:`Folder`: an open one as it is (left open), a path opened by :meth:`Folder.open` and
+    closed after the block."""
+    if isinstance(folder, Folder):
+        yield folder
+        return
+    with Folder.open(folder) as handle:
+        yield handle
+
+
 def private_folder(path: str | os.PathLike[str]) -> Folder:
     """A cache folder of this user: each missing folder on the way created 0700 whatever the umask (``mkdirat``,
     then ``fchmod`` on the new folder's own descriptor, so a swap between the two cannot redirect the mode), opened as

@@ -88,3 +88,18 @@ def refused(result: subprocess.CompletedProcess, *names: str) -> str:
 def warnings_of(result: subprocess.CompletedProcess) -> list[str]:
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     return [line for line in result.stderr.splitlines() if line.startswith("needlebench: warning: ")]
+
+
+def git(*args: str, cwd: Path) -> None:
+    """git with a throw-away identity (the attacker's commits in the tests)."""
+    identity = ["-c", "user.name=attacker", "-c", "user.email=a@example.invalid", "-c", "commit.gpgSign=false"]
+    subprocess.run(["git", *identity, *args], cwd=cwd, check=True, capture_output=True, timeout=120)
+
+
+def git_clone(source: Path, target: Path) -> Path:
+    """`source` as a git repository, cloned to `target` (what `git clone` of a Hub dataset gives: links stay links)."""
+    git("init", "-q", "-b", "main", cwd=source)
+    git("add", "-A", cwd=source)
+    git("commit", "-q", "-m", "dataset", cwd=source)
+    subprocess.run(["git", "clone", "-q", str(source), str(target)], check=True, capture_output=True, timeout=120)
+    return target

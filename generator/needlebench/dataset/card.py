@@ -12,7 +12,6 @@ usage, citations and a changelog.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -23,7 +22,7 @@ from typing import Any
 from needlebench.dataset.experiment_card import experiments_markdown
 from needlebench.errors import NeedlebenchError
 from needlebench.resources import card_template
-from needlebench.safe_fs import Folder, write_file
+from needlebench.safe_fs import Folder, opened, write_file
 from needlebench.tasks.families import FAMILIES
 from needlebench.tasks.grid import EDITIONS, ConfigSpec, get_config, registry
 from needlebench.tasks.schema import features_yaml
@@ -149,8 +148,7 @@ def _file_sizes(folder: Path | Folder | None, files: Iterable[str]) -> tuple[int
     import pyarrow.parquet as pq
 
     download = uncompressed = 0
-    with contextlib.ExitStack() as stack:
-        root = folder if isinstance(folder, Folder) else stack.enter_context(Folder.open(folder))
+    with opened(folder) as root:
         for name in files:
             try:
                 handle = root.open_read(name, what=f" (listed by the card of {root.path})")

@@ -24,21 +24,20 @@ files, ``replaces.json``) is checked by :mod:`needlebench.dataset.safe_folder` b
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
 import re
 import secrets
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from needlebench.dataset import card as dataset_card
 from needlebench.dataset.safe_folder import check_manifest, check_targets, manifest_files, parse_json
 from needlebench.errors import NeedlebenchError
 from needlebench.interrupts import pid_alive
-from needlebench.safe_fs import Folder
+from needlebench.safe_fs import Folder, opened
 from needlebench.sources.cache import same_tag, sign
 from needlebench.terminal import warn
 
@@ -79,16 +78,6 @@ def staging_name(path: Path | str) -> bool:
     """Named like a staging folder (of this version, or ``.building-XXXXXXXX`` of earlier ones)."""
     name = path if isinstance(path, str) else path.name
     return bool(_STAGING.match(name) or _LEGACY_STAGING.match(name))
-
-
-@contextlib.contextmanager
-def opened(folder: Folder | Path) -> Iterator[Folder]:
-    """`folder` as an open :class:`Folder` (a path is opened as given, and closed after the block)."""
-    if isinstance(folder, Folder):
-        yield folder
-        return
-    with Folder.open(folder) as handle:
-        yield handle
 
 
 def _boot_id() -> str:

@@ -22,8 +22,7 @@ from __future__ import annotations
 import hashlib
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -36,7 +35,7 @@ from needlebench.dataset.replace import recover_before_reading
 from needlebench.dataset.safe_folder import check_manifest
 from needlebench.dataset.writer import fingerprint_files
 from needlebench.errors import NeedlebenchError
-from needlebench.safe_fs import Folder
+from needlebench.safe_fs import Folder, opened
 from needlebench.sources.hub import REPO_ID, hub_error_message, hub_errors
 from needlebench.yamlload import load_user_yaml
 
@@ -261,7 +260,7 @@ def file_difference(folder: Path | Folder, config: str, entry: Mapping[str, Any]
     unloaded = [name for name in listed if not is_loaded_file(config, name)]
     if unloaded:
         return f"listed file {unloaded[0]} is not read by load_dataset (the card loads {data_files_pattern(config)})"
-    with _opened(folder) as root:
+    with opened(folder) as root:
         for name in listed:
             info = root.lstat(name)
             if info is None:
@@ -294,15 +293,6 @@ def file_difference(folder: Path | Folder, config: str, entry: Mapping[str, Any]
     if rows != entry["rows"]:
         return f"the manifest records {entry['rows']:,} rows but the files hold {rows:,}"
     return None
-
-
-@contextmanager
-def _opened(folder: Path | Folder) -> Iterator[Folder]:
-    if isinstance(folder, Folder):
-        yield folder
-        return
-    with Folder.open(folder) as opened:
-        yield opened
 
 
 def parquet_rows(paths: Iterable[Path]) -> int | None:
