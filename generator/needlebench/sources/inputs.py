@@ -72,15 +72,16 @@ def is_input_record(value: object) -> bool:
 
 
 def _plain_name(name: object) -> bool:
-    """A recorded input's file name is one plain name (no folder, ``..``, control character): it names the link
-    :func:`_under_recorded_name` makes inside a private folder, never a path anywhere else."""
+    """A recorded input's file name is one plain name (no folder, no ``..``, no NUL): it names the link
+    :func:`_under_recorded_name` makes inside a private folder, never a path anywhere else. Other control
+    characters are legal in a file name and harmless there; they are escaped wherever a name is printed."""
     return (
         isinstance(name, str)
         and 0 < len(name) <= 255
         and name not in (".", "..")
         and "/" not in name
         and "\\" not in name
-        and name.isprintable()
+        and "\x00" not in name
     )
 
 
