@@ -14,7 +14,7 @@ import re
 import time
 from pathlib import Path
 
-from support.sandbox import run, snapshot, warnings_of
+from support.sandbox import refused, run, snapshot, warnings_of
 from test_hostile_judge import judge, judge_port  # noqa: F401 (the fake judge server, a fixture)
 from test_hostile_report import DATE, TASK, report, results_folder, samples_file
 from test_hostile_report import user_files as _user_files
@@ -185,3 +185,20 @@ def test_a_line_over_the_cap_is_one_line_error_in_report_and_judge(sandbox, judg
         (line,) = result.stderr.strip().splitlines()
         assert samples_file(results).name in line and "longer than 256 MiB" in line and "line 2" in line
     assert snapshot(sandbox, skip=results) == before
+
+
+# ------------------------------------------------------------------------------------------- repeated rows
+
+
+def test_a_row_repeated_in_a_samples_file_is_one_line_naming_both_lines(sandbox):
+    """A samples file whose row appears twice would count it twice in every mean, n and coverage: refused."""
+    results = results_folder(sandbox, {"m": [100.0, 0.0]})
+    samples = samples_file(results)
+    lines = samples.read_text().splitlines()
+    samples.write_text("\n".join([*lines, lines[0], lines[0]]) + "\n")
+    before = user_files(sandbox, results)
+    result = report(sandbox, results, "--no-figures")
+    refused(result, f"{samples.name}:3:", "first at line 1")
+    assert user_files(sandbox, results) == before
+    samples.write_text("\n".join(lines) + "\n")
+    assert scores_after(sandbox, results, warned=False) == "50.0"  # each row once: the mean of 100 and 0

@@ -378,6 +378,7 @@ def read_samples(
     samples = []
     unknown: dict[str, list[tuple[int, dict, Any]]] = defaultdict(list)
     families: dict[str, str] = {}
+    seen: dict[tuple[str, str, str], int] = {}
     judged_file = path.name.startswith(JUDGED_PREFIX)
     digest = hashlib.sha256()
     with _open_binary(path) as handle:
@@ -388,7 +389,7 @@ def read_samples(
                 raise _bad(path, number, "not UTF-8 text") from None
             if not line.strip():
                 continue
-            _read_record(path, number, line, find, observe, judged_file, samples, unknown, families, left_out)
+            _read_record(path, number, line, find, observe, judged_file, samples, unknown, families, left_out, seen)
     if expect is not None and digest.digest() != expect:
         raise NeedlebenchError(f"{shown(path)} changed while it was read; run the report again")
     for name, entries in unknown.items():
@@ -420,6 +421,7 @@ def _read_record(
     unknown: dict[str, list[tuple[int, dict, Any]]],
     families: dict[str, str],
     left_out: list[tuple[str, str]] | None,
+    seen: dict[tuple[str, str, str], int],
 ) -> None:
     """One line of a samples file: a sample added to `samples`, a row of an unknown config to `unknown`, or none."""
     try:
@@ -434,6 +436,13 @@ def _read_record(
     if not isinstance(doc, dict):
         raise _bad(path, number, "no 'doc' object (the dataset row)")
     _check_doc(path, number, doc)
+    # lm-eval logs each (doc_id, filter) of a task once (lm_eval/evaluator.py, the `samples` it writes per task):
+    # a repeated row would count twice in every mean, n and coverage
+    key = (repr(record.get("doc_id")), repr(record.get("filter")), repr(doc.get("id")))
+    first = seen.setdefault(key, number)
+    if first != number:
+        what = f"row {_value(doc.get('id'))} (doc_id {_value(record.get('doc_id'))}) again, first at line {first}"
+        raise _bad(path, number, f"{what}; a samples file holds each row once")
     spec = find(str(doc.get("config")))
     if spec is None:
         family = _observable(doc) if observe else None
