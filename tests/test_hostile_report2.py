@@ -62,6 +62,10 @@ def test_a_planted_judged_file_is_ignored_and_counted_and_the_users_own_is_used(
     (warning,) = warnings_of(planted)
     assert "1 judged_samples_*.jsonl" in warning and "not written by this user's needlebench judge" in warning
     assert scores(out) == {"m": "50.0"}  # the samples' own scores, not the sender's 10s
+    assert (
+        "1 judged_samples_*.jsonl ignored: not written by this user's needlebench judge"
+        in (out / "README.md").read_text()
+    )
     assert user_files(sandbox, results) == before
 
     # the user's own judge run: its file is tagged and read (rating 3 of the fake judge, shown x 10)

@@ -147,6 +147,8 @@ class Results:
     #: Values left out as not finite numbers or scores (NaN, Infinity, beyond 1e15, a row's score outside 0-100),
     #: each (file, where in it).
     left_out: list[tuple[str, str]] = field(default_factory=list)
+    #: judged_samples_*.jsonl files read as their samples file instead (no tag, or a tag that does not verify).
+    ignored_judged: int = 0
 
     def entities(self) -> list[str]:
         return sorted({run.entity for run in self.runs}, key=entity_order(self.runs))
@@ -872,7 +874,7 @@ def load_results(
         for metric, value in values.items()
     ]
     runs = sorted(newest.values(), key=lambda run: (run.model.lower(), run.task))
-    return Results(runs, rows, paths, left_out=left_out)
+    return Results(runs, rows, paths, left_out=left_out, ignored_judged=len(ignored))
 
 
 def _reported_values(

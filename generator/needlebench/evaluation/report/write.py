@@ -241,7 +241,12 @@ def scorer_text(results: Results) -> str:
         "them), as OpenCompass's evaluators and the Counting-Stars notebook score"
     )
     if not judged:
-        return f"Scorer: {rules} (no judged_samples_*.jsonl found); {SCORING_LABEL[results.scoring]}."
+        found = (
+            f"{results.ignored_judged:,} judged_samples_*.jsonl ignored: not written by this user's needlebench judge"
+            if results.ignored_judged
+            else "no judged_samples_*.jsonl found"
+        )
+        return f"Scorer: {rules} ({found}); {SCORING_LABEL[results.scoring]}."
     parts = [f"{run.entity} / {run.label}: {run.scorer}" for run in judged]
     rule = len(results.runs) - len(judged)
     return (
