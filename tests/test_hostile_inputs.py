@@ -398,3 +398,18 @@ def test_publishing_again_with_a_relative_folder(dataset, sandbox):
     again = run(sandbox, "publish", "ds", "--to-git", "repo", "--version", "1.0.0")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "already holds this data" in again.stdout + again.stderr
+
+
+def test_build_overwrite_warns_of_shards_the_manifest_does_not_list_and_leaves_them(dataset, sandbox):
+    """A clone whose config folder holds a shard its manifest does not list: needlebench never reads it, but a glob
+    over the folder would; `build --overwrite` says so once, naming it, and leaves it (the build did not write it)."""
+    clone = sandbox / "clone"
+    shutil.copytree(dataset, clone)
+    (listed,) = _manifest(clone)["configs"]["atc_en"]["files"]
+    planted = clone / "data" / "atc_en" / "test-00001-of-00002.parquet"
+    planted.write_bytes((clone / listed).read_bytes())
+    result = run(sandbox, "build", "atc_en", "--out", str(clone), "--overwrite")
+    assert result.returncode == 0, result.stderr[-2000:]
+    (warning,) = [line for line in warnings_of(result) if "does not list" in line]
+    assert planted.name in warning and "1 file(s)" in warning and str(clone / "data" / "atc_en") in warning
+    assert planted.is_file() and _manifest(clone)["configs"]["atc_en"]["files"] == [listed]

@@ -39,7 +39,7 @@ from needlebench.errors import NeedlebenchError
 from needlebench.interrupts import pid_alive
 from needlebench.safe_fs import Folder, opened
 from needlebench.sources.cache import same_tag, sign
-from needlebench.terminal import warn
+from needlebench.terminal import printable, warn
 
 MANIFEST = "needlebench.json"
 CARD = "README.md"
@@ -360,6 +360,30 @@ def finish(out: Folder, staging: Folder) -> None:
     out.write_bytes(CARD, card)
     step()
     out.rmtree(staging.path.name)
+    _warn_unlisted(out, manifest)
+
+
+def _warn_unlisted(out: Folder, manifest: dict) -> None:
+    """One warning per config folder holding files its manifest does not list (left there by someone else, or by
+    hand): needlebench reads only the listed shards, but a glob over the folder (`datasets`' parquet builder given
+    ``data_dir``) would read them too. They are left untouched: the build did not write them."""
+    for entry in manifest["configs"].values():
+        folders = {name.rsplit("/", 1)[0] for name in entry["files"]}
+        listed = set(entry["files"])
+        for parent in sorted(folders):
+            try:
+                with out.sub(parent) as folder:
+                    extra = [name for name in folder.listdir() if f"{parent}/{name}" not in listed]
+            except (OSError, NeedlebenchError):
+                continue
+            if extra:
+                warn(
+                    printable(
+                        f"{out.path / parent} holds {len(extra):,} file(s) the manifest does not list (first: "
+                        f"{extra[0]}); left untouched: needlebench reads only the listed files, a glob over the "
+                        "folder would read these too"
+                    )
+                )
 
 
 def _remove(out: Folder, name: str) -> None:
