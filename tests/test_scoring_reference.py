@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import json_repair
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from needlebench.evaluation.scoring import (
     opencompass_first_option,
     star_scores,
 )
+from needlebench.evaluation.scoring.reference import NOTEBOOK_KEYS
 from needlebench.evaluation.thinking import reference_text
 from support import fixture_row
 from support.scoring_fuzz import outputs
@@ -296,3 +298,16 @@ def test_difference_measurement_script_counts_flips_per_class():
         [sys.executable, str(script), "--rows", "2"], env=env, capture_output=True, text=True, check=False
     )
     assert bad.returncode == 2 and "--rows 2 is below 4; allowed: 4 or more" in bad.stderr
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_counting_stars_reference_brackets_inside_a_string_are_not_nesting(language: str):
+    """A valid answer whose string field holds 1,500 ``[`` parses in the notebook (json.loads / json_repair read
+    them as characters): it scores as the notebook scores it, not 0 (the twin counted them as nesting)."""
+    key = NOTEBOOK_KEYS[language]
+    answer = json.dumps({key: STARS[:2], "note": "[" * 1500 + '"quoted" \\\\ ]'}, ensure_ascii=False)
+    assert json.loads(answer)[key] == STARS[:2] and json_repair.loads(answer)[key] == STARS[:2]
+    assert _stars(answer, language)[1] == [1.0, 1.0, 0.0, 0.0]
+    # the same brackets outside the string nest 1,500 deep: beyond the recursion limit, 0 as before
+    deep = json.dumps({key: STARS[:2]})[:-1] + ', "x": ' + "[" * 1500 + "]" * 1500 + "}"
+    assert _stars(deep, language)[1] == [0.0] * 4

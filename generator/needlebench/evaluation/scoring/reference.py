@@ -155,11 +155,19 @@ NOTEBOOK_KEYS = {"en": "little_penguin", "zh": "小企鹅"}
 NOTEBOOK_MAX_NESTING = 1000
 
 
+#: A JSON string literal (RFC 8259 section 7: a backslash escapes the next character), unterminated at the end too.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)', re.DOTALL)
+
+
 def _nesting(text: str) -> int:
-    """The deepest nesting of ``{``/``[`` in ``text``, counting every bracket (quoted or not)."""
+    """The deepest nesting of ``{``/``[`` in ``text`` as a JSON parser recurses into it: brackets inside string
+    literals are characters of the string, not levels (a valid answer with ``"[[[["`` in a field parses)."""
     if text.count("{") + text.count("[") <= NOTEBOOK_MAX_NESTING:
         return 0  # cannot exceed the limit
-    return int(bracket_depths(text).max(initial=0))
+    unquoted = _JSON_STRING.sub('""', text)
+    if unquoted.count("{") + unquoted.count("[") <= NOTEBOOK_MAX_NESTING:
+        return 0
+    return int(bracket_depths(unquoted).max(initial=0))
 
 
 def _notebook_answer_list(prediction: str, language: str) -> Any:
