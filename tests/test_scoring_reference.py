@@ -311,3 +311,46 @@ def test_counting_stars_reference_brackets_inside_a_string_are_not_nesting(langu
     # the same brackets outside the string nest 1,500 deep: beyond the recursion limit, 0 as before
     deep = json.dumps({key: STARS[:2]})[:-1] + ', "x": ' + "[" * 1500 + "]" * 1500 + "}"
     assert _stars(deep, language)[1] == [0.0] * 4
+
+
+def _parallel_evaluator(predictions: list[str], keywords: list[list[str]], depths: list[float]) -> float:
+    """``NeedleBenchParallelEvaluator.score``'s ``average_score`` step by step (opencompass/datasets/needlebench/
+    parallel.py): a slot per ``int(depth)`` of the first gold, 100 / N added to a keyword's slot when found."""
+    slots = [int(depth) for depth in depths]
+    scores_by_depth = dict.fromkeys(slots, 0.0)
+    for prediction, words in zip(predictions, keywords, strict=True):
+        for keyword, depth in zip(words, slots):
+            if keyword in prediction:
+                scores_by_depth[depth] += 100 / len(predictions)
+    return sum(scores_by_depth.values()) / len(scores_by_depth)
+
+
+@pytest.mark.parametrize("depths", [[0, 0.4, 0.8, 50, 100], [0, 25, 50, 75, 100], [10.2, 10.9, 11.0, 99.5, 100]])
+def test_multi_retrieval_recall_reference_averages_per_distinct_integer_depth(depths: list[float]):
+    """On a custom M-RT grid whose depths truncate to one integer the reference divides by the distinct slots (on
+    the papers' grids that is plain recall): the mean of the per-row twins is the evaluator's average_score."""
+    keywords = ["Amber", "Basalt", "Cobalt", "Dune", "Ember"]
+    outputs = ["Amber Basalt Cobalt Dune Ember", "Amber Dune", "Cobalt", "none of them", "Basalt Ember Amber"]
+    rows = [fixture_row("multi_retrieval_en_4k", keywords=keywords, requested_depths=depths) for _ in outputs]
+    twins = [harness.process_multi_retrieval(row, [out])["recall_reference"] for row, out in zip(rows, outputs)]
+    expected = _parallel_evaluator(outputs, [keywords] * len(outputs), depths)
+    assert sum(twins) / len(twins) == pytest.approx(expected)
+    distinct = len({int(depth) for depth in depths})
+    assert twins[0] == pytest.approx(500 / distinct) and twins[1] == pytest.approx(200 / distinct)
+    plain = [harness.process_multi_retrieval(row, [out])["recall"] for row, out in zip(rows, outputs)]
+    assert plain == [100.0, 40.0, 20.0, 0.0, 60.0]  # the default metric stays plain recall
+
+
+def test_the_report_keeps_a_reference_recall_above_100_up_to_100_per_needle(tmp_path: Path):
+    """A colliding custom grid's reference recall above 100 is the reference's number, read as such; above 100 per
+    needle it is not a score any row can log and is left out."""
+    from needlebench.evaluation.report.load import read_samples
+    from support import write_samples
+
+    keywords = ["Amber", "Basalt", "Cobalt", "Dune", "Ember"]
+    doc = fixture_row("multi_retrieval_en_4k", keywords=keywords, requested_depths=[0, 0.4, 0.8, 50, 100])
+    rows = [{"doc": {**doc, "id": f"r{i}"}, "recall_reference": value} for i, value in enumerate([500 / 3, 500.5])]
+    left_out: list[tuple[str, str]] = []
+    samples = read_samples(write_samples(tmp_path, "needlebench_multi_retrieval_en_4k", rows), left_out=left_out)
+    assert [sample.metrics.get("recall_reference") for sample in samples] == [pytest.approx(500 / 3), None]
+    assert [where for _path, where in left_out] == ["line 2 metric recall_reference"]

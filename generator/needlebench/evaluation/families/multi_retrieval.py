@@ -19,18 +19,26 @@ from needlebench.evaluation.families.hooks import (
 # --------------------------------------------------------------------------------------------- lm-eval hooks
 
 
-def _retrieval_metrics(text: str, keywords: list[str], suffix: str = "") -> dict[str, Any]:
-    hits = [100.0 if hit else 0.0 for hit in scoring.keyword_hits(text, keywords)]
-    return {f"recall{suffix}": scoring.multi_retrieval_recall(text, keywords), f"needle_hits{suffix}": hits}
+def _hits(text: str, keywords: list[str]) -> list[float]:
+    return [100.0 if hit else 0.0 for hit in scoring.keyword_hits(text, keywords)]
 
 
 def process_multi_retrieval(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
     """M-RT: needle recall (0..100) and the per-needle hits (100/0, in the order of ``keywords``), and their
-    reference twins."""
+    reference twins (the recall as OpenCompass averages it: per distinct integer depth of the row's requested
+    depths, :func:`~needlebench.evaluation.scoring.opencompass_parallel_recall`; rows without them, plain recall)."""
     keywords = list(doc["keywords"])
+    text, reference = prediction(results), reference_prediction(results)
+    depths = doc.get("requested_depths")
+    if depths is not None and len(depths) == len(keywords):
+        recall_reference = scoring.opencompass_parallel_recall(reference, keywords, depths)
+    else:
+        recall_reference = scoring.multi_retrieval_recall(reference, keywords)
     return {
-        **_retrieval_metrics(prediction(results), keywords),
-        **_retrieval_metrics(reference_prediction(results), keywords, REFERENCE_SUFFIX),
+        "recall": scoring.multi_retrieval_recall(text, keywords),
+        "needle_hits": _hits(text, keywords),
+        f"recall{REFERENCE_SUFFIX}": recall_reference,
+        f"needle_hits{REFERENCE_SUFFIX}": _hits(reference, keywords),
     }
 
 

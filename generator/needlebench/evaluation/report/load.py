@@ -187,7 +187,11 @@ LIST_METRICS = ("per_star", "needle_hits", "weighted")
 
 
 def _check_metrics(
-    path: Path, line: int, metrics: dict[str, Any], left_out: list[tuple[str, str]] | None = None
+    path: Path,
+    line: int,
+    metrics: dict[str, Any],
+    left_out: list[tuple[str, str]] | None = None,
+    highs: Mapping[str, float] | None = None,
 ) -> None:
     """A metric of the wrong type is a one-line error; one that is not a finite number in its range (``NaN``,
     ``Infinity``, a score outside 0-100, in a list too) is taken out of ``metrics`` and named in ``left_out`` (the
@@ -213,7 +217,8 @@ def _check_metrics(
         elif not isinstance(value, (int, float)) or isinstance(value, bool):
             raise _bad(path, line, f"metric {name} is {_value(value)}, not a number")
         else:
-            finite = is_finite_number(value) and SCORE_RANGE[0] <= value <= SCORE_RANGE[1]
+            high = max(SCORE_RANGE[1], (highs or {}).get(name, SCORE_RANGE[1]))
+            finite = is_finite_number(value) and SCORE_RANGE[0] <= value <= high
         if not finite:
             del metrics[name]
             if left_out is not None:
@@ -225,6 +230,14 @@ def _check_metrics(
 SCORE_RANGE = (0.0, 100.0)
 #: The relation count of v2 ATC's ``weighted`` pair: at most the names of the longest chain (atc_*_512).
 MAX_RELATIONS = 100_000
+
+
+def _highs(doc: Mapping[str, Any]) -> dict[str, float]:
+    """Scores a row may log above 100: M-RT's OpenCompass recall divides the hits by the distinct integer depths,
+    so a custom grid whose depths collide gives up to 100 x its needles
+    (:func:`~needlebench.evaluation.scoring.opencompass_parallel_recall`)."""
+    keywords = doc.get("keywords")
+    return {"recall_reference": 100.0 * len(keywords)} if isinstance(keywords, list) else {}
 
 
 def _in_range(name: str, value: list) -> bool:
@@ -468,7 +481,7 @@ def _sample(
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise _bad(path, number, "'metrics' is not a list of metric names")
     metrics = {name: record[name] for name in names if name in record}
-    _check_metrics(path, number, metrics, left_out)
+    _check_metrics(path, number, metrics, left_out, _highs(doc))
     for key in _required_fields(spec, metrics):
         if doc.get(key) is None:
             raise _bad(path, number, f"doc {key} is missing; a {spec.name} row needs it")

@@ -39,6 +39,7 @@ from needlebench.evaluation.scoring.reference import (
     notebook_star_scores,
     open_atc_reference_score,
     opencompass_first_option,
+    opencompass_parallel_recall,
 )
 from needlebench.evaluation.scoring.retrieval import (
     keyword_hits,
@@ -99,6 +100,7 @@ __all__ = [
     "v2_overall",
     # reference-exact twins (the *_reference metrics)
     "opencompass_first_option",
+    "opencompass_parallel_recall",
     "atc_reference_correct",
     "open_atc_reference_score",
     "notebook_star_scores",

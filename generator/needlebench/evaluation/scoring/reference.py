@@ -31,7 +31,7 @@ import json_repair
 
 from needlebench.evaluation.scoring.counting_stars import bracket_depths, normalize_task, reasoning_star_score
 from needlebench.evaluation.scoring.reasoning import normalize_language
-from needlebench.evaluation.scoring.retrieval import single_retrieval_score
+from needlebench.evaluation.scoring.retrieval import keyword_hits, single_retrieval_score
 
 __all__ = [
     "NOTEBOOK_MAX_NESTING",
@@ -40,6 +40,7 @@ __all__ = [
     "notebook_star_scores",
     "open_atc_reference_score",
     "opencompass_first_option",
+    "opencompass_parallel_recall",
 ]
 
 # --------------------------------------------------------------------------------------------- ATC (v1)
@@ -143,6 +144,19 @@ def open_atc_reference_score(prediction: str, answer: str) -> float:
     """Open-ended ATC as the reference scores it: the S-RT evaluator with the eldest name as needle and keyword
     (100 when the name is in the prediction, else 0.2 x the Levenshtein similarity to the name)."""
     return single_retrieval_score(prediction, answer, answer)
+
+
+def opencompass_parallel_recall(prediction: str, keywords: Sequence[str], depths: Sequence[float]) -> float:
+    """One row's share of M-RT's ``average_score`` as OpenCompass's ``NeedleBenchParallelEvaluator`` computes it
+    (``opencompass/datasets/needlebench/parallel.py``): each found keyword adds 100 to the slot of its depth, keyed by
+    ``int(depth)``, and the score is the sum over the distinct slots divided by their number. On the papers' grids
+    (distinct integer depths) that is the plain recall; on a custom grid whose depths truncate to the same integer
+    (``0, 0.4, 0.8``) it divides by fewer slots, and may exceed 100, as the reference does."""
+    hits = keyword_hits(prediction, list(keywords))
+    if len(depths) != len(hits) or not hits:
+        raise ValueError(f"{len(hits)} keyword(s) for {len(depths)} depth(s)")
+    slots = {int(depth) for depth in depths}
+    return 100.0 * sum(hits) / len(slots)
 
 
 # --------------------------------------------------------------------------------------------- Counting-Stars
