@@ -196,6 +196,10 @@ def test_the_move_never_writes_through_a_link_planted_during_the_run(sandbox: Pa
     shared = sandbox / "work" / "SHARED"
     run = run_output.start(shared)
     assert (os.stat(run.folder).st_mode & 0o777) == 0o700 and run.name.startswith(".needlebench-run-")
+    # lm-eval writes by path into the run's folder: it is in the user's private cache, never in the output folder,
+    # where another user who may write there could rename it and put a link in its place while lm-eval writes
+    assert not run.folder.is_relative_to(shared) and not Path(run.lm_eval_path).is_relative_to(shared)
+    assert (os.stat(run.base).st_mode & 0o777) == 0o700 and os.stat(run.base).st_uid == os.getuid()
     (run.folder / ORACLE_FOLDER).mkdir()
     (run.folder / ORACLE_FOLDER / f"results_{FUTURE}.json").write_text("{}\n")
     (shared / ORACLE_FOLDER).symlink_to(sandbox / "mydata")

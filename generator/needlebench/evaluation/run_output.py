@@ -4,10 +4,13 @@ lm-eval writes ``results_<date>.json`` and ``samples_<task>_<date>.jsonl`` by pa
 ``<output_path>/<model folder>/`` (``EvaluationTracker.save_results_aggregated`` and ``save_results_samples`` in
 ``lm_eval/loggers/evaluation_tracker.py``: ``Path.mkdir(exist_ok=True)``, ``write_text``, ``open(..., "a")``), so a
 link planted at the model folder of a results folder from someone else would receive them. lm-eval is therefore
-given a folder made for the run (``.needlebench-run-<random>``, 0700, inside the output folder so that the move is a
-rename on one file system); when the run ends each file it produced is renamed into ``<output>/<model folder>/``
-(:meth:`needlebench.safe_fs.Folder.replace_from`, the model folder opened with ``O_NOFOLLOW``) and the run's folder
-is removed. The layout and the bytes are lm-eval's own; nothing is written through a link.
+given a folder made for the run (``.needlebench-run-<random>``, 0700) in the user's private cache
+(``$NEEDLEBENCH_CACHE/runs``), never inside the output folder: in a shared output folder that others may write (no
+sticky bit, ``unlink(2)``), someone could rename the run's folder and put a link in its place while lm-eval writes
+by path. When the run ends each file it produced is placed into ``<output>/<model folder>/``
+(:meth:`needlebench.safe_fs.Folder.place_from`: a hard link, or a copy by descriptors across file systems; the
+model folder opened with ``O_NOFOLLOW``) and the run's folder is removed. The layout and the bytes are lm-eval's
+own; nothing is written through a link.
 
 A link or a file at ``<output>/<model folder>`` is refused in one line as soon as lm-eval has named the model
 folder (``GeneralConfigTracker.log_experiment_args``, before any request runs), and again by the move itself.
@@ -24,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from needlebench.errors import NeedlebenchError
-from needlebench.safe_fs import Folder, parts_of
+from needlebench.safe_fs import Folder, parts_of, private_folder
+from needlebench.sources.cache import cache_root
 
 #: Name prefix of the folder lm-eval writes a run's files into (sixteen random hex digits follow).
 RUN_PREFIX = ".needlebench-run-"
@@ -37,29 +41,39 @@ class RunOutput:
     """The run's private folder and where its files go."""
 
     destination: Path  # the output folder (its parent for an output path ending in .json, as lm-eval reads it)
-    name: str  # the run's folder inside `destination`
+    name: str  # the run's folder inside `base`
     json_path: bool  # lm-eval's ``--output_path x.json``: files beside it, no model folder
     lm_eval_path: str  # the ``--output_path`` lm-eval receives
+    base: Path  # the private folder holding the run's folder (``$NEEDLEBENCH_CACHE/runs``)
 
     @property
     def folder(self) -> Path:
-        return self.destination / self.name
+        return self.base / self.name
 
     @contextmanager
     def open(self) -> Iterator[Folder]:
-        """The run's folder, opened by descriptors from the destination."""
-        with Folder.open(self.destination) as root, root.sub(self.name) as folder:
+        """The run's folder, opened by descriptors from the private base."""
+        with Folder.open(self.base) as base, base.sub(self.name) as folder:
             yield folder
 
 
 def start(output: Path) -> RunOutput:
-    """Make the run's private folder for the ``--output_path`` `output` (created when missing, as lm-eval does)."""
+    """Make the run's private folder for the ``--output_path`` `output` (the output folder is created when missing,
+    as lm-eval does, so that a bad output path is refused before the model loads)."""
     json_path = output.suffix == ".json"  # lm-eval's rule (save_results_aggregated)
     destination = output.parent if json_path else output
-    with Folder.open(destination, create=True) as root:
-        name = root.new_private(lambda: RUN_PREFIX + secrets.token_hex(8))
-    folder_path = destination / name
-    return RunOutput(destination, name, json_path, str(folder_path / output.name) if json_path else str(folder_path))
+    with Folder.open(destination, create=True):
+        pass
+    with private_folder(cache_root() / "runs") as base:
+        name = base.new_private(lambda: RUN_PREFIX + secrets.token_hex(8))
+        folder_path = base.path / name
+        return RunOutput(
+            destination,
+            name,
+            json_path,
+            str(folder_path / output.name) if json_path else str(folder_path),
+            base.path,
+        )
 
 
 def _refuse_model_folder(run: RunOutput, name: str) -> NeedlebenchError:
@@ -120,19 +134,21 @@ def model_folder_checked(run: RunOutput | None) -> Iterator[None]:
 
 
 def _move(source: Folder, target: Folder, depth: int) -> None:
-    """Rename every regular file of `source` into `target`, folders into folders of the same name (opened with
-    ``O_NOFOLLOW``, created when missing). Nothing else can be in `source` (0700, made by this run)."""
+    """Place every regular file of `source` into `target` (a hard link, or a copy by descriptors across file
+    systems), folders into folders of the same name (opened with ``O_NOFOLLOW``, created when missing), then remove
+    it from `source`. Nothing else can be in `source` (0700, made by this run)."""
     for name in source.listdir():
         info = source.lstat(name)
         if info is None:
             continue
         if stat.S_ISREG(info.st_mode):
             try:
-                target.replace_from(source, name, name)
+                target.place_from(source, name, name)
             except OSError as error:
                 raise NeedlebenchError(
                     f"{target.path / name} cannot be replaced by this run's file ({error.strerror})"
                 ) from None
+            source.unlink(name)
         elif stat.S_ISDIR(info.st_mode) and depth < _MAX_DEPTH:
             try:
                 inner_target = target.sub(name, create=True)
@@ -145,16 +161,16 @@ def _move(source: Folder, target: Folder, depth: int) -> None:
 def deliver(run: RunOutput) -> None:
     """Move the run's files into the output folder and remove the run's folder; when a file cannot be placed
     (a link or a file at the model folder), a one-line error saying where the run's files stay."""
-    with Folder.open(run.destination) as root:
+    with Folder.open(run.destination) as root, Folder.open(run.base) as base:
         try:
-            with root.sub(run.name) as folder:
+            with base.sub(run.name) as folder:
                 _move(folder, root, 0)
         except NeedlebenchError as error:
             raise NeedlebenchError(
                 f"{error}; needlebench never writes through a link: this run's files stay in {run.folder}"
             ) from None
         with contextlib.suppress(OSError):
-            root.rmtree(run.name)
+            base.rmtree(run.name)
 
 
 __all__ = [
