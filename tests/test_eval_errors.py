@@ -5,10 +5,12 @@ needlebench's options first."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -156,6 +158,133 @@ def test_run_help_lists_needlebench_options_first():
     for option in ("--subset N", "--no-length-check", "--skip-too-long", "--resume", "--reasoning", "--think-end MARK"):
         assert ours < text.index(option) < text.index("model and tasks:"), option
     assert text.index("--think-end MARK") < text.index("--model_args")
+
+
+# --------------------------------------------------------------------------------------------- eval: mistakes
+# Each is refused before a model loads (the models named do not exist), in a few seconds, with the fix in the line.
+
+#: Seconds a refusal may take on a busy 2-core machine (a model load, or lm-eval indexing its 12k task YAMLs,
+#: takes longer; the issue measured 5-19 s before these checks).
+QUICK = 30
+
+
+def quick_error(*args: str) -> str:
+    started = time.monotonic()
+    line = one_error(run(*args))
+    assert time.monotonic() - started < QUICK, line
+    return line
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed in this environment")
+def test_a_backend_not_installed_names_its_install_command(tmp_path: Path):
+    line = quick_error("eval", "run", "--model", "vllm", "--model_args", f"pretrained={tmp_path / 'model'}",
+                       "--tasks", "needlebench_single_en_4k")  # fmt: skip
+    assert "--model vllm needs the package 'vllm', which is not installed" in line
+    assert "pip install 'needlebench[vllm]'" in line
+
+
+@pytest.mark.slow
+def test_model_args_the_backend_does_not_take_are_named_with_the_keys_it_takes(tmp_path: Path):
+    model = f"pretrained={tmp_path / 'model'}"
+    line = quick_error("eval", "run", "--model", "hf", "--model_args", f"{model},max_model_len=8192",
+                       "--tasks", "needlebench_single_en_4k")  # fmt: skip
+    assert "--model_args key 'max_model_len' is not taken by --model hf (a vllm key); did you mean max_length?" in line
+    assert "hf takes: pretrained, " in line and "gguf_file" in line
+    line = quick_error("eval", "run", "--model", "hf", "--model_args", f"{model},max_lenght=8192",
+                       "--tasks", "needlebench_single_en_4k")  # fmt: skip
+    assert "--model_args key 'max_lenght' is not taken by --model hf; did you mean max_length?" in line
+    line = quick_error("eval", "run", "--model", "local-completions", "--tasks", "needlebench_single_en_4k",
+                       "--model_args", "base_url=http://127.0.0.1:9/v1/completions,num_concurent=2")  # fmt: skip
+    assert "key 'num_concurent' is not taken by --model local-completions; did you mean num_concurrent?" in line
+    assert "local-completions takes: " in line and "base_url" in line
+
+
+@pytest.mark.slow
+def test_keys_transformers_takes_pass_the_model_args_check(tmp_path: Path):
+    """hf passes unknown keys on to transformers' from_pretrained (and the model config): those are not refused."""
+    keys = "attn_implementation=sdpa,rope_theta=10000"
+    done = run("eval", "run", "--model", "hf", "--tasks", "needlebench_single_en_4k",
+               "--model_args", f"pretrained={tmp_path / 'model'},{keys}", env={"HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]  # refused later, for the missing model, not for its keys
+    assert "attn_implementation" not in done.stderr and "rope_theta" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_gguf_folder_without_gguf_file_names_the_files(tmp_path: Path):
+    folder = tmp_path / "smol"
+    folder.mkdir()
+    for name in ("b.Q8_0.gguf", "a.Q4_1.gguf"):
+        (folder / name).write_bytes(b"GGUF")
+    line = quick_error("eval", "run", "--model", "hf", "--model_args", f"pretrained={folder}",
+                       "--tasks", "needlebench_single_en_4k")  # fmt: skip
+    assert f"pretrained={folder} holds no config.json, only GGUF files (a.Q4_1.gguf, b.Q8_0.gguf)" in line
+    assert "gguf_file=a.Q4_1.gguf" in line
+    line = quick_error("eval", "run", "--model", "hf", "--model_args", f"pretrained={folder},gguf_file=c.gguf",
+                       "--tasks", "needlebench_single_en_4k")  # fmt: skip
+    assert f"gguf_file=c.gguf is not in {folder}; the GGUF files there: a.Q4_1.gguf, b.Q8_0.gguf" in line
+
+
+@pytest.mark.slow
+def test_no_tasks_is_one_line():
+    line = quick_error(*ORACLE)
+    assert "no --tasks given; e.g. --tasks needlebench_single_en_4k" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        (["--output-path", "out"], "--output_path"),
+        (["--model-args", "delay=0"], "--model_args"),
+        (["--skip_too_long"], "--skip-too-long"),
+    ],
+)
+def test_an_unknown_flag_gets_the_other_spelling(given: list[str], meant: str):
+    line = quick_error(*ORACLE, "--tasks", "needlebench_single_en_4k", *given)
+    assert f"unrecognized arguments: {' '.join(given)}; did you mean {meant}?" in line
+    assert "see `needlebench eval run --help`" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["eval", "--help"], ["eval", "run", "--help"], ["eval"]])
+def test_eval_help_shows_the_run_options(command: list[str]):
+    done = run(*command)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for option in ("--skip-too-long", "--subset N", "--model_args", "--output_path", "--tasks"):
+        assert option in done.stdout, option
+    assert "needlebench eval ls" in done.stdout  # the other sub-commands are named too
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("task", "meant"),
+    [
+        ("single_en_4k", "needlebench_single_en_4k"),
+        ("single_cn_4k", "needlebench_single_zh_4k"),
+        ("needlebench_single_cn_4k", "needlebench_single_zh_4k"),
+        ("singel_en_4k", "needlebench_single_en_4k"),
+    ],
+)
+def test_a_task_without_its_prefix_or_with_cn_gets_a_suggestion_at_once(task: str, meant: str):
+    line = quick_error(*ORACLE, "--tasks", task)
+    assert f"unknown task {task!r}; did you mean {meant}?" in line
+
+
+def test_backend_keys_are_read_from_lm_evals_source():
+    """The model-arg keys and packages of lm-eval's lazily registered backends, read without importing them."""
+    import lm_eval.models  # noqa: F401
+    from lm_eval.api.registry import model_registry
+
+    from needlebench.evaluation.backends import read_signature
+
+    entries = dict(model_registry.items())
+    hf, vllm, api = (read_signature(entries[name]) for name in ("hf", "vllm", "local-completions"))
+    assert {"pretrained", "gguf_file", "max_length"} <= set(hf.params) and "max_model_len" not in hf.params
+    assert {"torch", "transformers"} <= set(hf.packages) and hf.escapes  # **kwargs go on to from_pretrained
+    assert {"pretrained", "max_model_len", "max_length"} <= set(vllm.params) and "vllm" in vllm.packages
+    assert {"base_url", "num_concurrent", "max_length"} <= set(api.params) and not api.escapes
+    assert {"aiohttp", "tenacity"} <= set(api.packages)  # TemplateAPI's find_spec check
 
 
 # --------------------------------------------------------------------------------------------- eval: runs

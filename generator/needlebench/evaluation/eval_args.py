@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.eval_guard import EvalArgs, needlebench_configs
+from needlebench.evaluation.eval_guard import WINDOWLESS_MODELS, EvalArgs, needlebench_configs
 from needlebench.evaluation.harness import TASK_PREFIX, all_group_names, all_task_names
 from needlebench.evaluation.subset import SUBSET_KEY, parse_subset
 from needlebench.evaluation.thinking import UNCLOSED_CHOICES
@@ -226,7 +226,11 @@ def lm_eval_parser() -> tuple[_OneLineParser, dict[str, _OneLineParser]]:
         "needlebench's own options come first; every other option is lm-eval's, passed through.",
         width=80,
     )
-    run.usage = "needlebench eval run --model <model> --tasks <task,...> [needlebench options] [lm-eval options]"
+    run.usage = "needlebench eval [run] --model <model> --tasks <task,...> [needlebench options] [lm-eval options]"
+    run.epilog = (
+        "other commands: `needlebench eval ls tasks|groups|subtasks|tags` lists lm-eval's tasks (with needlebench's), "
+        "`needlebench eval validate --tasks T` checks task configs."
+    )
     add_own_options(run)
     _check_json(run)
     return root, choices
@@ -241,15 +245,17 @@ def parse_eval(argv: Sequence[str]) -> tuple[str, argparse.Namespace | None, Eva
     if args and args[0] not in (*SUBCOMMANDS, "-h", "--help"):
         args.insert(0, "run")  # lm-eval's legacy form: options without a sub-command run
     root, choices = lm_eval_parser()
-    if args in ([], ["run"]):  # `eval` or `eval run` alone: the help, as lm-eval does
-        (choices["run"] if args else root).print_help()
-        return args[0] if args else "", None, None
+    if args in ([], ["run"], ["-h"], ["--help"]):  # `eval [run] [--help]`: the run's options, as lm-eval's `run`
+        choices["run"].print_help()
+        return "run", None, None
     try:
-        namespace = root.parse_args(args)
+        namespace, unknown = root.parse_known_args(args)
     except SystemExit as stop:  # --help printed (argparse exits 0 after it)
         if stop.code not in (0, None):
             raise
         return args[0], None, None
+    if unknown:
+        raise NeedlebenchError(unrecognized_message(unknown, choices.get(namespace.command) or root))
     if namespace.command != "run":
         return namespace.command, namespace, None
     own = {
@@ -277,6 +283,36 @@ def parse_eval(argv: Sequence[str]) -> tuple[str, argparse.Namespace | None, Eva
         user_include_path=namespace.include_path,
     )
     return "run", namespace, parsed
+
+
+def _spelling(option: str) -> str:
+    """An option's name without its dashes and with ``-`` and ``_`` alike (needlebench's options are written
+    with hyphens, lm-eval's with underscores: ``--skip-too-long``, ``--output_path``)."""
+    return option.lstrip("-").replace("-", "_").lower()
+
+
+def suggest_option(given: str, options: Sequence[str]) -> str | None:
+    """The option a mistyped one meant: the same name in the other spelling (``--output-path`` for
+    ``--output_path``), else the closest long option (rapidfuzz, as :func:`_closest`)."""
+    name = given.split("=", 1)[0]
+    longs = [option for option in options if option.startswith("--")]
+    same = [option for option in longs if _spelling(option) == _spelling(name)]
+    if same:
+        return same[0]
+    by_spelling = {_spelling(option): option for option in longs}
+    match = _closest(_spelling(name), list(by_spelling))
+    return by_spelling[match] if match else None
+
+
+def unrecognized_message(unknown: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """argparse's "unrecognized arguments" with a did-you-mean for the first option that has one."""
+    options = list(parser._option_string_actions)
+    hint = ""
+    for given in unknown:
+        if given.startswith("--") and (suggestion := suggest_option(given, options)):
+            hint = f"did you mean {suggestion}? "
+            break
+    return f"unrecognized arguments: {' '.join(unknown)}; {hint}see `{parser.prog} --help`"
 
 
 def fill_from_config(namespace: argparse.Namespace) -> None:
@@ -362,21 +398,60 @@ def known_tasks(user_include_path: str | None) -> list[str]:
     return names
 
 
+#: Language slips in a task name: the needlebench configs name Chinese ``zh`` and English ``en``.
+LANGUAGE_SLIPS = {"cn": "zh", "chinese": "zh", "ch": "zh", "english": "en", "eng": "en"}
+#: How close an unprefixed name must be to a needlebench config to be taken for it before lm-eval's own tasks are
+#: indexed (lm-eval 0.4.13's closest task to a config is ``arc_zh``, 83 from ``atc_zh``).
+UNPREFIXED_CUTOFF = 90
+
+
+def _language_fixed(task: str) -> str:
+    return "_".join(LANGUAGE_SLIPS.get(part.lower(), part) for part in task.split("_"))
+
+
+def suggest_task(task: str, known: Sequence[str], loose: bool = True) -> str | None:
+    """The task a mistyped name meant: with ``cn`` read as ``zh`` and the ``needlebench_`` prefix added when it is
+    missing (``single_cn_4k`` -> ``needlebench_single_zh_4k``), else the closest name (for a name without the
+    prefix: a needlebench config within :data:`UNPREFIXED_CUTOFF`, then, when ``loose``, any name)."""
+    known_set = set(known)
+    fixed = _language_fixed(task)
+    prefixed = task.startswith(TASK_PREFIX)
+    for candidate in (fixed, f"{TASK_PREFIX}{fixed}"):
+        if candidate != task and candidate in known_set:
+            return candidate
+    if prefixed:
+        return _closest(fixed, known)
+    from rapidfuzz import fuzz, process
+
+    ours = [name.removeprefix(TASK_PREFIX) for name in known if name.startswith(TASK_PREFIX)]
+    match = process.extractOne(fixed, ours, scorer=fuzz.ratio, score_cutoff=UNPREFIXED_CUTOFF)
+    if match:
+        return f"{TASK_PREFIX}{match[0]}"
+    return _closest(fixed, known) if loose else None
+
+
 def check_tasks(args: EvalArgs) -> None:
-    """An unknown ``needlebench_*`` task name is a one-line error with a did-you-mean (other names are lm-eval's
-    to check: see :func:`unknown_task_error`)."""
-    candidates = [task for task in args.tasks if task.startswith(TASK_PREFIX.rstrip("_"))]
-    if not candidates:
-        return
+    """An unknown ``needlebench_*`` task name is a one-line error with a did-you-mean, and so is a name that is
+    a needlebench task without its prefix or with ``cn`` for ``zh`` (at once: lm-eval's own task index takes
+    seconds); other names are lm-eval's to check (see :func:`unknown_task_message`)."""
+    if not args.tasks:
+        raise NeedlebenchError(
+            "no --tasks given; e.g. --tasks needlebench_single_en_4k (a comma-separated list); run "
+            "`needlebench list` for the configs (task needlebench_<config>)"
+        )
     known = known_tasks(args.user_include_path)
-    for task in candidates:
-        if task in known or task.endswith(".yaml") or Path(task).is_dir():
+    known_set = set(known)
+    for task in args.tasks:
+        if task in known_set or task.endswith(".yaml") or Path(task).is_dir():
             continue
-        raise NeedlebenchError(unknown_task_message(task, known))
+        if task.startswith(TASK_PREFIX.rstrip("_")):
+            raise NeedlebenchError(unknown_task_message(task, known))
+        if suggest_task(task, known, loose=False) is not None:  # a needlebench task meant: said before lm-eval indexes
+            raise NeedlebenchError(unknown_task_message(task, known))
 
 
 def unknown_task_message(task: str, known: Sequence[str]) -> str:
-    suggestion = _closest(task, known)
+    suggestion = suggest_task(task, known)
     hint = f"did you mean {suggestion}? " if suggestion else ""
     return (
         f"unknown task {task!r}; {hint}run `needlebench list` for the configs (task needlebench_<config>) or "
@@ -449,10 +524,24 @@ def check_model(args: EvalArgs) -> None:
     raise NeedlebenchError(f"unknown model {model!r}; {hint}allowed: {', '.join(names)}")
 
 
+def check_backend(args: EvalArgs) -> None:
+    """The ``--model`` backend's packages are installed, and it takes every ``--model_args`` key and the model
+    folder it is given (:mod:`needlebench.evaluation.backends`: read from its source, nothing imported)."""
+    from needlebench.evaluation.backends import check_installed, check_model_args, check_model_folder
+
+    model = str(args.value("model") or "")
+    if not model:
+        return
+    check_installed(model)
+    check_model_args(model, args.model_args, skip=WINDOWLESS_MODELS)
+    check_model_folder(model, args.model_args)
+
+
 def check_run(args: EvalArgs) -> None:
     """Every check that needs no model and no data, in the order a user would fix them (needlebench's models
     registered first)."""
     check_model(args)
+    check_backend(args)
     check_lm_eval(args.namespace)
     check_tasks(args)
     check_metadata(args)

@@ -120,6 +120,13 @@ def run_eval(argv: list[str]) -> int:
             if not str(error).startswith(_TASKS_NOT_FOUND):
                 raise
             raise NeedlebenchError(_unknown_tasks(str(error), managers)) from None
+        except (TypeError, ModuleNotFoundError) as error:  # a model arg or package only the backend could check
+            from needlebench.evaluation.backends import late_error
+
+            message = late_error(error, str(getattr(namespace, "model", "")), args.model_args if args else {})
+            if message is None:
+                raise
+            raise NeedlebenchError(message) from None
         finally:
             for key, value in saved_env.items():
                 if value is None:
