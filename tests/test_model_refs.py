@@ -197,3 +197,54 @@ def test_unknown_window_names_the_model_arg_and_no_length_check(
     with pytest.raises(NeedlebenchError) as error:
         model_window(parsed, parsed.model_args)
     assert "pass max_model_len=N in --model_args, or --no-length-check" in str(error.value)
+
+
+GGUF_REPO = "fixture/smollm2-gguf"
+
+
+@pytest.fixture(scope="module")
+def served_gguf(hub: HubServer) -> str:
+    """SmolLM2's GGUF alone (no tokenizer or config files) as a Hub model, as GGUF repositories are published."""
+    from hub_server import git
+
+    gguf = gguf_path()
+    path = hub.repo_path(GGUF_REPO, "models")
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "core.compression", "0")  # 94 MiB of quantised weights: storing beats compressing
+    commit_files(path, {gguf.name: gguf.read_bytes(), "README.md": "# SmolLM2 GGUF\n"})
+    return gguf.name
+
+
+def test_gguf_of_a_hub_model_is_checked_like_the_local_gguf(
+    hub: HubServer, served_gguf: str, data_dir: Path, tmp_path: Path
+):
+    """pretrained=ORG/NAME,gguf_file=NAME (lm-eval's form): the GGUF is the tokenizer, fetched into the cache lm-eval
+    reads next; the refusal is the local GGUF's, and a gguf_file the repository lacks is one line."""
+    hf_home = tmp_path / "hf-home"
+    env = hub.env(hf_home)
+    local = gguf_path().parent
+    args = f"gguf_file={served_gguf},max_length=2048"
+    from_folder = one_error(needlebench(*check(f"pretrained={local},{args}", data_dir), env=env, cwd=tmp_path))
+    from_hub = one_error(needlebench(*check(f"pretrained={GGUF_REPO},{args}", data_dir), env=env, cwd=tmp_path))
+    assert "row(s) do not fit the window of 2048 tokens (max_length 2048)" in from_hub and from_hub == from_folder
+    assert cached_files(hf_home, GGUF_REPO)[0] == {served_gguf}
+    line = one_error(
+        needlebench(*check(f"pretrained={GGUF_REPO},gguf_file=nope.gguf", data_dir), env=env, cwd=tmp_path)
+    )
+    assert f"gguf_file 'nope.gguf' is not in model {GGUF_REPO} on {hub.url}" in line
+    # a GGUF repository without gguf_file: one line naming the GGUF files there
+    line = one_error(needlebench(*check(f"pretrained={GGUF_REPO},max_length=2048", data_dir), env=env, cwd=tmp_path))
+    assert f"model {GGUF_REPO} on {hub.url} holds no tokenizer or config files" in line
+    assert f"pass gguf_file=NAME in --model_args (GGUF files there: {served_gguf})" in line
+
+
+def test_budget_reads_a_hub_id_too(hub: HubServer, served: Path, data_dir: Path, tmp_path: Path):
+    """`needlebench budget --tokenizer ORG/NAME` counts with the same tokenizer, fetched the same way."""
+    common = ["budget", "single_en_4k", "--max-length", "2048", "--chat-template", "--data-dir", str(data_dir)]
+    env = hub.env(tmp_path / "hf-home")
+    from_folder = needlebench(*common, "--tokenizer", str(served), env=env, cwd=tmp_path)
+    from_hub = needlebench(*common, "--tokenizer", MODEL, env=env, cwd=tmp_path)
+    assert from_folder.returncode == from_hub.returncode == 1, from_hub.stderr[-3000:]  # 1: some row does not fit
+    assert "would be left-truncated" in from_hub.stdout and from_hub.stdout == from_folder.stdout
+    assert cached_files(tmp_path / "hf-home", MODEL)[0] == SMALL

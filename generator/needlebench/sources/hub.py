@@ -24,7 +24,10 @@ apply and downloads are cached); an unreachable endpoint or a missing repo, revi
 from __future__ import annotations
 
 import importlib
+import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -369,10 +372,10 @@ def model_small_files(
 def _model_small_files(
     repo_id: str, revision: str | None, token: str | bool | None, subfolder: str, gguf_file: str | None, what: str
 ) -> Path:
-    from huggingface_hub import constants, hf_hub_download, snapshot_download
+    from huggingface_hub import constants, snapshot_download
 
     prefix = f"{subfolder}/" if subfolder else ""
-    patterns = [prefix + pattern for pattern in MODEL_SMALL_FILES]
+    patterns = [prefix + pattern for pattern in (*MODEL_SMALL_FILES, *([gguf_file] if gguf_file else []))]
     try:
         check_revision(revision)
         if _COMMIT.match(revision or ""):  # immutable: a cached copy needs no network at all
@@ -384,14 +387,48 @@ def _model_small_files(
                     return folder / subfolder
             except hub_errors():
                 pass
-        folder = Path(snapshot_download(repo_id, revision=revision, token=token, allow_patterns=patterns))
-        if gguf_file:
-            hf_hub_download(repo_id, prefix + gguf_file, revision=revision, token=token)
+        with _quiet("huggingface_hub._snapshot_download"):  # "No files matched": said below in one line
+            folder = Path(snapshot_download(repo_id, revision=revision, token=token, allow_patterns=patterns))
     except hub_errors() as error:
         raise NeedlebenchError(_model_error(error, repo_id, revision, what, gguf_file)) from None
-    if constants.HF_HUB_OFFLINE and not _holds_small_files(folder / subfolder, gguf_file):
-        raise NeedlebenchError(_not_cached(repo_id, revision, what))  # a snapshot with other files of the model
+    if not _holds_small_files(folder / subfolder, gguf_file):
+        ref = _model_ref(repo_id, revision)
+        if constants.HF_HUB_OFFLINE:  # a snapshot holding other files of the model
+            raise NeedlebenchError(_not_cached(repo_id, revision, what))
+        if gguf_file:
+            raise NeedlebenchError(
+                f"gguf_file {gguf_file!r} is not in model {ref} on {constants.ENDPOINT}; check its name"
+            )
+        ggufs = _gguf_files(repo_id, revision, token, prefix)
+        raise NeedlebenchError(
+            f"model {ref} on {constants.ENDPOINT} holds no tokenizer or config files ({prefix}config.json, "
+            f"{prefix}tokenizer.json, ...); for a GGUF model pass gguf_file=NAME in --model_args"
+            + (f" (GGUF files there: {', '.join(ggufs)})" if ggufs else "")
+        )
     return folder / subfolder
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Warnings of the logger `name` held back (errors still shown)."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _gguf_files(repo_id: str, revision: str | None, token: str | bool | None, prefix: str) -> list[str]:
+    """The ``.gguf`` files of a Hub model (under `prefix`), best effort (empty when they cannot be listed)."""
+    from huggingface_hub import HfApi
+
+    try:
+        names = HfApi().list_repo_files(repo_id, revision=revision, token=token)
+    except hub_errors():
+        return []
+    return sorted(name.removeprefix(prefix) for name in names if name.startswith(prefix) and name.endswith(".gguf"))
 
 
 def _holds_small_files(folder: Path, gguf_file: str | None) -> bool:
