@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_server import HubServer, commit_files, olah_fixture
+from hub_server import HubServer, commit_files, free_port, olah_fixture
 from support import build_data
 from support.smollm import gguf_path
 from test_eval_guard import FakeOpenAI
@@ -172,6 +172,15 @@ def test_a_model_that_cannot_be_had_is_one_line(hub: HubServer, served: Path, da
     line = one_error(needlebench(*check(f"pretrained={MODEL},revision=v9.9", data_dir), env=env, cwd=tmp_path))
     # olah answers an unknown tag like an unknown repo (the Hub itself says "revision not found")
     assert f"pretrained '{MODEL}'" in line and (f"no model {MODEL}@v9.9" in line or "no revision 'v9.9'" in line)
+    # nothing listens at the endpoint (and nothing cached): one line naming the endpoint to check
+    dead = f"http://127.0.0.1:{free_port()}"
+    line = one_error(
+        needlebench(*check(f"pretrained={MODEL}", data_dir), env={**env, "HF_ENDPOINT": dead}, cwd=tmp_path)
+    )
+    assert (
+        f"pretrained '{MODEL}' (model {MODEL} on the Hub; not a local folder): cannot reach the Hub at {dead}" in line
+    )
+    assert "check HF_ENDPOINT and the network" in line
     missing = tmp_path / "no-such-folder"
     line = one_error(needlebench(*check(f"pretrained={missing},max_length=2048", data_dir), env=env, cwd=tmp_path))
     assert f"pretrained '{missing}' is not a local folder" in line and "not a Hub model id (ORG/NAME)" in line

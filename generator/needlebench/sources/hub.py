@@ -86,8 +86,9 @@ def hub_errors() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
-#: What a Hub token looks like in a message (``hf_...``, an ``Authorization: Bearer ...`` value).
-_TOKEN_TEXT = re.compile(r"(?i)(bearer\s+)\S+|\bhf_[A-Za-z0-9]{4,}")
+#: What a Hub token looks like in a message (``hf_...``, an ``Authorization: Bearer ...`` value). ``hf_`` is
+#: matched in lower case only: the names ``HF_ENDPOINT`` and ``HF_TOKEN`` in a message are advice, not secrets.
+_TOKEN_TEXT = re.compile(r"(?i:(bearer\s+))\S+|\bhf_[A-Za-z0-9]{4,}")
 
 
 def check_token(token: object) -> str | None:
