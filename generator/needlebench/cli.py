@@ -462,7 +462,7 @@ def budget(
         typer.Option(
             help=(
                 "The model's tokenizer: a model or tokenizer folder, a .gguf file, a folder holding one .gguf, or a "
-                "model name in the local Hugging Face cache."
+                "Hub model id (ORG/NAME: its tokenizer files only, from the Hugging Face cache or fetched)."
             )
         ),
     ],

@@ -239,21 +239,84 @@ def server_max_model_len(base_url: str, timeout: float = 10.0) -> int | None:
     return min(lengths) if lengths else None
 
 
+#: Largest ``config.json`` of a model read for its window (a model folder may come from anyone).
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+#: Keys of a model's ``config.json`` that give its window: lm-eval's ``hf`` model reads ``n_positions``,
+#: ``max_position_embeddings`` and ``n_ctx`` (``HFLM.max_length`` in lm_eval/models/huggingface.py).
+WINDOW_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def window_arg(kind: str) -> str:
+    """The model arg that sets the window of an lm-eval model: ``max_model_len`` for vLLM, else ``max_length``."""
+    return "max_model_len" if kind == "vllm" else "max_length"
+
+
+def _unknown_window(kind: str, why: str) -> NeedlebenchError:
+    arg = window_arg(kind)
+    return NeedlebenchError(
+        f"cannot tell the context window of --model {kind} ({why}); pass {arg}=N in --model_args, or "
+        "--no-length-check to skip the check (lm-eval then truncates over-long prompts silently)"
+    )
+
+
 def _config_window(path: str | None) -> int | None:
+    """The window the ``config.json`` of the model folder ``path`` records (:data:`WINDOW_KEYS`, also under
+    ``text_config``), or None. Read as a regular file of at most :data:`MAX_CONFIG_BYTES` (a FIFO or a huge file
+    planted there is a one-line error, not a hang)."""
     if not path:
         return None
     config = Path(path).expanduser() / "config.json"
-    if not config.is_file():
+    try:
+        real = config.resolve(strict=True)  # the HF cache links snapshot files to its blobs
+    except (OSError, RuntimeError):
         return None
-    data = json.loads(config.read_text(encoding="utf-8"))
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        if isinstance(data.get(key), int):
-            return int(data[key])
+    try:
+        with Folder.open(real.parent) as folder:
+            text = folder.read_text(real.name, limit=MAX_CONFIG_BYTES, what=f" ({config})")
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        raise NeedlebenchError(f"{config} is not valid JSON; the model's config cannot be read") from None
+    if not isinstance(data, dict):
+        raise NeedlebenchError(f"{config} is not a JSON object; the model's config cannot be read")
+    for section in (data, data.get("text_config")):
+        if not isinstance(section, dict):
+            continue
+        for key in WINDOW_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
     return None
 
 
-def model_window(args: EvalArgs, model_args: Mapping[str, Any]) -> tuple[int | None, str]:
-    """The number of tokens (prompt + generation) the run may use, and where it comes from."""
+def _revision(kind: str, model_args: Mapping[str, Any], tokenizer: bool = False) -> str | None:
+    """The revision lm-eval reads the model (or, with `tokenizer`, its tokenizer) at: ``revision``; vLLM reads the
+    tokenizer at ``tokenizer_revision`` (``lm_eval/models/vllm_causallms.py``)."""
+    if kind == "vllm" and tokenizer:
+        return _text(model_args.get("tokenizer_revision"))
+    return _text(model_args.get("revision"))
+
+
+def _token(model_args: Mapping[str, Any]) -> str | bool | None:
+    """The ``token`` model arg (``True``/``False`` as lm-eval parses them), else None: ``huggingface_hub`` then
+    uses ``HF_TOKEN`` or the stored login, as for lm-eval's own download."""
+    value = model_args.get("token")
+    if isinstance(value, bool):
+        return value
+    return _text(value)
+
+
+def _subfolder(kind: str, model_args: Mapping[str, Any]) -> str | None:
+    return _text(model_args.get("subfolder")) if kind == "hf" else None
+
+
+def model_window(args: EvalArgs, model_args: Mapping[str, Any]) -> tuple[int, str]:
+    """The number of tokens (prompt + generation) the run may use, and where it comes from: the model args
+    (``max_model_len`` / ``max_length``), the server (API models), else the model's config (a folder, a GGUF, or a
+    Hub id whose config.json is fetched, see :func:`needlebench.evaluation.model_tokenizer.resolve_source`). When
+    it cannot be told, a one-line error names the model arg that sets it and ``--no-length-check``."""
     kind = model_kind(args)
     explicit = model_args.get("max_model_len") or model_args.get("max_length")
     if kind in API_MODELS:
@@ -267,18 +330,31 @@ def model_window(args: EvalArgs, model_args: Mapping[str, Any]) -> tuple[int | N
             limits.append((length - 1, f"max_length {length} (lm-eval keeps max_length - 1)"))
         elif explicit:
             limits.append((int(explicit), f"max_length {explicit}"))
-        return min(limits) if limits else (None, "")
+        if not limits:
+            raise _unknown_window(kind, f"the server at {url} reports no max_model_len" if url else "no base_url")
+        return min(limits)
     if explicit:
         return int(explicit), f"{'max_model_len' if model_args.get('max_model_len') else 'max_length'} {explicit}"
-    source = model_args.get("pretrained")
-    window = _config_window(str(source) if source else None)
-    if window:
-        return window, f"the model config's {window}"
-    if source and (model_args.get("gguf_file") or str(source).lower().endswith(".gguf")):
-        window = gguf_context_length(resolve_source(str(source), _text(model_args.get("gguf_file"))))
+    pretrained = _text(model_args.get("pretrained"))
+    if pretrained is None:
+        raise _unknown_window(kind, "no pretrained= in --model_args")
+    source = resolve_source(
+        pretrained,
+        _text(model_args.get("gguf_file")),
+        revision=_revision(kind, model_args),
+        token=_token(model_args),
+        subfolder=_subfolder(kind, model_args),
+        what="pretrained",
+    )
+    if source.gguf_file:  # transformers reads a GGUF's config from the GGUF, not from a config.json beside it
+        window = gguf_context_length(source)
         if window:
             return window, f"the GGUF's context_length {window}"
-    return None, ""
+        raise _unknown_window(kind, f"{source.gguf_file} records no context_length")
+    window = _config_window(source.path)
+    if window:
+        return window, f"the model config's {window}"
+    raise _unknown_window(kind, f"the config.json of {pretrained} gives none of {', '.join(WINDOW_KEYS)}")
 
 
 def _text(value: Any) -> str | None:
@@ -287,11 +363,17 @@ def _text(value: Any) -> str | None:
 
 def tokenizer_source(args: EvalArgs, model_args: Mapping[str, Any]) -> TokenizerSource | None:
     """Where lm-eval will read the model's tokenizer: the ``tokenizer`` model arg, else ``pretrained`` (with
-    ``gguf_file``; ``model`` for the API models), as ``lm_eval/models/huggingface.py`` ``_create_tokenizer``."""
+    ``gguf_file``; ``model`` for the API models), as ``lm_eval/models/huggingface.py`` ``_create_tokenizer``, at
+    the same revision (vLLM: ``tokenizer_revision``), with the same token and ``subfolder``; a Hub id gets its
+    tokenizer and config files only (:func:`needlebench.evaluation.model_tokenizer.resolve_source`)."""
+    kind = model_kind(args)
+    common = {"revision": _revision(kind, model_args, tokenizer=True), "token": _token(model_args)}
+    common["subfolder"] = _subfolder(kind, model_args)
     if _text(model_args.get("tokenizer")):
-        return resolve_source(str(model_args["tokenizer"]))
-    path = _text(model_args.get("model" if model_kind(args) in API_MODELS else "pretrained"))
-    return resolve_source(path, _text(model_args.get("gguf_file"))) if path else None
+        return resolve_source(str(model_args["tokenizer"]), what="tokenizer", **common)
+    key = "model" if kind in API_MODELS else "pretrained"
+    path = _text(model_args.get(key))
+    return resolve_source(path, _text(model_args.get("gguf_file")), what=key, **common) if path else None
 
 
 # --------------------------------------------------------------------------------------------- preflight

@@ -1,10 +1,14 @@
-"""A model's tokenizer, read the way lm-eval reads it: a folder, a model in the local Hugging Face cache, or a GGUF.
+"""A model's tokenizer, read the way lm-eval reads it: a folder, a Hub model id, or a GGUF.
 
 lm-eval's ``hf`` model (``lm_eval/models/huggingface.py``, ``_create_tokenizer``) loads
 ``AutoTokenizer.from_pretrained(tokenizer)`` when the ``tokenizer`` model arg is given, else
-``AutoTokenizer.from_pretrained(pretrained, gguf_file=gguf_file)``. :func:`load_tokenizer` does the same, with
-nothing downloaded (``local_files_only``; a Hub name must already be in the local cache), and accepts a GGUF
-in three forms: ``DIR`` plus ``gguf_file=NAME`` (lm-eval's model args), the path of a ``.gguf`` file, or a
+``AutoTokenizer.from_pretrained(pretrained, gguf_file=gguf_file)``, at the model's ``revision``.
+:func:`resolve_source` turns such a reference into a local folder first: a folder or file as given; a Hub model id
+(``ORG/NAME``) becomes its folder in the Hugging Face cache holding only its tokenizer and config files, fetched
+through ``huggingface_hub`` at the same revision and with the same token (``HF_ENDPOINT``, ``HF_HUB_CACHE`` and
+``HF_HUB_OFFLINE`` respected; :func:`needlebench.sources.hub.model_small_files`), and the weights are left to lm-eval.
+:func:`load_tokenizer` then reads the folder with nothing downloaded (``local_files_only``). A GGUF is accepted in
+three forms: ``DIR`` (or a Hub id) plus ``gguf_file=NAME`` (lm-eval's model args), the path of a ``.gguf`` file, or a
 folder holding exactly one ``.gguf`` file and no tokenizer files.
 
 Reading the tokenizer out of a GGUF takes transformers some 10 s (it converts the GGUF vocabulary), so the
@@ -27,6 +31,7 @@ from typing import Any
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.cache import cache_folder, cache_root, read_private
 from needlebench.sources.hf_tokenizer import load_transformers_tokenizer
+from needlebench.sources.hub import check_token, is_model_id, model_small_files
 
 #: Files whose presence makes a folder a tokenizer folder (then any ``.gguf`` beside them is not guessed at).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -46,9 +51,36 @@ class TokenizerSource:
         return f"{self.path} (gguf_file={self.gguf_file})" if self.gguf_file else self.path
 
 
-def resolve_source(path: str, gguf_file: str | None = None) -> TokenizerSource:
-    """The :class:`TokenizerSource` of a ``--tokenizer`` value (and ``--gguf-file``) or of lm-eval model args."""
+def resolve_source(
+    path: str,
+    gguf_file: str | None = None,
+    *,
+    revision: str | None = None,
+    token: str | bool | None = None,
+    subfolder: str | None = None,
+    what: str = "tokenizer",
+) -> TokenizerSource:
+    """The :class:`TokenizerSource` of a ``--tokenizer`` value (and ``--gguf-file``) or of lm-eval model args
+    (``what`` names the model arg in messages): a local folder or file, else a Hub model id, whose tokenizer and
+    config files (and ``gguf_file``) are fetched into the Hugging Face cache at ``revision`` with ``token``."""
     given = Path(path).expanduser()
+    if not given.exists() and is_model_id(path):
+        folder = model_small_files(
+            path,
+            revision=revision or None,
+            token=check_token(token) if isinstance(token, str) else token,
+            subfolder=subfolder or "",
+            gguf_file=gguf_file,
+            what=what,
+        )
+        return TokenizerSource(str(folder), gguf_file)
+    if not given.exists() and not given.is_symlink():
+        raise NeedlebenchError(
+            f"{what} {path!r} is not a local folder nor a model in the local Hugging Face cache, and not a Hub model "
+            "id (ORG/NAME) to fetch; give the folder of a model or tokenizer, a .gguf file, or a model id"
+        )
+    if subfolder and given.is_dir():
+        given = given / subfolder
     if gguf_file:
         if given.is_file():
             raise NeedlebenchError(
@@ -64,8 +96,8 @@ def resolve_source(path: str, gguf_file: str | None = None) -> TokenizerSource:
     if given.is_file():
         if given.suffix.lower() != ".gguf":
             raise NeedlebenchError(
-                f"tokenizer {path!r} is a file but not a .gguf; give a tokenizer or model folder, a .gguf file, "
-                "or a model name in the local Hugging Face cache"
+                f"{what} {path!r} is a file but not a .gguf; give a tokenizer or model folder, a .gguf file, "
+                "or a Hugging Face Hub model id"
             )
         return TokenizerSource(str(given.parent), given.name)
     if given.is_dir() and not any((given / name).is_file() for name in TOKENIZER_FILES):
@@ -164,7 +196,8 @@ def _save(tokenizer: Any, cached: Path, name: str) -> None:
 
 @lru_cache(maxsize=4)
 def load_source(source: TokenizerSource) -> Any:
-    """The transformers tokenizer of ``source``; nothing is downloaded."""
+    """The transformers tokenizer of ``source`` (a local folder, see :func:`resolve_source`); nothing is
+    downloaded."""
     if source.gguf_file:
         return _load_gguf(source)
 
@@ -173,7 +206,7 @@ def load_source(source: TokenizerSource) -> Any:
 
 def load_tokenizer(path: str, gguf_file: str | None = None) -> Any:
     """A transformers tokenizer from a folder, a ``.gguf`` file, a folder with one GGUF, ``path`` plus
-    ``gguf_file``, or a model name in the local Hugging Face cache (see the module doc)."""
+    ``gguf_file``, or a Hub model id (see the module doc)."""
     return load_source(resolve_source(path, gguf_file))
 
 

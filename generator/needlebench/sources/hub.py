@@ -5,6 +5,9 @@
   an empty part keeps its default: ``hub:ORG/NAME::validation:body``.
 * ``opencompass[@REV]`` names the files of the Hub dataset ``opencompass/NeedleBench`` that the papers use
   (:func:`opencompass_file`, :func:`parse_corpus_option`).
+* A model id (``pretrained=ORG/NAME`` as lm-eval and vLLM take it) gets only its small files, the tokenizer and
+  config (:func:`model_small_files`, :data:`MODEL_SMALL_FILES`), never its weights, for the length check of
+  ``needlebench eval``.
 
 Pinned revision: :data:`OPENCOMPASS_REVISION` is commit ``bb30238fea08590e7b9b8021a40b51d44b105e55`` of
 ``opencompass/NeedleBench`` ("Update README.md", 2024-07-26), the revision whose files the reference
@@ -21,8 +24,12 @@ apply and downloads are cached); an unreachable endpoint or a missing repo, revi
 from __future__ import annotations
 
 import importlib
+import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +86,9 @@ def hub_errors() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
-#: What a Hub token looks like in a message (``hf_...``, an ``Authorization: Bearer ...`` value).
-_TOKEN_TEXT = re.compile(r"(?i)(bearer\s+)\S+|\bhf_[A-Za-z0-9]{4,}")
+#: What a Hub token looks like in a message (``hf_...``, an ``Authorization: Bearer ...`` value). ``hf_`` is
+#: matched in lower case only: the names ``HF_ENDPOINT`` and ``HF_TOKEN`` in a message are advice, not secrets.
+_TOKEN_TEXT = re.compile(r"(?i:(bearer\s+))\S+|\bhf_[A-Za-z0-9]{4,}")
 
 
 def check_token(token: object) -> str | None:
@@ -300,3 +308,175 @@ def load_hub_documents(spec: str) -> tuple[list[str], dict[str, Any]]:
         "documents": len(documents),
     }
     return documents, meta
+
+
+# --------------------------------------------------------------------------------------------- models
+
+#: The files of a model repository that say how it tokenizes and how long its window is: what transformers'
+#: ``AutoTokenizer`` and ``AutoConfig`` read (``transformers/tokenization_utils_base.py``,
+#: ``transformers/configuration_utils.py``), never weights. Glob patterns of ``huggingface_hub`` (``fnmatch``).
+MODEL_SMALL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "additional_chat_templates/*.jinja",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "*.tiktoken",
+)
+
+
+def is_model_id(value: str) -> bool:
+    """Whether ``value`` is a Hub repository id as ``huggingface_hub`` takes it (``ORG/NAME``, or a legacy ``NAME``)
+    rather than a path (``./x``, ``/x``, ``~/x``, ``a/b/c``)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if not value or value.startswith((".", "/", "~")):
+        return False
+    try:
+        validate_repo_id(value)
+    except HFValidationError:
+        return False
+    return True
+
+
+def model_small_files(
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    token: str | bool | None = None,
+    subfolder: str = "",
+    gguf_file: str | None = None,
+    what: str = "pretrained",
+) -> Path:
+    """The local folder (in the Hugging Face cache) of the Hub model ``repo_id`` at ``revision`` holding its
+    :data:`MODEL_SMALL_FILES` (under ``subfolder``), and ``gguf_file`` when given (a GGUF is its own tokenizer: it is
+    the file lm-eval would download next, into the same cache).
+
+    ``HF_ENDPOINT``, ``HF_HOME`` / ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` apply as for lm-eval's own download; the
+    token is ``token`` or, when None, the one ``huggingface_hub`` finds (``HF_TOKEN``, ``hf auth login``). A model
+    that cannot be had is a one-line :class:`~needlebench.errors.NeedlebenchError` naming it and what was tried."""
+    return _model_small_files(repo_id, revision, token, subfolder.strip("/"), gguf_file, what)
+
+
+@lru_cache(maxsize=16)
+def _model_small_files(
+    repo_id: str, revision: str | None, token: str | bool | None, subfolder: str, gguf_file: str | None, what: str
+) -> Path:
+    from huggingface_hub import constants, snapshot_download
+
+    prefix = f"{subfolder}/" if subfolder else ""
+    patterns = [prefix + pattern for pattern in (*MODEL_SMALL_FILES, *([gguf_file] if gguf_file else []))]
+    try:
+        check_revision(revision)
+        if _COMMIT.match(revision or ""):  # immutable: a cached copy needs no network at all
+            try:
+                folder = Path(
+                    snapshot_download(repo_id, revision=revision, allow_patterns=patterns, local_files_only=True)
+                )
+                if _holds_small_files(folder / subfolder, gguf_file):
+                    return folder / subfolder
+            except hub_errors():
+                pass
+        with _quiet("huggingface_hub._snapshot_download"):  # "No files matched": said below in one line
+            folder = Path(snapshot_download(repo_id, revision=revision, token=token, allow_patterns=patterns))
+    except hub_errors() as error:
+        raise NeedlebenchError(_model_error(error, repo_id, revision, what, gguf_file)) from None
+    if not _holds_small_files(folder / subfolder, gguf_file):
+        ref = _model_ref(repo_id, revision)
+        if constants.HF_HUB_OFFLINE:  # a snapshot holding other files of the model
+            raise NeedlebenchError(_not_cached(repo_id, revision, what))
+        if gguf_file:
+            raise NeedlebenchError(
+                f"gguf_file {gguf_file!r} is not in model {ref} on {constants.ENDPOINT}; check its name"
+            )
+        ggufs = _gguf_files(repo_id, revision, token, prefix)
+        raise NeedlebenchError(
+            f"model {ref} on {constants.ENDPOINT} holds no tokenizer or config files ({prefix}config.json, "
+            f"{prefix}tokenizer.json, ...); for a GGUF model pass gguf_file=NAME in --model_args"
+            + (f" (GGUF files there: {', '.join(ggufs)})" if ggufs else "")
+        )
+    return folder / subfolder
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Warnings of the logger `name` held back (errors still shown)."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _gguf_files(repo_id: str, revision: str | None, token: str | bool | None, prefix: str) -> list[str]:
+    """The ``.gguf`` files of a Hub model (under `prefix`), best effort (empty when they cannot be listed)."""
+    from huggingface_hub import HfApi
+
+    try:
+        names = HfApi().list_repo_files(repo_id, revision=revision, token=token)
+    except hub_errors():
+        return []
+    return sorted(name.removeprefix(prefix) for name in names if name.startswith(prefix) and name.endswith(".gguf"))
+
+
+def _holds_small_files(folder: Path, gguf_file: str | None) -> bool:
+    if gguf_file:
+        return (folder / gguf_file).is_file()
+    return any((folder / name).is_file() for name in MODEL_SMALL_FILES if "*" not in name)
+
+
+def _model_ref(repo_id: str, revision: str | None) -> str:
+    return f"{repo_id}@{revision}" if revision else repo_id
+
+
+def _not_cached(repo_id: str, revision: str | None, what: str) -> str:
+    from huggingface_hub import constants
+
+    at = f" --revision {revision}" if revision else ""
+    return (
+        f"{what} {repo_id!r} is not a local folder, and model {_model_ref(repo_id, revision)} is not in the Hugging "
+        f"Face cache ({constants.HF_HUB_CACHE}) while HF_HUB_OFFLINE is set: unset HF_HUB_OFFLINE to fetch its "
+        f"tokenizer and config, or download the model first (`hf download {repo_id}{at}`), or give its folder"
+    )
+
+
+def _model_error(error: BaseException, repo_id: str, revision: str | None, what: str, gguf_file: str | None) -> str:
+    from huggingface_hub import constants
+    from huggingface_hub import errors as hf_errors
+
+    ref = _model_ref(repo_id, revision)
+    endpoint = constants.ENDPOINT
+    if isinstance(error, hf_errors.OfflineModeIsEnabled) or (
+        isinstance(error, hf_errors.LocalEntryNotFoundError) and constants.HF_HUB_OFFLINE
+    ):
+        return _not_cached(repo_id, revision, what)
+    if isinstance(error, hf_errors.RevisionNotFoundError):
+        return (
+            f"{what} {repo_id!r}: model {repo_id} has no revision {revision!r} on {endpoint}; give an existing "
+            "tag, branch or commit (revision=)"
+        )
+    if isinstance(error, (hf_errors.RepositoryNotFoundError, hf_errors.HFValidationError)):
+        return (  # only the names the user gave: nothing here can hold a token
+            f"{what} {repo_id!r} is not a local folder, and the Hub at {endpoint} has no model {ref} (or it is "
+            "private or gated: give token= in --model_args or set HF_TOKEN); check the id, or give the model's folder"
+        )
+    if (
+        gguf_file
+        and isinstance(error, hf_errors.EntryNotFoundError)
+        and not isinstance(error, hf_errors.LocalEntryNotFoundError)
+    ):
+        return f"gguf_file {gguf_file!r} is not in model {ref} on {endpoint}; check its name"
+    return hub_error_message(error, f"{what} {repo_id!r} (model {ref} on the Hub; not a local folder)")
