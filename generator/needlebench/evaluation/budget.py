@@ -9,7 +9,10 @@ and lists the rows that would be truncated.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -352,6 +355,39 @@ def _parquet_rows(handles: list[IO[bytes]]) -> Iterator[dict[str, Any]]:
     finally:
         for handle in handles:
             handle.close()
+
+
+#: madvise(2) advice MADV_DONTNEED (Linux): the pages leave this process; a read-only file mapping reads them again
+#: from the page cache when touched.
+_MADV_DONTNEED = 4
+
+
+def release_mapped_pages(rows: Any) -> int:
+    """Drop the pages of the memory-mapped Arrow files of ``rows`` (a `datasets.Dataset`: its ``cache_files``) from
+    this process's resident memory, and return the bytes of mapping advised. Reading every prompt of a split
+    through its map (the length check) would otherwise keep the whole file resident (2 GB at ``single_en_1000k``)
+    although each batch is dropped once counted. Only read-only mappings of exactly those files, as
+    ``/proc/self/maps`` lists them, are advised (Linux; elsewhere nothing is done), so no other memory is touched;
+    the rows stay readable."""
+    files = {os.path.realpath(item["filename"]) for item in getattr(rows, "cache_files", None) or []}
+    if not files or not sys.platform.startswith("linux"):
+        return 0
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as handle:
+            lines = handle.readlines()
+    except OSError:
+        return 0
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    advised = 0
+    for line in lines:
+        fields = line.rstrip("\n").split(maxsplit=5)  # address perms offset dev inode path
+        if len(fields) < 6 or "w" in fields[1] or fields[5] not in files:
+            continue
+        start, end = (int(value, 16) for value in fields[0].split("-"))
+        if madvise(start, end - start, _MADV_DONTNEED) == 0:
+            advised += end - start
+    return advised
 
 
 @dataclass

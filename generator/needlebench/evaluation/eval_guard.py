@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.budget import TokenCounter, count_batches, progress_bar
+from needlebench.evaluation.budget import TokenCounter, count_batches, progress_bar, release_mapped_pages
 from needlebench.evaluation.harness import (
     TASK_PREFIX,
     all_task_names,
@@ -399,6 +399,7 @@ def preflight(args: EvalArgs) -> Preflight | None:
                             result.first.append((str(row["id"]), tokens))
                     else:
                         result.keep[task].append(int(row["index"]))
+                release_mapped_pages(rows)  # the counted prompts' pages of the map: RSS stays that of a batch
                 if result.too_long and not args.skip_too_long:
                     break  # the first rows that do not fit: the run is refused, the rest need not be counted
         if result.too_long and not args.skip_too_long:
