@@ -199,3 +199,39 @@ def test_counted_pages_of_the_map_leave_the_resident_set(data_dir: Path):
     assert _mapped_rss(path) == 0
     assert [row["prompt"] for row in split.select_columns(["prompt"])] == prompts  # read again from the file
     assert budget.release_mapped_pages([{"prompt": "a list, not a mapped split"}]) == 0
+
+
+class FakeTerminal:
+    """A stderr that says it is a terminal and keeps what is written."""
+
+    def __init__(self, tty: bool) -> None:
+        self.tty, self.text = tty, ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_bar_only_on_a_terminal_and_only_when_the_count_takes_long(tty: bool, monkeypatch: pytest.MonkeyPatch):
+    import time
+
+    stream = FakeTerminal(tty)
+    monkeypatch.setattr(sys, "stderr", stream)
+    with budget.progress_bar(10, "length check") as bar:
+        bar.update(5)  # quick: nothing shown yet
+        assert stream.text == ""
+        time.sleep(1.2)
+        bar.update(5)
+    assert ("length check" in stream.text and "10/10" in stream.text) == tty
+    shown = stream.text
+    with budget.progress_bar(10, "counting", enabled=False) as bar:  # budget_report(progress=False)
+        time.sleep(1.2)
+        bar.update(10)
+    assert stream.text == shown
