@@ -345,7 +345,8 @@ def test_server_window_refuses_too_long_rows_in_one_line(server: str, data_dir: 
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines == [
         "needlebench: error: 1 row(s) do not fit the window of 8192 tokens (the server's max_model_len 8192) with "
-        "max_gen_toks: needlebench_counting_stars_acquisition_en_128k 1/2; raise max_model_len / max_length, "
+        "max_gen_toks: needlebench_counting_stars_acquisition_en_128k 1/2; first: "
+        "counting_stars_acquisition_en_128k-L8000 (8122 prompt tokens); raise max_model_len / max_length, "
         "choose shorter configs, or pass --skip-too-long to run the rest"
     ]
     assert not (tmp_path / "out").exists()

@@ -162,8 +162,10 @@ def _first_line(error: BaseException) -> str:
 
 #: Version of the Arrow files :func:`_read_config` keeps (bump when what they hold changes).
 ARROW_FORMAT = "needlebench-arrow-1"
-#: Rows per Arrow batch while converting (a 1M-token prompt is a few MB).
+#: Rows per Arrow batch while converting, and the bytes a batch may hold (from each row group's uncompressed size):
+#: a 1M-token prompt is some 4 MB, so 64 of them would hold a gigabyte at once.
 _BATCH_ROWS = 64
+_BATCH_BYTES = 16 * 1024 * 1024
 
 
 def arrow_cache_dir() -> Path:
@@ -207,9 +209,14 @@ def _read_config(open_file: Callable[[str], IO[bytes]], config: str, entry: dict
                         with pa.ipc.new_stream(out, schema) as writer:
                             for handle in handles:
                                 handle.seek(0)
-                                for batch in pq.ParquetFile(handle).iter_batches(batch_size=_BATCH_ROWS):
-                                    table = pa.Table.from_batches([batch]).select(list(features))
-                                    writer.write_table(table.cast(schema))
+                                parquet = pq.ParquetFile(handle)
+                                for group in range(parquet.metadata.num_row_groups):
+                                    info = parquet.metadata.row_group(group)
+                                    size = _BATCH_BYTES * info.num_rows // max(info.total_byte_size, 1)
+                                    size = max(1, min(_BATCH_ROWS, size))
+                                    for batch in parquet.iter_batches(batch_size=size, row_groups=[group]):
+                                        table = pa.Table.from_batches([batch]).select(list(features))
+                                        writer.write_table(table.cast(schema))
                 except (KeyError, ValueError, OSError, pa.ArrowException) as error:
                     raise NeedlebenchError(
                         f"the files of config {config} in {where} are not readable Parquet with its columns "

@@ -9,7 +9,10 @@ and lists the rows that would be truncated.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +25,10 @@ from needlebench.tasks.grid import ConfigSpec, get_config
 
 #: Prompts encoded per tokenizer call (fast tokenizers encode a batch in parallel).
 ENCODE_BATCH = 64
+#: Characters of prompt text held at once: rows are read and counted in batches of at most :data:`ENCODE_BATCH`
+#: rows and about this many characters (at a million tokens a prompt is some 4 million characters, so such rows
+#: go a few at a time); a tokenizer call encodes at most this many characters.
+BATCH_CHARS = 16 * 1024 * 1024
 
 
 def load_tokenizer(path: str, gguf_file: str | None = None) -> Any:
@@ -43,14 +50,28 @@ def render_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+def _batches(texts: list[str], indices: list[int]) -> Iterator[list[int]]:
+    """``indices`` in runs of at most :data:`ENCODE_BATCH` texts and :data:`BATCH_CHARS` characters (a longer text
+    alone): a tokenizer's batch holds every encoding at once, so 64 prompts of a million tokens would not fit."""
+    run: list[int] = []
+    size = 0
+    for index in indices:
+        if run and (len(run) >= ENCODE_BATCH or size + len(texts[index]) > BATCH_CHARS):
+            yield run
+            run, size = [], 0
+        run.append(index)
+        size += len(texts[index])
+    if run:
+        yield run
+
+
 def count_tokens(tokenizer: Any, texts: list[str]) -> list[int]:
     """Tokens of each text as lm-eval's ``hf`` model encodes it (no second BOS when a text starts with one)."""
     bos = getattr(tokenizer, "bos_token", None)
     counts = [0] * len(texts)
     for add_special in (True, False):
         indices = [i for i, text in enumerate(texts) if (not (bos and text.startswith(bos))) == add_special]
-        for start in range(0, len(indices), ENCODE_BATCH):
-            chunk = indices[start : start + ENCODE_BATCH]
+        for chunk in _batches(texts, indices):
             encoded = tokenizer([texts[i] for i in chunk], add_special_tokens=add_special)["input_ids"]
             for i, ids in zip(chunk, encoded, strict=True):
                 counts[i] = len(ids)
@@ -59,8 +80,13 @@ def count_tokens(tokenizer: Any, texts: list[str]) -> list[int]:
 
 #: Lines longer than this are cut further, after sentence ends (". "), so their pieces repeat across prompts.
 _LONG_CHUNK = 1024
-#: Chunk counts kept before the memo is cleared (the distinct lines of the haystacks, plus the junctions).
+#: Chunk counts kept before the memo is cleared (the distinct lines of the haystacks, plus the junctions), and
+#: the characters they may hold together: a distinct chunk costs its text plus about :data:`_MEMO_ENTRY` bytes.
 _MEMO_SIZE = 1 << 20
+_MEMO_CHARS = 64 * 1024 * 1024
+_MEMO_ENTRY = 160
+#: Distinct chunks encoded per call of the tokenizer's batch encoder.
+_PIECE_BATCH = ENCODE_BATCH * 16
 
 
 def _split_line(line: str, lead: str) -> list[str]:
@@ -126,37 +152,59 @@ def splits_at_whitespace(tokenizer: Any) -> bool:
 class TokenCounter:
     """Counts prompts as :func:`count_tokens` does. With a tokenizer that :func:`splits_at_whitespace`, a text is
     cut into :func:`chunks` whose counts are remembered, and only new chunks are encoded (in batches, by the
-    tokenizer's parallel batch encoder); otherwise whole texts are batch-encoded. Exact either way."""
+    tokenizer's parallel batch encoder); otherwise whole texts are batch-encoded. Exact either way.
+
+    Memory stays bounded whatever the prompts: the memo is cleared when it would pass :data:`_MEMO_SIZE` chunks or
+    about :data:`_MEMO_CHARS` characters, and no tokenizer call gets more than :data:`BATCH_CHARS` characters."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.bos = getattr(tokenizer, "bos_token", None)
         self.chunked = splits_at_whitespace(tokenizer)
         self.memo: dict[str, int] = {}
+        self.memo_chars = 0  # characters of the memo's chunks plus _MEMO_ENTRY a chunk
         if self.chunked:
             with_special, without = (
                 len(tokenizer(["a"], add_special_tokens=flag)["input_ids"][0]) for flag in (True, False)
             )
             self.special_tokens = with_special - without
 
+    def _remember(self, pieces: list[str]) -> None:
+        """Encode the chunks ``pieces`` (distinct, not in the memo) and remember their counts."""
+        backend = self.tokenizer.backend_tokenizer
+        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # no offsets: a third faster
+        batch: list[str] = []
+        size = 0
+        for piece in [*pieces, None]:
+            if batch and (piece is None or len(batch) >= _PIECE_BATCH or size + len(piece) > BATCH_CHARS):
+                encoded = encode(batch, add_special_tokens=False)
+                self.memo.update(zip(batch, (len(encoding.ids) for encoding in encoded)))
+                batch, size = [], 0
+            if piece is not None:
+                batch.append(piece)
+                size += len(piece)
+
+    def _text_pieces(self, text: str) -> list[str]:
+        """The chunks of ``text``, each counted in the memo (the memo cleared first when they would overflow it)."""
+        pieces = chunks(text)
+        missing = list({piece: None for piece in pieces if piece not in self.memo})
+        cost = sum(len(piece) + _MEMO_ENTRY for piece in missing)
+        if self.memo and (len(self.memo) + len(missing) > _MEMO_SIZE or self.memo_chars + cost > _MEMO_CHARS):
+            self.memo.clear()
+            self.memo_chars = 0
+            missing = list(dict.fromkeys(pieces))
+            cost = sum(len(piece) + _MEMO_ENTRY for piece in missing)
+        self._remember(missing)
+        self.memo_chars += cost
+        return pieces
+
     def count(self, texts: list[str]) -> list[int]:
         if not self.chunked:
             return count_tokens(self.tokenizer, texts)
-        pieces = [chunks(text) for text in texts]
-        missing = list({piece for text_pieces in pieces for piece in text_pieces if piece not in self.memo})
-        if len(self.memo) + len(missing) > _MEMO_SIZE:
-            self.memo.clear()
-            missing = list({piece for text_pieces in pieces for piece in text_pieces})
-        backend = self.tokenizer.backend_tokenizer
-        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # no offsets: a third faster
-        for start in range(0, len(missing), ENCODE_BATCH * 16):
-            batch = missing[start : start + ENCODE_BATCH * 16]
-            encoded = encode(batch, add_special_tokens=False)
-            self.memo.update(zip(batch, (len(encoding.ids) for encoding in encoded)))
         counts = []
-        for text, text_pieces in zip(texts, pieces, strict=True):
+        for text in texts:  # one text's chunks at a time: a million-token prompt is some 100,000 chunks
             extra = 0 if self.bos and text.startswith(self.bos) else self.special_tokens
-            counts.append(sum(map(self.memo.__getitem__, text_pieces)) + extra)
+            counts.append(sum(map(self.memo.__getitem__, self._text_pieces(text))) + extra)
         return counts
 
 
@@ -176,6 +224,39 @@ def _over_row(row: Mapping[str, Any], tokens: int, max_gen_toks: int, max_length
     }
 
 
+def count_batches(
+    rows: Iterable[Mapping[str, Any]],
+    tokenizer: Any,
+    *,
+    chat_template: bool,
+    counter: TokenCounter | None = None,
+    progress: Any = None,
+) -> Iterator[list[tuple[Mapping[str, Any], int]]]:
+    """``(row, prompt tokens)`` of every row, a batch at a time, streaming: at most :data:`ENCODE_BATCH` rows and
+    about :data:`BATCH_CHARS` characters of prompt are pulled from ``rows`` before they are counted, so neither a
+    split nor a batch of million-token prompts is held in memory. ``progress`` (a tqdm bar) is advanced per row.
+    A caller may stop after any batch (the first rows that do not fit) without the rest being read."""
+    counter = counter or TokenCounter(tokenizer)
+    batch: list[Mapping[str, Any]] = []
+    size = 0
+
+    def counted() -> list[tuple[Mapping[str, Any], int]]:
+        texts = [render_prompt(tokenizer, str(row["prompt"]), chat_template) for row in batch]
+        pairs = list(zip(batch, counter.count(texts), strict=True))
+        if progress is not None:
+            progress.update(len(batch))
+        return pairs
+
+    for row in rows:
+        batch.append(row)
+        size += len(row["prompt"])
+        if len(batch) >= ENCODE_BATCH or size >= BATCH_CHARS:
+            yield counted()
+            batch, size = [], 0
+    if batch:
+        yield counted()
+
+
 def count_rows(
     rows: Iterable[Mapping[str, Any]],
     tokenizer: Any,
@@ -186,25 +267,20 @@ def count_rows(
     counter: TokenCounter | None = None,
     progress: Any = None,
 ) -> Iterator[dict[str, Any]]:
-    """One budget dict per row (``fits`` True or False), streaming: rows are rendered and counted in small
-    batches, so no split is held in memory. ``progress`` (a tqdm bar) is advanced per row."""
-    counter = counter or TokenCounter(tokenizer)
-    batch: list[Mapping[str, Any]] = []
-
-    def flush() -> Iterator[dict[str, Any]]:
-        texts = [render_prompt(tokenizer, str(row["prompt"]), chat_template) for row in batch]
-        for row, tokens in zip(batch, counter.count(texts), strict=True):
+    """One budget dict per row (``fits`` True or False), streaming as :func:`count_batches`."""
+    for pairs in count_batches(rows, tokenizer, chat_template=chat_template, counter=counter, progress=progress):
+        for row, tokens in pairs:
             yield _over_row(row, tokens, max_gen_toks, max_length)
-        if progress is not None:
-            progress.update(len(batch))
 
-    for row in rows:
-        batch.append(row)
-        if len(batch) >= ENCODE_BATCH:
-            yield from flush()
-            batch = []
-    if batch:
-        yield from flush()
+
+def progress_bar(total: int, description: str, enabled: bool = True) -> Any:
+    """A tqdm bar of ``total`` rows on stderr, shown only on an interactive stderr and only once the count has
+    taken a second (a short count prints nothing)."""
+    from tqdm import tqdm
+
+    from needlebench.terminal import progress_enabled
+
+    return tqdm(total=total, unit="row", desc=description, disable=not (enabled and progress_enabled()), delay=1.0)
 
 
 def budget_rows(
@@ -262,16 +338,56 @@ def split_rows(config: str, data_dir: str | None) -> Iterable[Mapping[str, Any]]
 
 
 def _parquet_rows(handles: list[IO[bytes]]) -> Iterator[dict[str, Any]]:
-    """The rows of the open Parquet files, read through those descriptors only."""
+    """The rows of the open Parquet files, read through those descriptors only, in record batches of at most
+    :data:`ENCODE_BATCH` rows and about :data:`BATCH_CHARS` bytes (from each row group's uncompressed size)."""
     import pyarrow.parquet as pq
 
     try:
         for handle in handles:
-            for batch in pq.ParquetFile(handle).iter_batches(batch_size=ENCODE_BATCH, columns=_COLUMNS):
-                yield from batch.to_pylist()
+            parquet = pq.ParquetFile(handle)
+            metadata = parquet.metadata
+            for group in range(metadata.num_row_groups):
+                info = metadata.row_group(group)
+                per_row = info.total_byte_size // max(info.num_rows, 1)
+                size = max(1, min(ENCODE_BATCH, BATCH_CHARS // max(per_row, 1)))
+                for batch in parquet.iter_batches(batch_size=size, row_groups=[group], columns=_COLUMNS):
+                    yield from batch.to_pylist()
     finally:
         for handle in handles:
             handle.close()
+
+
+#: madvise(2) advice MADV_DONTNEED (Linux): the pages leave this process; a read-only file mapping reads them again
+#: from the page cache when touched.
+_MADV_DONTNEED = 4
+
+
+def release_mapped_pages(rows: Any) -> int:
+    """Drop the pages of the memory-mapped Arrow files of ``rows`` (a `datasets.Dataset`: its ``cache_files``) from
+    this process's resident memory, and return the bytes of mapping advised. Reading every prompt of a split
+    through its map (the length check) would otherwise keep the whole file resident (2 GB at ``single_en_1000k``)
+    although each batch is dropped once counted. Only read-only mappings of exactly those files, as
+    ``/proc/self/maps`` lists them, are advised (Linux; elsewhere nothing is done), so no other memory is touched;
+    the rows stay readable."""
+    files = {os.path.realpath(item["filename"]) for item in getattr(rows, "cache_files", None) or []}
+    if not files or not sys.platform.startswith("linux"):
+        return 0
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as handle:
+            lines = handle.readlines()
+    except OSError:
+        return 0
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    advised = 0
+    for line in lines:
+        fields = line.rstrip("\n").split(maxsplit=5)  # address perms offset dev inode path
+        if len(fields) < 6 or "w" in fields[1] or fields[5] not in files:
+            continue
+        start, end = (int(value, 16) for value in fields[0].split("-"))
+        if madvise(start, end - start, _MADV_DONTNEED) == 0:
+            advised += end - start
+    return advised
 
 
 @dataclass
@@ -341,11 +457,9 @@ def budget_report(
     budgets = [_task_budget(spec, max_gen_toks, max_length) for spec in specs]
     tok = load_tokenizer(tokenizer, gguf_file)
     counter = TokenCounter(tok)
-    from tqdm import tqdm
-
     report = BudgetReport(max_length)
     total = sum(spec.num_rows for spec in specs)
-    with tqdm(total=total, unit="row", desc="counting", disable=not progress) as bar:
+    with progress_bar(total, "counting", progress) as bar:
         for spec, budget in zip(specs, budgets, strict=True):
             rows = split_rows(spec.name, data_dir)
             summaries: dict[int, LengthSummary] = {}

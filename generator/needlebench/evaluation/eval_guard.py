@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.budget import count_tokens, render_prompt
+from needlebench.evaluation.budget import TokenCounter, count_batches, progress_bar, release_mapped_pages
 from needlebench.evaluation.harness import (
     TASK_PREFIX,
     all_task_names,
@@ -385,9 +385,11 @@ class Preflight:
 
     window: int | None
     too_long: dict[str, list[str]] = field(default_factory=dict)  # task -> row ids
-    checked: dict[str, int] = field(default_factory=dict)  # task -> selected rows
+    checked: dict[str, int] = field(default_factory=dict)  # task -> selected rows counted
     keep: dict[str, list[int]] = field(default_factory=dict)  # task -> indices that fit
     source: str = ""  # where the window comes from
+    first: list[tuple[str, int]] = field(default_factory=list)  # the first over-long rows: (row id, prompt tokens)
+    stopped: bool = False  # the count stopped at the first rows that do not fit (not every selected row counted)
 
     @property
     def dropped(self) -> list[str]:
@@ -399,21 +401,47 @@ class Preflight:
         return ", ".join(f"{task} {len(ids)}/{self.checked[task]}" for task, ids in self.too_long.items())
 
 
+#: Over-long rows named in the refusal.
+NAMED_ROWS = 3
+
+
 def _load_rows(config: str, metadata: Mapping[str, Any]) -> Any:
-    """The rows lm-eval will get (the tasks' own loader), without progress bars: the check prints one line."""
+    """The rows lm-eval will get (the tasks' own loader: a memory-mapped Arrow table), without progress bars: the
+    check prints one line."""
     from datasets.utils import logging as ds_logging
+
+    from needlebench.terminal import working
 
     enabled = ds_logging.is_progress_bar_enabled()
     ds_logging.disable_progress_bar()
     try:
-        return load_dataset(**{**metadata, "needlebench_config": config})["test"]
+        with working(f"loading {config} for the length check"):
+            return load_dataset(**{**metadata, "needlebench_config": config})["test"]
     finally:
         if enabled:
             ds_logging.enable_progress_bar()
 
 
+#: The columns the length check reads.
+_CHECK_COLUMNS = ("id", "prompt")
+
+
+def _selected_rows(rows: Any, indices: Sequence[int]) -> Any:
+    """The rows at ``indices`` (id, prompt and the index), one at a time from the memory-mapped table: never a list
+    of prompts (a split of a million-token config holds gigabytes of them)."""
+    select = getattr(rows, "select_columns", None)
+    view = select([name for name in _CHECK_COLUMNS if name in rows.column_names]) if select else rows
+    for index in indices:
+        row = view[index]
+        yield {"index": index, "id": row["id"], "prompt": row["prompt"]}
+
+
 def preflight(args: EvalArgs) -> Preflight | None:
-    """Count the selected rows of every needlebench task against the model's window (see module doc)."""
+    """Count the selected rows of every needlebench task against the model's window (see module doc).
+
+    Rows are streamed through one :class:`~needlebench.evaluation.budget.TokenCounter` (the counter of
+    ``needlebench budget``), a bounded batch at a time; without ``--skip-too-long`` the count stops after the first
+    batch that holds a row that does not fit, and the refusal names those rows."""
     kind = model_kind(args)
     configs = needlebench_configs(args.tasks)
     if not args.length_check or not configs or kind in WINDOWLESS_MODELS:
@@ -429,6 +457,7 @@ def preflight(args: EvalArgs) -> Preflight | None:
     if tok_source is None:
         raise NeedlebenchError(f"--model {kind} names no tokenizer; pass tokenizer=PATH in --model_args")
     tokenizer = load_source(tok_source)
+    counter = TokenCounter(tokenizer)
     chat = args.given("apply_chat_template")
     metadata = {**model_args, **args.metadata}  # what lm-eval hands the tasks: --model_args merged into --metadata
     result = Preflight(window=window, source=source)
@@ -437,23 +466,43 @@ def preflight(args: EvalArgs) -> Preflight | None:
         rows = _load_rows(config, metadata)
         indices = selected_indices(len(rows), task, args)
         budget = task_budget(config, args)
-        prompts = [str(rows[index]["prompt"]) for index in indices]
-        counts = count_tokens(tokenizer, [render_prompt(tokenizer, prompt, chat) for prompt in prompts])
-        result.checked[task] = len(indices)
+        result.checked[task] = 0
         result.keep[task] = []
-        for index, tokens in zip(indices, counts, strict=True):
-            if tokens + budget > window:
-                result.too_long.setdefault(task, []).append(str(rows[index]["id"]))
-            else:
-                result.keep[task].append(index)
-    if result.too_long and not args.skip_too_long:
-        total = sum(len(ids) for ids in result.too_long.values())
-        raise NeedlebenchError(
-            f"{total} row(s) do not fit the window of {window} tokens ({source}) with max_gen_toks: "
-            f"{result.summary()}; raise max_model_len / max_length, choose shorter configs, or pass --skip-too-long "
-            "to run the rest"
-        )
+        with progress_bar(len(indices), f"length check {task}") as bar:
+            batches = count_batches(
+                _selected_rows(rows, indices), tokenizer, chat_template=chat, counter=counter, progress=bar
+            )
+            for pairs in batches:
+                for row, tokens in pairs:
+                    result.checked[task] += 1
+                    if tokens + budget > window:
+                        result.too_long.setdefault(task, []).append(str(row["id"]))
+                        if len(result.first) < NAMED_ROWS:
+                            result.first.append((str(row["id"]), tokens))
+                    else:
+                        result.keep[task].append(int(row["index"]))
+                release_mapped_pages(rows)  # the counted prompts' pages of the map: RSS stays that of a batch
+                if result.too_long and not args.skip_too_long:
+                    break  # the first rows that do not fit: the run is refused, the rest need not be counted
+        if result.too_long and not args.skip_too_long:
+            result.stopped = result.checked[task] < len(indices) or config != configs[-1]
+            raise NeedlebenchError(_refusal(result))
     return result
+
+
+def _refusal(result: Preflight) -> str:
+    """The one line refusing a run: the rows that do not fit per task (of those counted) and the first of them by
+    name with their prompt tokens."""
+    total = sum(len(ids) for ids in result.too_long.values())
+    named = ", ".join(f"{row_id} ({tokens} prompt tokens)" for row_id, tokens in result.first)
+    more = f" and {total - len(result.first)} more" if total > len(result.first) else ""
+    counted = sum(result.checked.values())
+    stopped = f"; counting stopped at the first that do not fit ({counted} row(s) counted)" if result.stopped else ""
+    return (
+        f"{total} row(s) do not fit the window of {result.window} tokens ({result.source}) with max_gen_toks: "
+        f"{result.summary()}{stopped}; first: {named}{more}; raise max_model_len / max_length, choose shorter "
+        "configs, or pass --skip-too-long to run the rest"
+    )
 
 
 def _other_tasks(tasks: Sequence[str]) -> list[str]:
