@@ -33,5 +33,5 @@ if ! command -v strace >/dev/null 2>&1; then
     fi
 fi
 # The vLLM (CPU) test environment, in its own venv (${NEEDLEBENCH_VLLM_VENV:-~/.cache/needlebench/vllm-venv}):
-# about 5 minutes and 2 GB the first time; skipped (only the editable install refreshed) when already installed.
+# about 5 minutes and 4 GB of disk the first time; skipped (only the editable install refreshed) when already installed.
 PYTHON="$PYTHON" bash "$(dirname "${BASH_SOURCE[0]}")/install_vllm_env.sh"
