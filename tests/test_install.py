@@ -195,8 +195,18 @@ def test_readme_set_up_is_what_ci_runs():
     spec.loader.exec_module(readme_commands)
     commands = readme_commands.setup_commands((REPO / "README.md").read_text(encoding="utf-8"))
     assert len(commands) == 2
-    assert commands[0].startswith("pip install -e . && needlebench build ")
+    assert commands[0].startswith("pip install torch==2.13.0 -e '.[eval]' && needlebench build ")
+    assert commands[1].startswith("pip install -e '.[test]' && bash scripts/install_test_deps.sh && ")
+    assert commands[1].endswith("python -m pytest -q")
+    # CI runs both commands, as read from the README, in brand-new venvs; the suite runs once, there
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    assert commands[1] in ci and "scripts/ci_fresh_install.sh" in ci
+    assert "bash scripts/ci_fresh_install.sh\n" in ci and "pytest" not in ci and "--no-tests" not in ci
     fresh = (REPO / "scripts" / "ci_fresh_install.sh").read_text(encoding="utf-8")
-    assert 'readme_commands.py" 0' in fresh and "tasks-path" in fresh
+    assert 'readme_commands.py" 0' in fresh and 'readme_commands.py" 1' in fresh and "tasks-path" in fresh
+    # the test set-up installs the vLLM environment tests/test_vllm.py needs (it fails, never skips, without it)
+    deps = (REPO / "scripts" / "install_test_deps.sh").read_text(encoding="utf-8")
+    assert "install_vllm_env.sh" in deps
+    # .ci/run's ruff is the `test` extra's pin
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    (ruff,) = [req for req in pyproject["project"]["optional-dependencies"]["test"] if req.startswith("ruff")]
+    assert f"pip install '{ruff}'" in ci

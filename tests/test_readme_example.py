@@ -2,12 +2,14 @@
 
 The block is read from README.md (the fenced block after the marker of ``scripts/readme_commands.py``) and run
 by bash exactly as written, in an empty working folder with an empty ``HOME`` (so nothing cached by earlier tests
-helps: the configs are built, the GGUF's tokenizer converted, the model loaded, all from scratch).
+helps: the configs are built, the GGUF's tokenizer converted, the model loaded, all from scratch). The example
+reads the folder the README's first set-up command builds (``needlebench-data``), so the test first runs that
+command's ``needlebench build`` part, as written; its ``pip install`` part is what the test environment holds.
 
 It runs in a fresh virtual environment made with ``--system-site-packages`` on top of the test environment: the
 example's own ``pip install`` lines then install into that venv (here they find their packages already installed,
-as ``scripts/install_test_deps.sh`` put them there), while torch and lm-eval, which the README installs in its
-"Install" step before the example, come from the test environment instead of a 1.9 GB download on every CI run.
+as ``scripts/install_test_deps.sh`` put them there), while torch and lm-eval, which the README's first set-up
+command installs, come from the test environment instead of a 1.9 GB download on every CI run.
 The brand-new-venv proof of the README's set-up command is ``scripts/ci_fresh_install.sh``.
 """
 
@@ -35,6 +37,14 @@ def _readme_commands():
     return module
 
 
+def _setup_build(readme_commands, text: str) -> str:
+    """The ``needlebench build`` part of the README's first set-up command, as written."""
+    (build,) = [
+        part for part in readme_commands.setup_commands(text)[0].split(" && ") if part.startswith("needlebench ")
+    ]
+    return build
+
+
 def test_example_is_small_enough_for_ci():
     script = _readme_commands().example_script((REPO / "README.md").read_text(encoding="utf-8"))
     runs = [line for line in script.split("needlebench ")[1:] if line.startswith("eval run")]
@@ -45,9 +55,26 @@ def test_example_is_small_enough_for_ci():
     assert "needlebench report results --out report" in script
 
 
+def test_the_set_up_builds_what_the_example_evaluates():
+    """The set-up builds no data the example does not use, and the example reads what the set-up built."""
+    readme_commands = _readme_commands()
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    build = _setup_build(readme_commands, text).split()
+    out = build[build.index("--out") + 1]
+    built = {word for word in build[2 : build.index("--out")]}
+    script = readme_commands.example_script(text)
+    runs = [line for line in script.replace("\\\n", " ").splitlines() if line.startswith("needlebench eval run")]
+    for run in runs:
+        tasks = set(re.search(r"--tasks (\S+)", run).group(1).split(","))
+        assert tasks == {f"needlebench_{config}" for config in built}, (tasks, built)
+        assert f"""--metadata '{{"data_dir": "{out}"}}'""" in run, run
+
+
 @pytest.mark.timeout(900)
 def test_readme_example_runs_verbatim_to_a_report(tmp_path: Path):
-    script = _readme_commands().example_script((REPO / "README.md").read_text(encoding="utf-8"))
+    readme_commands = _readme_commands()
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    script = _setup_build(readme_commands, text) + "\n" + readme_commands.example_script(text)
     home, work, venv = tmp_path / "home", tmp_path / "work", tmp_path / "venv"
     home.mkdir()
     work.mkdir()
