@@ -33,8 +33,8 @@ BATCH_CHARS = 16 * 1024 * 1024
 
 def load_tokenizer(path: str, gguf_file: str | None = None) -> Any:
     """A transformers tokenizer as lm-eval loads it: a local folder, a ``.gguf`` file (or ``path`` plus
-    ``gguf_file``), or a model name already in the local Hugging Face cache (see
-    :mod:`needlebench.evaluation.model_tokenizer`). Nothing is downloaded; cached per source."""
+    ``gguf_file``), or a Hub model id, whose tokenizer files only are fetched through ``huggingface_hub`` (the
+    cache and ``HF_HUB_OFFLINE`` respected; see :mod:`needlebench.evaluation.model_tokenizer`). Cached per source."""
     from needlebench.evaluation import model_tokenizer  # deferred: numpy, tokenizer readers; eval --help needs none
 
     return model_tokenizer.load_tokenizer(path, gguf_file)
