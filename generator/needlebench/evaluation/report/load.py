@@ -291,7 +291,7 @@ _DOC_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 def _grid_values(values: Sequence[Any]) -> str:
     shown = sorted(values)
-    return ", ".join(map(str, shown)) if len(shown) <= 6 else f"{shown[0]}-{shown[-1]} ({len(shown)} values)"
+    return ", ".join(map(str, shown)) if len(shown) <= 6 else f"{shown[0]}-{shown[-1]}, {len(shown)} values"
 
 
 def off_grid(spec: ConfigSpec, doc: Mapping[str, Any], record: Mapping[str, Any]) -> str | None:
