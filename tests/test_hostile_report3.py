@@ -118,6 +118,13 @@ def test_a_row_at_a_length_off_the_configs_grid_is_left_out_and_counted_not_a_ce
     assert "left out 1 row(s)" in warning and "line 3" in warning and "context_length 5000" in warning, warning
     assert table(out, "scores") == honest  # paper mean, row mean, n and coverage as without the row
     assert user_files(sandbox, results) == before
+    # a row of another language is no cell of single_en_4k either
+    extra["doc"]["context_length"], extra["doc"]["language"] = 1000, "zh"
+    write_rows(path, [*rows, extra])
+    result = report(sandbox, results, "--no-figures")
+    assert result.returncode == 0 and "language 'zh'" in warnings_of(result)[0], result.stderr[-2000:]
+    assert table(out, "scores") == honest
+    extra["doc"]["language"] = "en"
     # a length no row of any dataset has is a one-line error naming the file, the line and the field
     extra["doc"]["context_length"] = 10**14
     write_rows(path, [*rows, extra])

@@ -296,11 +296,15 @@ def _grid_values(values: Sequence[Any]) -> str:
 
 def off_grid(spec: ConfigSpec, doc: Mapping[str, Any], record: Mapping[str, Any]) -> str | None:
     """What puts a row of a known config (built in, or recorded in a dataset manifest) off that config's grid: a
-    context length, needle count or number of star scores no row of it has; None for a row on it. Such a row would
-    be a grid cell of its own and move the paper mean (each cell counts alike) while the coverage counts the
-    config's cells; it is left out instead. A config known only from its rows (:func:`observed_spec`) is their grid."""
+    language, context length, needle count or number of star scores no row of it has; None for a row on it. Such a
+    row would be a grid cell of its own and move the paper mean (each cell counts alike) while the coverage counts
+    the config's cells; it is left out instead. A config known only from its rows (:func:`observed_spec`) is their
+    grid."""
     if is_observed(spec):
         return None
+    language = doc.get("language")
+    if spec.language and language is not None and language != spec.language:
+        return f"language {_value(language)} is not {spec.name}'s ({spec.language})"
     length = doc.get("context_length")
     if spec.lengths and length is not None and length not in spec.lengths:
         return f"context_length {_value(length)} is not one of {spec.name}'s lengths ({_grid_values(spec.lengths)})"
