@@ -299,11 +299,14 @@ def remove_judged(root: Folder, parts: tuple[str, ...]) -> bool:
 
 
 def file_sha256(folder: Folder, name: str) -> bytes:
-    """The sha256 of the regular file `name` of `folder`, read in blocks (never held whole)."""
+    """The sha256 of the regular file `name` of `folder`, read in blocks (never held whole) up to its size when
+    opened (a file another process keeps appending to is not read for as long as the writer goes on)."""
     digest = hashlib.sha256()
     with folder.open_read(name) as handle:
-        while block := handle.read(1 << 20):
+        left = os.fstat(handle.fileno()).st_size
+        while left > 0 and (block := handle.read(min(1 << 20, left))):
             digest.update(block)
+            left -= len(block)
     return digest.digest()
 
 

@@ -39,7 +39,7 @@ from needlebench.evaluation.report.aggregate import (
     short_number,
 )
 from needlebench.evaluation.report.load import SCORING_LABEL, Results, Sample, TaskRun, entity_order, is_observed
-from needlebench.evaluation.report.safety import plain_figure_text, unique_stem
+from needlebench.evaluation.report.safety import default_style, plain_figure_text, unique_stem
 from needlebench.safe_fs import Folder
 
 DPI = 200
@@ -520,15 +520,17 @@ def draw(figure_spec: Figure) -> Any:
 
 def render_bytes(figure_spec: Figure, pdf: bool = False) -> dict[str, bytes]:
     """A figure drawn as ``{"<name>.png": bytes}`` at 200 dpi (and ``<name>.pdf`` when asked), nothing written: the
-    report folder writes them (:class:`needlebench.evaluation.report.write.ReportFolder`)."""
-    figure = draw(figure_spec)
+    report folder writes them (:class:`needlebench.evaluation.report.write.ReportFolder`). Drawn with matplotlib's
+    defaults, whatever matplotlibrc the current folder holds (:func:`.safety.default_style`)."""
     drawn = {}
-    for ext, options in (("png", {"dpi": DPI, "pil_kwargs": {"compress_level": 2}}), ("pdf", {})):
-        if ext == "pdf" and not pdf:
-            continue
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format=ext, **options)
-        drawn[f"{figure_spec.name}.{ext}"] = buffer.getvalue()
+    with default_style():
+        figure = draw(figure_spec)
+        for ext, options in (("png", {"dpi": DPI, "pil_kwargs": {"compress_level": 2}}), ("pdf", {})):
+            if ext == "pdf" and not pdf:
+                continue
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format=ext, **options)
+            drawn[f"{figure_spec.name}.{ext}"] = buffer.getvalue()
     return drawn
 
 

@@ -22,6 +22,7 @@ default ones (computed from the logged outputs for runs logged without them).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -40,9 +41,11 @@ from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
 from needlebench.evaluation.judge_files import TAG_SUFFIX, read_lines, verified_judged
 from needlebench.evaluation.report.safety import (
     MAX_JSON_BYTES,
+    MAX_MAGNITUDE,
     is_finite_number,
     loads,
     not_regular,
+    open_binary,
     open_text,
     regular_file,
     shown,
@@ -149,6 +152,8 @@ class Results:
     left_out: list[tuple[str, str]] = field(default_factory=list)
     #: judged_samples_*.jsonl files read as their samples file instead (no tag, or a tag that does not verify).
     ignored_judged: int = 0
+    #: Rows left out as off their known config's grid (:func:`off_grid`), each (file, line, what).
+    off_grid: list[tuple[str, int, str]] = field(default_factory=list)
 
     def entities(self) -> list[str]:
         return sorted({run.entity for run in self.runs}, key=entity_order(self.runs))
@@ -252,11 +257,24 @@ def _number(value: Any, integer: bool = False) -> bool:
     return is_finite_number(value) and (not integer or isinstance(value, int))
 
 
+#: Longest context a row may carry (tokens): built-in configs go to 1M, experiments to 2M
+#: (data/experiment.schema.json); a longer one is no row of any needlebench dataset.
+MAX_CONTEXT_LENGTH = 100_000_000
+#: Most needles (or relations) of a row: v2 ATC chains reach 512, an experiment 10,000 needles (the schema's
+#: maxItems); a needle count weights ATC's means, so 10**12 would outweigh every other item.
+MAX_NUM_NEEDLES = MAX_RELATIONS
+
 #: Dataset-row fields the report reads, with what each may hold when present: (test, what is allowed).
 _DOC_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "context_length": (lambda v: _number(v, integer=True) and v >= 0, "an integer >= 0"),
-    "depth_percent": (lambda v: v is None or _number(v), "a finite number or null"),
-    "num_needles": (lambda v: v is None or _number(v, integer=True), "an integer or null"),
+    "context_length": (
+        lambda v: _number(v, integer=True) and 0 <= v <= MAX_CONTEXT_LENGTH,
+        f"an integer 0 to {MAX_CONTEXT_LENGTH:,}",
+    ),
+    "depth_percent": (lambda v: v is None or (_number(v) and 0 <= v <= 100), "a number 0 to 100 or null"),
+    "num_needles": (
+        lambda v: v is None or (_number(v, integer=True) and 1 <= v <= MAX_NUM_NEEDLES),
+        f"an integer 1 to {MAX_NUM_NEEDLES:,} or null",
+    ),
     "language": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "question_type": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "needles": (lambda v: v is None or isinstance(v, list), "a list or null"),
@@ -269,6 +287,53 @@ _DOC_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a list of finite numbers or null",
     ),
 }
+
+
+def _grid_values(values: Sequence[Any]) -> str:
+    shown = sorted(values)
+    return ", ".join(map(str, shown)) if len(shown) <= 6 else f"{shown[0]}-{shown[-1]}, {len(shown)} values"
+
+
+def off_grid(spec: ConfigSpec, doc: Mapping[str, Any], record: Mapping[str, Any]) -> str | None:
+    """What puts a row of a known config (built in, or recorded in a dataset manifest) off that config's grid: a
+    language, context length, needle count or number of star scores no row of it has; None for a row on it. Such a
+    row would be a grid cell of its own and move the paper mean (each cell counts alike) while the coverage counts
+    the config's cells; it is left out instead. A config known only from its rows (:func:`observed_spec`) is their
+    grid."""
+    if is_observed(spec):
+        return None
+    language = doc.get("language")
+    if spec.language and language is not None and language != spec.language:
+        return f"language {_value(language)} is not {spec.name}'s ({spec.language})"
+    length = doc.get("context_length")
+    if spec.lengths and length is not None and length not in spec.lengths:
+        return f"context_length {_value(length)} is not one of {spec.name}'s lengths ({_grid_values(spec.lengths)})"
+    needles = doc.get("num_needles")
+    if (
+        spec.needle_counts
+        and needles is not None
+        and needles not in spec.needle_counts
+        and _by_needle_count(spec, record)
+    ):
+        return (
+            f"num_needles {_value(needles)} is not one of {spec.name}'s needle counts "
+            f"({_grid_values(spec.needle_counts)})"
+        )
+    stars = spec.stars
+    for name in ("per_star", "per_star" + REFERENCE_SUFFIX):
+        value = record.get(name)
+        if stars and isinstance(value, list) and len(value) > stars:
+            return f"metric {name} holds {len(value):,} star scores; {spec.name} has {stars} stars"
+    return None
+
+
+def _by_needle_count(spec: ConfigSpec, record: Mapping[str, Any]) -> bool:
+    """Whether the report groups a config's rows by their needle count: M-RS grid cells, v1 ATC's CircularEval
+    (weighted by needle count), v2 ATC's relation-weighted mean."""
+    metrics = record.get("metrics")
+    return spec.family == "multi_reasoning" or "num_needles" in _required_fields(
+        spec, dict.fromkeys(metrics) if isinstance(metrics, list) and all(isinstance(m, str) for m in metrics) else {}
+    )
 
 
 def _check_doc(path: Path, line: int, doc: Mapping[str, Any]) -> None:
@@ -371,12 +436,20 @@ def _apply_judge(sample: Sample, record: Mapping[str, Any], path: Path, line: in
     sample.metrics = {} if score is None else {family.headline_metric(sample.spec): 10.0 * score}
 
 
+#: Largest samples file read (bytes): the largest built-in config (3,960 rows at up to 1M tokens, the prompt logged
+#: twice) gives about 40 GB; a larger file is a one-line error, never read for hours.
+MAX_SAMPLES_BYTES = 1 << 40
+#: Most lines of a samples file read: lm-eval logs one per row and filter, a built-in config has at most 3,960 rows.
+MAX_SAMPLES_LINES = 10_000_000
+
+
 def read_samples(
     path: Path,
     lookup: Callable[[str], ConfigSpec | None] | None = None,
     observe: bool = True,
     left_out: list[tuple[str, str]] | None = None,
     expect: bytes | None = None,
+    off: list[tuple[str, int, str]] | None = None,
 ) -> list[Sample]:
     """The samples of one ``samples_*.jsonl`` (or ``judged_samples_*.jsonl``) file, read line by line (each line at
     most :data:`~needlebench.evaluation.judge_files.MAX_SAMPLES_LINE` bytes; the file is never held whole). With
@@ -386,7 +459,8 @@ def read_samples(
     kept when ``observe`` and they carry the NeedleBench haystack columns (``task`` S-RT/M-RT/M-RS,
     ``context_length``, ``depth_percent``): their grid is then what the rows hold (:func:`observed_spec`). Other
     rows are skipped. A malformed line is a one-line error naming the file and the line; a metric that is not a
-    finite number is left out and named in ``left_out``.
+    finite number is left out and named in ``left_out``; a row off its known config's grid (:func:`off_grid`) is
+    left out and named in `off` (file, line, what).
     """
     configs = registry()
     find = lookup or configs.get
@@ -396,15 +470,20 @@ def read_samples(
     seen: dict[tuple[str, str, str], int] = {}
     judged_file = path.name.startswith(JUDGED_PREFIX)
     digest = hashlib.sha256()
-    with _open_binary(path) as handle:
+    # read up to the size the file had when opened: one another process keeps appending to ends there
+    with open_binary(path, limit=MAX_SAMPLES_BYTES) as handle:
         for number, raw in enumerate(read_lines(handle, shown(path), digest), start=1):
+            if number > MAX_SAMPLES_LINES:
+                raise _bad(path, number, f"more than {MAX_SAMPLES_LINES:,} lines; lm-eval logs one per row of a task")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise _bad(path, number, "not UTF-8 text") from None
             if not line.strip():
                 continue
-            _read_record(path, number, line, find, observe, judged_file, samples, unknown, families, left_out, seen)
+            _read_record(
+                path, number, line, find, observe, judged_file, samples, unknown, families, left_out, seen, off
+            )
     if expect is not None and digest.digest() != expect:
         raise NeedlebenchError(f"{shown(path)} changed while it was read; run the report again")
     for name, entries in unknown.items():
@@ -412,17 +491,6 @@ def read_samples(
         spec = _bounded({name: observed_spec(name, families[name], docs)}, path)[name]
         samples += [_sample(path, number, record, doc, spec, judged_file, left_out) for number, record, doc in entries]
     return samples
-
-
-def _open_binary(path: Path):
-    """The regular file `path` for reading in binary, opened without following a link at its name (safe_fs)."""
-    try:
-        with Folder.open(path.parent) as folder:
-            return folder.open_read(path.name)
-    except NeedlebenchError as error:
-        raise NeedlebenchError(printable(str(error))) from None
-    except OSError as error:
-        raise NeedlebenchError(f"cannot read {shown(path)}: {error.strerror}") from None
 
 
 def _read_record(
@@ -437,6 +505,7 @@ def _read_record(
     families: dict[str, str],
     left_out: list[tuple[str, str]] | None,
     seen: dict[tuple[str, str, str], int],
+    off: list[tuple[str, int, str]] | None = None,
 ) -> None:
     """One line of a samples file: a sample added to `samples`, a row of an unknown config to `unknown`, or none."""
     try:
@@ -464,6 +533,11 @@ def _read_record(
         if family:
             unknown[str(doc["config"])].append((number, record, doc))
             families.setdefault(str(doc["config"]), family)
+        return
+    outside = off_grid(spec, doc, record)
+    if outside is not None:
+        if off is not None:
+            off.append((printable(path), number, printable(outside)))
         return
     samples.append(_sample(path, number, record, doc, spec, judged_file, left_out))
 
@@ -818,8 +892,11 @@ def load_results(
         for task, metrics in tasks.items():
             if not isinstance(metrics, dict):
                 continue
+            count = counts.get(task)
+            original = count.get("original") if isinstance(count, dict) else None
+            rows = original if _number(original, integer=True) and original >= 0 else None
             values = _reported_values(
-                path, task, metrics, lambda key: "," in key and "_stderr" not in key, left_out, split=True
+                path, task, metrics, lambda key: "," in key and "_stderr" not in key, left_out, split=True, rows=rows
             )
             values.update(
                 _reported_values(
@@ -828,9 +905,9 @@ def load_results(
                     health["tasks"][task] if task in health["tasks"] else {},
                     HEALTH.__contains__,
                     left_out,
+                    rows=rows,
                 )
             )
-            count = counts.get(task)
             effective = count.get("effective") if isinstance(count, dict) else None
             key = (model, task)
             if key not in reported or date > reported[key][0]:
@@ -842,6 +919,7 @@ def load_results(
 
     newest: dict[tuple[str, str], TaskRun] = {}
     ignored: list[Path] = []
+    off: list[tuple[str, int, str]] = []
     for path in sample_files:
         match = SAMPLES_FILE_RE.match(path.name.removeprefix(JUDGED_PREFIX))
         task, date = valid_text(match.group("task")), match.group("date")  # type: ignore[union-attr]
@@ -854,7 +932,7 @@ def load_results(
             continue
         read, expect = _judged_or_samples(path, ignored)
         recorded = _recorded_data_dir(parsed[source] if source else None, task)
-        samples = read_samples(read, finder.lookup(recorded), left_out=left_out, expect=expect)
+        samples = read_samples(read, finder.lookup(recorded), left_out=left_out, expect=expect, off=off)
         if not samples:
             continue
         run = TaskRun(model, task, samples[0].spec, read, date, samples, grid_source=finder.source(samples[0].spec))
@@ -865,6 +943,8 @@ def load_results(
             "user's needlebench judge for the samples file beside them (no tag, or a tag that does not verify: from "
             "someone else, another machine, or stale); they are ignored and the samples files' own scores used"
         )
+    if off:
+        warn(off_grid_text(off))
     if not newest:
         raise NeedlebenchError(
             f"the samples under {', '.join(map(str, paths))} hold no needlebench task rows (rows with a known config)"
@@ -887,7 +967,17 @@ def load_results(
         for metric, value in values.items()
     ]
     runs = sorted(newest.values(), key=lambda run: (run.model.lower(), run.task))
-    return Results(runs, rows, paths, left_out=left_out, ignored_judged=len(ignored))
+    return Results(runs, rows, paths, left_out=left_out, ignored_judged=len(ignored), off_grid=off)
+
+
+def off_grid_text(off: Sequence[tuple[str, int, str]]) -> str:
+    """The one warning line of rows left out as off their config's grid: how many, in how many files, the first."""
+    path, line, what = off[0]
+    files = len({entry[0] for entry in off})
+    return (
+        f"left out {len(off):,} row(s) in {files:,} file(s) that are not on their config's grid (first: {path} line "
+        f"{line}: {what}); every mean and coverage is over the config's own grid cells"
+    )
 
 
 def _reported_values(
@@ -897,19 +987,46 @@ def _reported_values(
     wanted: Callable[[str], bool],
     left_out: list[tuple[str, str]],
     split: bool = False,
+    rows: int | None = None,
 ) -> dict[str, float]:
     """The numbers of a task in a results or health file (metric -> value); a number that is not finite (or
-    beyond 1e15) is left out and named in ``left_out``, other types are skipped as lm-eval's own notes
-    (``"N/A"`` standard errors, aliases)."""
+    beyond 1e15) or outside what it can be (:func:`_reported_range`; `rows`: the task's rows, lm-eval's
+    ``n-samples`` ``original``) is left out and named in ``left_out``, other types are skipped as lm-eval's own
+    notes (``"N/A"`` standard errors, aliases)."""
     values: dict[str, float] = {}
     for key, value in metrics.items():
         if not wanted(key) or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        if not is_finite_number(value):
+        name = key.split(",")[0] if split else key
+        if not is_finite_number(value) or not _reported_range(name, value, rows):
             left_out.append((printable(path), printable(f"{task} {key}")))
             continue
-        values[key.split(",")[0] if split else key] = float(value)
+        values[name] = float(value)
     return values
+
+
+def _reported_range(name: str, value: float, rows: int | None) -> bool:
+    """Whether a reported number is one its metric can be: a needlebench metric (the mean of per-row scores) 0-100
+    (M-RT's ``recall_reference`` up to 100 per needle, :func:`_highs`), a run-health count a whole number from 0 to
+    the task's rows (when known), the share ``no_final_answer`` 0-1. Other lm-eval metrics (another task's
+    perplexity) are shown as they are."""
+    if name in HEALTH:
+        if name == "no_final_answer":
+            return 0 <= value <= 1
+        return float(value).is_integer() and 0 <= value <= (rows if rows is not None else MAX_MAGNITUDE)
+    if name in needlebench_metrics():
+        return SCORE_RANGE[0] <= value <= SCORE_RANGE[1] * (MAX_NUM_NEEDLES if name == "recall_reference" else 1)
+    return True
+
+
+@functools.cache
+def needlebench_metrics() -> frozenset[str]:
+    """Every metric a needlebench task reports (the aggregations of each built-in config's lm-eval task)."""
+    return frozenset(
+        metric
+        for spec in registry().values()
+        for metric, _aggregation in eval_family(spec.family).template(spec).aggregations
+    )
 
 
 #: ``--scoring``: the default metrics, or their reference-exact ``*_reference`` twins.

@@ -11,11 +11,14 @@ terminal escapes or matplotlib mathtext.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import math
 import os
 import stat
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,7 +119,14 @@ def regular_file(path: Path) -> bool:
 
 def open_text(path: Path, limit: int | None = None) -> io.TextIOWrapper:
     """The regular file `path` as UTF-8 text (universal newlines, as ``open`` reads it), opened without following
-    a link at its name (``O_NOFOLLOW``) and checked with ``fstat`` on the descriptor read (safe_fs)."""
+    a link at its name (``O_NOFOLLOW``) and checked with ``fstat`` on the descriptor read (safe_fs); read up to the
+    size it had when opened (:func:`size_at_open`)."""
+    return io.TextIOWrapper(open_binary(path, limit), encoding="utf-8")
+
+
+def open_binary(path: Path, limit: int | None = None) -> io.BufferedReader:
+    """The regular file `path` for reading in binary, opened without following a link at its name (safe_fs), at most
+    `limit` bytes, and read no further than its size when opened (:func:`size_at_open`)."""
     try:
         with Folder.open(path.parent) as folder:
             raw = folder.open_read(path.name, limit=limit)
@@ -124,7 +134,43 @@ def open_text(path: Path, limit: int | None = None) -> io.TextIOWrapper:
         raise NeedlebenchError(printable(str(error))) from None
     except OSError as error:
         raise NeedlebenchError(f"cannot read {shown(path)}: {error.strerror}") from None
-    return io.TextIOWrapper(raw, encoding="utf-8")
+    return size_at_open(raw)
+
+
+class _Prefix(io.RawIOBase):
+    """The first `size` bytes of a binary file object (then end of file), closing it when closed."""
+
+    def __init__(self, handle: Any, size: int) -> None:
+        super().__init__()
+        self._handle, self._left = handle, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._left <= 0:
+            return 0
+        with memoryview(buffer) as view:
+            count = self._handle.readinto(view[: self._left]) or 0
+        self._left -= count
+        return count
+
+    def close(self) -> None:
+        try:
+            self._handle.close()
+        finally:
+            super().close()
+
+
+def size_at_open(handle: Any) -> io.BufferedReader:
+    """`handle` (a binary file object) read only up to the size ``fstat`` gives now: a file another process keeps
+    appending to (a shared results folder) ends there, so a read never runs for as long as the writer goes on."""
+    try:
+        size = os.fstat(handle.fileno()).st_size
+    except BaseException:
+        handle.close()
+        raise
+    return io.BufferedReader(_Prefix(handle, size))
 
 
 def walk_files(root: Path) -> Iterator[tuple[Path, os.stat_result]]:
@@ -185,3 +231,66 @@ def plain_figure_text(text: Any) -> str:
     parsed (matplotlib's ``cbook.is_math_text`` counts unescaped dollars only), and no control character."""
     text = "".join(char if char.isprintable() or char == "\n" else "\ufffd" for char in str(text))
     return text.replace("$", r"\$")
+
+
+# --------------------------------------------------------------------------------------------- figures
+
+
+#: rcParams that are settings of the session, not style (matplotlib's STYLE_BLACKLIST, lib/matplotlib/style/core.py):
+#: left as they are when the figures are drawn with the defaults.
+_NOT_STYLE = frozenset(
+    {
+        "interactive",
+        "backend",
+        "webagg.port",
+        "webagg.address",
+        "webagg.port_retries",
+        "webagg.open_in_browser",
+        "backend_fallback",
+        "toolbar",
+        "timezone",
+        "figure.max_open_warning",
+        "figure.raise_window",
+        "savefig.directory",
+        "tk.window_focus",
+        "docstring.hardcopy",
+        "date.epoch",
+    }
+)
+
+
+def import_matplotlib() -> Any:
+    """matplotlib, imported from an empty folder of its own when not yet imported: at import it reads the
+    ``matplotlibrc`` of the current folder first (``matplotlib_fname`` in lib/matplotlib/__init__.py), which in a
+    results folder from someone else may be a FIFO (the import would wait forever) or a link to an endless file."""
+    if "matplotlib" in sys.modules:
+        return sys.modules["matplotlib"]
+    try:
+        here = os.open(".", os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        here = None
+    if here is None:
+        import matplotlib
+
+        return matplotlib
+    try:
+        with tempfile.TemporaryDirectory(prefix="needlebench-mpl-") as empty:
+            os.chdir(empty)
+            try:
+                import matplotlib
+            finally:
+                os.fchdir(here)
+    finally:
+        os.close(here)
+    return matplotlib
+
+
+@contextlib.contextmanager
+def default_style() -> Iterator[None]:
+    """Within it, matplotlib draws with its own defaults (``rcParamsDefault``, from its bundled matplotlibrc), never
+    a style from a ``matplotlibrc`` in the current folder (a results folder from someone else, when the user runs
+    ``needlebench report .`` there) or ``$MATPLOTLIBRC``: the report's figures look the same wherever it is run."""
+    matplotlib = import_matplotlib()
+    defaults = {key: value for key, value in matplotlib.rcParamsDefault.items() if key not in _NOT_STYLE}
+    with matplotlib.rc_context(rc=defaults):
+        yield
