@@ -486,9 +486,13 @@ def publish_folder(
 
 
 def git_environment(index_file: Path | None = None) -> dict[str, str]:
-    """Environment of git calls: fixed identity and dates, no prompts, no discovery above the repository."""
+    """Environment of git calls: fixed identity and dates, no prompts, and none of the user's ``GIT_*`` variables
+    (``git(1)``, ENVIRONMENT VARIABLES): ``GIT_DIR``, ``GIT_WORK_TREE``, ``GIT_INDEX_FILE``, ``GIT_OBJECT_DIRECTORY``,
+    ``GIT_ALTERNATE_OBJECT_DIRECTORIES``, ``GIT_CONFIG*``, ``GIT_NAMESPACE``... would point git at another repository,
+    object store or configuration than the one checked. ``GIT_EXEC_PATH`` (where the user's git keeps its helpers)
+    is kept."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH", str(DEFAULT_GIT_EPOCH))
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_") or key in GIT_KEPT_ENV}
     env.update(
         GIT_AUTHOR_NAME=GIT_IDENTITY["name"],
         GIT_AUTHOR_EMAIL=GIT_IDENTITY["email"],
@@ -498,22 +502,49 @@ def git_environment(index_file: Path | None = None) -> dict[str, str]:
         GIT_COMMITTER_DATE=f"{epoch} +0000",
         GIT_TERMINAL_PROMPT="0",
         GIT_CONFIG_NOSYSTEM="1",
+        GIT_CEILING_DIRECTORIES="/",  # no discovery anywhere (every call names its repository anyway)
     )
     if index_file is not None:
         env["GIT_INDEX_FILE"] = str(index_file)
     return env
 
 
-@dataclass(frozen=True)
-class GitRepo:
-    """A git repository driven through the git CLI (argument lists, never a shell)."""
+#: ``GIT_*`` variables of the user's environment given to git: where its own helper programs are.
+GIT_KEPT_ENV = frozenset({"GIT_EXEC_PATH"})
 
-    path: Path
-    bare: bool = False
+
+def _pinned_cwd(fd: int) -> dict[str, Any]:
+    """``subprocess`` arguments that start the child in the directory open as ``fd``, never looked up by path again.
+
+    On Linux ``/proc/self/fd/N`` is a "magic link" (``proc(5)``): ``chdir`` through it reaches the open file itself,
+    whatever is renamed or linked at its path meanwhile. CPython's child calls ``chdir(cwd)`` after ``fork`` and
+    before ``exec`` (``Modules/_posixsubprocess.c``, ``child_exec``), so ``self`` is the child, which still holds
+    ``fd`` (close-on-exec closes it only at ``exec``: git never inherits it). Elsewhere, ``os.fchdir`` in the child."""
+    proc = f"/proc/self/fd/{fd}"
+    try:
+        same = os.path.samestat(os.stat(proc), os.fstat(fd))
+    except OSError:
+        same = False
+    if same:
+        return {"cwd": proc}
+    return {"preexec_fn": lambda: os.fchdir(fd)}
+
+
+class GitRepo:
+    """A git repository driven through the git CLI (argument lists, never a shell), always the one open as ``root``.
+
+    Every git command starts in ``root``'s descriptor (:func:`_pinned_cwd`), never in a path looked up again (``git
+    -C PATH`` would follow whatever is renamed or linked at PATH after the checks), and names its repository
+    explicitly: ``--git-dir=.git --work-tree=.``, or ``--git-dir=.`` for a bare repository, so git never discovers
+    another one (a bare repository beside an invalid ``.git``, a parent's repository; ``git(1)``, ``--git-dir``)."""
+
+    def __init__(self, path: Path, root: Folder, bare: bool = False) -> None:
+        self.path = Path(path)
+        self.root = root
+        self.bare = bare
 
     def run(self, *args: str, stdin: str | None = None, index_file: Path | None = None, check: bool = True) -> str:
         env = git_environment(index_file)
-        env["GIT_CEILING_DIRECTORIES"] = str(self.path.parent)
         command = [
             "git",
             "-c", "commit.gpgSign=false",
@@ -521,12 +552,19 @@ class GitRepo:
             "-c", "tag.forceSignAnnotated=false",
             "-c", "core.autocrlf=false",
             *GIT_SAFETY,
-            "-C", str(self.path),
+            *(["--git-dir=."] if self.bare else ["--git-dir=.git", "--work-tree=."]),
             *args,
         ]  # fmt: skip
         try:
             completed = subprocess.run(
-                command, input=stdin, capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT, check=False
+                command,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=GIT_TIMEOUT,
+                check=False,
+                **_pinned_cwd(self.root.fd),
             )
         except FileNotFoundError:
             raise NeedlebenchError(
@@ -574,15 +612,17 @@ class GitRepo:
         return completed or None
 
 
-def _remove_new_repo(git_path: Path, made_dir: bool) -> None:
-    """Undo :func:`_open_git_repo`'s creation: the folder if it made it, else only the ``.git`` it initialised."""
+def _remove_new_repo(git_path: Path, made_dir: bool, root: Folder) -> None:
+    """Undo :func:`_open_git_repo`'s creation: the folder if it made it, else only the ``.git`` it initialised (in the
+    folder open as ``root``)."""
     with contextlib.suppress(OSError, NeedlebenchError):
         if made_dir:
             with Folder.open(git_path.parent) as parent:  # by descriptors: a link put there is removed, not followed
-                parent.rmtree(git_path.name)
+                info = parent.lstat(git_path.name)
+                if info is not None and os.path.samestat(info, os.fstat(root.fd)):
+                    parent.rmtree(git_path.name)
         else:
-            with Folder.open(git_path) as folder:
-                folder.rmtree(".git")
+            root.rmtree(".git")
 
 
 def _repo_config_allowed(key: str) -> bool:
@@ -637,12 +677,33 @@ def _git_link(path: Path) -> NeedlebenchError:
     )
 
 
-def check_repo_config(root: Folder) -> None:
+#: What makes a folder a git folder for git itself (``is_git_directory`` in git's ``setup.c``;
+#: ``gitrepository-layout(5)``): a ``HEAD`` file, an ``objects`` and a ``refs`` folder.
+GIT_DIR_MARKS = ("HEAD", "objects", "refs")
+
+
+def _git_dir_marks(folder: Folder) -> list[str]:
+    """Which of :data:`GIT_DIR_MARKS` `folder` holds (``HEAD`` a file, the others folders; read without following a
+    link)."""
+    found = []
+    for name in GIT_DIR_MARKS:
+        info = folder.lstat(name)
+        want = stat.S_ISREG if name == "HEAD" else stat.S_ISDIR
+        if info is not None and want(info.st_mode):
+            found.append(name)
+    return found
+
+
+def check_repo_config(root: Folder) -> bool:
     """Refuse, before any git command runs in it, a repository whose own configuration could make git run a command
     or read configuration from elsewhere: its ``config`` (read without following a link) may set only the keys of
     :data:`REPO_CONFIG_KEYS` and :data:`REPO_CONFIG_SUBSECTION_KEYS`; a ``.git`` that is a file or a link (a linked
     work tree, a submodule: the configuration lives elsewhere) and a ``commondir`` are refused too
-    (``gitrepository-layout(5)``)."""
+    (``gitrepository-layout(5)``). The repository is exactly the folder checked: a ``.git`` folder that git would
+    not take as a repository (no ``HEAD``, ``objects`` or ``refs``: git would look elsewhere) and a folder holding
+    a bare repository's ``HEAD``/``objects``/``refs`` beside its ``.git`` are refused, and so is a bare repository
+    whose configuration does not say ``core.bare = true`` (git would take the repository folder as a work tree).
+    Returns whether the repository is bare (no ``.git``: the folder is the git folder)."""
     where = root.path
     info = root.lstat(".git")
     if info is not None and not stat.S_ISDIR(info.st_mode):
@@ -650,7 +711,14 @@ def check_repo_config(root: Folder) -> None:
             f"{where}/.git is not a folder (a link, or a file pointing at another git folder); give a repository "
             "that holds its own .git folder, or a new or empty folder"
         )
-    with root.sub(".git") if info is not None else contextlib.nullcontext(root) as git_dir:
+    bare = info is None
+    beside = _git_dir_marks(root)
+    if not bare and beside:
+        raise NeedlebenchError(
+            f"{where} holds both a .git folder and a bare repository's {'/'.join(beside)}; git could take either, "
+            "so needlebench publishes only into a folder that is one repository (give a new or empty folder)"
+        )
+    with root.sub(".git") if not bare else contextlib.nullcontext(root) as git_dir:
         if git_dir.lstat("commondir") is not None:
             raise NeedlebenchError(
                 f"{git_dir.path} is a linked work tree (it has a commondir file); give the main repository's folder"
@@ -663,6 +731,12 @@ def check_repo_config(root: Folder) -> None:
                 f"{where} is not a git repository (no {git_dir.path / 'config'}); give a git repository or a new or "
                 "empty folder"
             ) from None
+        missing = [name for name in GIT_DIR_MARKS if name not in _git_dir_marks(git_dir)]
+        if missing:
+            raise NeedlebenchError(
+                f"{where} is not a git repository ({git_dir.path} has no {'/'.join(missing)}, so git would not take "
+                "it as one); give a git repository or a new or empty folder"
+            )
     try:
         completed = subprocess.run(
             ["git", *GIT_SAFETY, "config", "--file", "-", "--no-includes", "--list", "-z"],
@@ -678,8 +752,9 @@ def check_repo_config(root: Folder) -> None:
     if completed.returncode != 0:
         message = " ".join(completed.stderr.decode("utf-8", "replace").split())[:200]
         raise NeedlebenchError(f"{git_dir.path / 'config'} cannot be read as a git configuration: {message}")
+    values: dict[str, str] = {}
     for record in filter(None, completed.stdout.split(b"\0")):
-        key = record.split(b"\n", 1)[0].decode("utf-8", "replace")
+        key, _, value = record.decode("utf-8", "replace").partition("\n")
         if not _repo_config_allowed(key):
             raise NeedlebenchError(
                 f"{git_dir.path / 'config'} sets {printable(key)!r}, which can make git run a command or read other "
@@ -687,14 +762,25 @@ def check_repo_config(root: Folder) -> None:
                 "but remotes, branches, user.name/email and what git init writes (remove the key or give a new or "
                 "empty folder)"
             )
+        values[key.lower()] = value
+    if bare and values.get("core.bare", "").lower() not in ("true", "yes", "on", "1"):
+        raise NeedlebenchError(
+            f"{git_dir.path / 'config'} is a bare repository's configuration without core.bare = true (git would "
+            "write a work tree into the repository folder); give a bare repository, a repository with a .git folder "
+            "or a new or empty folder"
+        )
+    return bare
 
 
 def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
-    """The repository at ``git_path``, initialised when absent or empty.
+    """The repository at ``git_path``, initialised when absent or empty, open as a descriptor the caller closes
+    (``repo.root``).
 
     The folder is opened without following a link planted on the way (:meth:`Folder.open`), and an existing
-    repository's configuration is checked (:func:`check_repo_config`) before any git command runs in it.
-    Returns (repo, created): None for an existing repository, else whether the folder itself was made.
+    repository is checked (:func:`check_repo_config`) before any git command runs in it; a repository this call
+    initialises is checked the same way right after ``git init`` (which names its files by absolute paths). Every
+    git command then runs in that descriptor (:class:`GitRepo`). Returns (repo, created): None for an existing
+    repository, else whether the folder itself was made.
     """
     try:
         root = Folder.open(git_path)
@@ -708,26 +794,27 @@ def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
                 f"git repository path {git_path} is a file; give a git repository folder or a new path"
             ) from None
         raise
-    with root:
+    try:
         if made_dir or not root.listdir():
-            repo = GitRepo(git_path)
+            repo = GitRepo(git_path, root)
             try:
                 repo.run("init", "-q", "-b", "main")
+                check_repo_config(root)
             except NeedlebenchError:
-                _remove_new_repo(git_path, made_dir)
+                _remove_new_repo(git_path, made_dir, root)
                 raise
             return repo, made_dir
-        check_repo_config(root)
-    probe = GitRepo(git_path)
-    bare = probe.run("rev-parse", "--is-bare-repository", check=False).strip()
-    if bare not in ("true", "false"):
-        raise NeedlebenchError(f"{git_path} is not a git repository; give a git repository or a new or empty folder")
-    repo = GitRepo(git_path, bare == "true")
-    root_path = repo.run("rev-parse", "--absolute-git-dir" if repo.bare else "--show-toplevel").strip()
-    if Path(root_path).resolve() != Path(os.path.realpath(git_path)):
-        raise NeedlebenchError(f"{git_path} is inside the git repository {root_path}; give the repository's own folder")
-    check_release_repo(repo)
-    return repo, None
+        repo = GitRepo(git_path, root, check_repo_config(root))
+        bare = repo.run("rev-parse", "--is-bare-repository", check=False).strip()
+        if bare != str(repo.bare).lower():
+            raise NeedlebenchError(
+                f"{git_path} is not a git repository; give a git repository or a new or empty folder"
+            )
+        check_release_repo(repo)
+        return repo, None
+    except BaseException:
+        root.close()
+        raise
 
 
 #: Files a fresh Hub dataset repository holds before its first release.
@@ -829,12 +916,13 @@ def publish_to_git(folder: Path, git_path: Path, *, version: str, repo_id: str |
         check_repo_id(repo_id)
     manifest = prepare_folder(folder)
     repo, created = _open_git_repo(git_path)
-    try:
-        return _publish_git(repo, Path(folder), manifest, version=version, tag=tag, repo_id=repo_id)
-    except BaseException:
-        if created is not None:  # nothing half-published: drop the repository this call initialised
-            _remove_new_repo(git_path, created)
-        raise
+    with repo.root:
+        try:
+            return _publish_git(repo, Path(folder), manifest, version=version, tag=tag, repo_id=repo_id)
+        except BaseException:
+            if created is not None:  # nothing half-published: drop the repository this call initialised
+                _remove_new_repo(git_path, created, repo.root)
+            raise
 
 
 def _valid_repo_id(candidate: str) -> bool:
