@@ -167,6 +167,51 @@ def test_a_new_repository_path_swapped_for_a_link_is_not_followed(built: Path, s
     assert snapshot(evil / ".git") == evil_before and not (evil / "README.md").exists()
 
 
+#: A `git` first on PATH that logs each call's arguments (each ended by a NUL, each call by bytes 1 and 0).
+LOGGER = """#!/bin/sh
+printf '%s\\0' "$@" >> "$CALLS_LOG"
+printf '\\1\\0' >> "$CALLS_LOG"
+exec "$REAL_GIT" "$@"
+"""
+#: git commands that `chdir` to the work tree by its absolute path (``setup_work_tree``, git's setup.c), so a folder
+#: renamed and swapped for a link at that moment would send them (and the filters they run) elsewhere.
+WORK_TREE_COMMANDS = {"status", "checkout", "reset", "add", "commit", "diff-files", "stash", "restore", "switch"}
+
+
+@pytest.mark.slow
+def test_no_git_command_finds_its_repository_by_path(built: Path, sandbox: Path) -> None:
+    """Two releases into a work-tree repository: every git command names its repository (``--git-dir``, never
+    ``-C PATH``), and none needs the work tree (they would look its path up again): needlebench writes the work tree
+    and compares it with the index itself, through the folder's descriptor."""
+    ds = _copy(built, sandbox)
+    work = sandbox / "work"
+    (work / "bin").mkdir()
+    (work / "bin" / "git").write_text(LOGGER)
+    (work / "bin" / "git").chmod(0o755)
+    env = {
+        "PATH": f"{work / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "REAL_GIT": shutil.which("git") or "git",
+        "CALLS_LOG": str(work / "calls"),
+    }
+    repo = work / "rel"
+    for version in ("1.0.0", "1.0.1"):
+        result = run(sandbox, "publish", str(ds), "--version", version, "--to-git", str(repo), env=env)
+        assert result.returncode == 0, result.stderr[-2000:]
+        os.utime(repo / "README.md")  # stat-dirty: a `git status` would re-read it
+    calls = [call.split("\0")[:-1] for call in (work / "calls").read_text().split("\1\0") if call]
+    in_repo = [args for args in calls if "--file" not in args]
+    assert len(in_repo) > 10
+    for args in in_repo:
+        assert "-C" not in args and ("--git-dir=.git" in args or "--git-dir=." in args), args
+        command = next(arg for i, arg in enumerate(args) if not arg.startswith("-") and args[i - 1] != "-c")
+        assert command not in WORK_TREE_COMMANDS, args
+        assert command != "read-tree" or "-u" not in args, args
+    log = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert log.stdout == "" and _tag(repo, "v1.0.1")
+
+
 # --- 3. git's environment and working folder -------------------------------------------------------------------------
 
 

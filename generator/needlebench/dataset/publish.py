@@ -829,7 +829,7 @@ def check_release_repo(repo: GitRepo) -> None:
     head = repo.resolve("HEAD")
     if head is None:
         return
-    if not repo.bare and repo.run("status", "--porcelain", "--untracked-files=no").strip():
+    if not repo.bare and _uncommitted(repo, head) is not None:
         return  # refused by _publish_git as "uncommitted changes" before anything changes
     paths = set(repo.tree_entries(head))
     if paths <= _FRESH_REPO_FILES:
@@ -885,8 +885,16 @@ def _commit_release(repo: GitRepo, staged: Path, files: list[str], parent: str |
     return repo.run("commit-tree", tree, *(["-p", parent] if parent else []), "-m", message).strip()
 
 
-def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str) -> None:
-    """Move the branch to ``commit`` (only if it still is at ``parent``), updating a checked-out work tree first."""
+def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str, staged: Path) -> None:
+    """Move the branch to ``commit`` (only if it still is at ``parent``), updating a checked-out work tree first.
+
+    The work tree and the index are updated by needlebench, not by ``git read-tree -u``: git commands that need a work
+    tree (``read-tree -u``, ``status``) ``chdir`` to its absolute path, looked up again by name (``setup_work_tree`` in
+    git's ``setup.c``), so a second process renaming the folder and putting a link at its name at that moment would have
+    git read another repository's configuration and run its filters. The release's files are written from the private
+    staged copy through the repository's descriptor (:meth:`Folder.atomic`), the files the release drops are removed the
+    same way, and the index is merged in a private copy (``read-tree -m -i``: index only) put back into ``.git`` through
+    its descriptor."""
     if commit == parent:
         return
     if not repo.bare:
@@ -895,8 +903,99 @@ def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str)
             if parent
             else repo.run("hash-object", "-t", "tree", "-w", "--stdin", stdin="").strip()
         )
-        repo.run("read-tree", "-m", "-u", old_tree, commit)
+        old = repo.tree_entries(parent) if parent else {}
+        new = repo.tree_entries(commit)
+        _check_out_release(repo, staged, old, new)
+        with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp, repo.root.sub(".git") as git_dir:
+            index = Path(temp) / "index"
+            if git_dir.is_file("index"):
+                with git_dir.open_read("index") as reader, open(index, "wb") as writer:  # our private folder
+                    shutil.copyfileobj(reader, writer, 1 << 20)
+            repo.run("read-tree", "-m", "-i", old_tree, commit, index_file=index)
+            with open(index, "rb") as reader, git_dir.atomic("index", mode=0o644) as writer:
+                shutil.copyfileobj(reader, writer, 1 << 20)
     repo.run("update-ref", "-m", f"needlebench publish {commit[:12]}", branch, commit, parent or "")
+
+
+def _check_out_release(repo: GitRepo, staged: Path, old: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """Write the files the release changes (those of ``new`` not in ``old`` as they are, all held in ``staged``) into
+    the work tree and remove the files of ``old`` the release drops (and the folders this empties), through the
+    repository's descriptor; files git would write 0666 less the umask (``checkout_entry``), a link planted at a name
+    replaced, never followed."""
+    root = repo.root
+    try:
+        with Folder.open(staged) as source:
+            for path, meta in sorted(new.items()):
+                if old.get(path) == meta or not source.is_file(path):
+                    continue  # unchanged by the release: left as it is (as read-tree -m -u leaves it)
+                mode = 0o777 if meta.startswith("100755") else 0o666
+                with source.open_read(path) as reader, root.atomic(path, mode=mode, create_parents=True) as writer:
+                    shutil.copyfileobj(reader, writer, 1 << 20)
+        for path in sorted(set(old) - set(new)):
+            root.unlink(path)
+            parts = PurePosixPath(path).parts[:-1]
+            for depth in range(len(parts), 0, -1):
+                if not root.rmdir("/".join(parts[:depth])):
+                    break
+    except OSError as error:
+        raise NeedlebenchError(
+            f"cannot update the work tree of {repo.path}: {error.strerror or error} ({printable(str(error.filename))})"
+        ) from None
+
+
+def _uncommitted(repo: GitRepo, head: str | None) -> str | None:
+    """A path with uncommitted changes in a work-tree repository (what ``git status --porcelain
+    --untracked-files=no`` lists), or None: staged changes from the index (``diff-index --cached``, no work tree
+    needed), and each tracked file compared through the repository's descriptor (never by a path git looks up
+    again, see :func:`_advance_branch`): a missing file, another kind or executable bit, or content whose blob id
+    differs from the index's, both raw and through the repository's clean filters (``hash-object --path``, as
+    ``git status`` would, so a Git LFS work tree is clean)."""
+    if head is not None:
+        staged = repo.run("diff-index", "--cached", "--name-only", "-z", head, "--").split("\0")[0]
+        if staged:
+            return staged
+    for record in filter(None, repo.run("ls-files", "-s", "-z").split("\0")):
+        meta, path = record.split("\t", 1)
+        mode, oid, stage = meta.split()
+        if head is None or stage != "0":
+            return path  # a file staged in a repository without commits, an unmerged file
+        if mode == "160000":
+            continue  # a submodule: git status compares its commit, a release never changes it
+        if not _same_as_index(repo, path, mode, oid):
+            return path
+    return None
+
+
+def _same_as_index(repo: GitRepo, path: str, mode: str, oid: str) -> bool:
+    try:
+        info = repo.root.lstat(path)
+        if info is None:
+            return False
+        if mode == "120000":
+            if not stat.S_ISLNK(info.st_mode):
+                return False
+            with repo.root._parent(path) as (parent, leaf):
+                target = os.readlink(leaf, dir_fd=parent.fd).encode("utf-8", "surrogateescape")
+            return _blob_id(target) == oid
+        if not stat.S_ISREG(info.st_mode) or bool(info.st_mode & 0o100) != (mode == "100755"):
+            return False
+        with repo.root.open_read(path) as reader:
+            digest = hashlib.sha1(f"blob {os.fstat(reader.fileno()).st_size}\0".encode())
+            while chunk := reader.read(1 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() == oid:
+            return True
+        with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp:
+            copy = Path(temp) / "file"
+            with repo.root.open_read(path) as reader, open(copy, "wb") as writer:  # our private folder
+                shutil.copyfileobj(reader, writer, 1 << 20)
+            return repo.run("hash-object", f"--path={path}", str(copy), check=False).strip() == oid
+    except (OSError, NeedlebenchError):
+        return False
+
+
+def _blob_id(data: bytes) -> str:
+    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
 
 
 def publish_to_git(folder: Path, git_path: Path, *, version: str, repo_id: str | None = None) -> PublishResult:
@@ -950,14 +1049,17 @@ def _publish_git(
         )
     check_not_older(version, tags, str(repo.path))
     branch = _branch(repo)
-    if not repo.bare and repo.run("status", "--porcelain", "--untracked-files=no").strip():
-        raise NeedlebenchError(f"{repo.path} has uncommitted changes; commit or discard them before publishing")
     parent = repo.resolve("HEAD")
+    changed = None if repo.bare else _uncommitted(repo, parent)
+    if changed is not None:
+        raise NeedlebenchError(
+            f"{repo.path} has uncommitted changes ({printable(changed)}); commit or discard them before publishing"
+        )
     changelog = build_changelog([*_git_history(repo, tags, version), (version, manifest)])
     with staged_release(folder, manifest, repo_id=repo_id, version=version, changelog=changelog) as staged:
         files = [CARD_NAME, *content_files(manifest)]
         message = f"Release {tag}\n\n" + "\n".join(f"- {change}" for change in changelog[0]["changes"]) + "\n"
         commit = _commit_release(repo, staged, files, parent, message)
-    _advance_branch(repo, branch, parent, commit)
+        _advance_branch(repo, branch, parent, commit, staged)
     repo.run("tag", "-a", tag, "-m", f"needlebench release {tag}", commit)
     return release_result(str(repo.path), commit, tag, True, how_to_load_git(repo.path, repo_id, tag, manifest))
