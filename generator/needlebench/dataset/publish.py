@@ -798,7 +798,7 @@ def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
         if made_dir or not root.listdir():
             repo = GitRepo(git_path, root)
             try:
-                repo.run("init", "-q", "-b", "main")
+                _init_repo(root)
                 check_repo_config(root)
             except NeedlebenchError:
                 _remove_new_repo(git_path, made_dir, root)
@@ -815,6 +815,42 @@ def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
     except BaseException:
         root.close()
         raise
+
+
+def _init_repo(root: Folder) -> None:
+    """``git init -b main`` in the open folder ``root``: run in a private temporary folder (``git init`` names every
+    file it writes by its absolute path, looked up again by name), its ``.git`` then copied into ``root`` through
+    descriptors (folders and files with git's modes, never through a link)."""
+    with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp:
+        made = Path(temp) / "repo"
+        completed = subprocess.run(
+            ["git", *GIT_SAFETY, "init", "-q", "-b", "main", str(made)],
+            capture_output=True,
+            text=True,
+            env=git_environment(),
+            cwd=temp,
+            timeout=GIT_TIMEOUT,
+            check=False,
+        )
+        if completed.returncode != 0:
+            message = " ".join(completed.stderr.split())[:200]
+            raise NeedlebenchError(f"git init failed for {root.path}: {message}")
+        source = made / ".git"
+        try:
+            root.mkdir(".git", exist_ok=False)
+            for directory, folders, files in os.walk(source):
+                here = Path(directory).relative_to(source)
+                for name in sorted(folders):
+                    root.mkdir(
+                        str(PurePosixPath(".git", here, name)),
+                        mode=stat.S_IMODE(os.lstat(Path(directory, name)).st_mode),
+                    )
+                for name in sorted(files):
+                    mode = stat.S_IMODE(os.lstat(Path(directory, name)).st_mode)
+                    with open(Path(directory, name), "rb") as reader:  # our private folder
+                        root.write_bytes(str(PurePosixPath(".git", here, name)), reader.read(), mode=mode)
+        except OSError as error:
+            raise NeedlebenchError(f"cannot create {root.path / '.git'}: {error.strerror or error}") from None
 
 
 #: Files a fresh Hub dataset repository holds before its first release.
@@ -906,7 +942,7 @@ def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str,
         old = repo.tree_entries(parent) if parent else {}
         new = repo.tree_entries(commit)
         _check_out_release(repo, staged, old, new)
-        with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp, repo.root.sub(".git") as git_dir:
+        with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp, _git_dir(repo) as git_dir:
             index = Path(temp) / "index"
             if git_dir.is_file("index"):
                 with git_dir.open_read("index") as reader, open(index, "wb") as writer:  # our private folder
@@ -914,7 +950,61 @@ def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str,
             repo.run("read-tree", "-m", "-i", old_tree, commit, index_file=index)
             with open(index, "rb") as reader, git_dir.atomic("index", mode=0o644) as writer:
                 shutil.copyfileobj(reader, writer, 1 << 20)
-    repo.run("update-ref", "-m", f"needlebench publish {commit[:12]}", branch, commit, parent or "")
+    _set_ref(repo, branch, commit, parent, f"needlebench publish {commit[:12]}")
+
+
+#: The null object id git writes for "no value" (a reflog line of a new ref).
+_NULL_OID = "0" * 40
+
+
+def _git_dir(repo: GitRepo) -> contextlib.AbstractContextManager[Folder]:
+    """The repository's git folder, open (the folder itself for a bare repository, left open)."""
+    return contextlib.nullcontext(repo.root) if repo.bare else repo.root.sub(".git")
+
+
+def _set_ref(repo: GitRepo, ref: str, new: str, old: str | None, message: str) -> None:
+    """``git update-ref -m MESSAGE REF NEW OLD`` done through the repository's descriptor: git names a ref's lock
+    file by its absolute path (``tempfile.c``: "the tempfile API needs absolute paths"), looked up again by name,
+    so a folder renamed and swapped for a link meanwhile would take the ref elsewhere. Same protocol as git
+    (``REF.lock`` created exclusively, the old value checked while it is held, renamed over the ref), same reflog
+    lines (``logs/REF``, and ``logs/HEAD`` for the checked-out branch, in a repository with a work tree: git's
+    default ``core.logAllRefUpdates``)."""
+    lock = f"{ref}.lock"
+    with _git_dir(repo) as git_dir:
+        if not git_dir.is_dir(str(PurePosixPath(ref).parent)):
+            git_dir.mkdir(str(PurePosixPath(ref).parent))
+        if not git_dir.create_new(lock, f"{new}\n".encode(), mode=0o644):
+            raise NeedlebenchError(f"{git_dir.path / lock} exists: another git command is updating {ref}; try again")
+        try:
+            current = repo.run("rev-parse", "-q", "--verify", ref, check=False).strip() or None
+            if current != old:
+                raise NeedlebenchError(f"{ref} of {repo.path} moved while it was published ({current}); publish again")
+            git_dir.replace_from(git_dir, lock, ref)
+        except BaseException:
+            git_dir.unlink(lock)
+            raise
+        if repo.bare or not ref.startswith("refs/heads/"):
+            return
+        epoch = os.environ.get("SOURCE_DATE_EPOCH", str(DEFAULT_GIT_EPOCH))
+        line = f"{old or _NULL_OID} {new} {GIT_IDENTITY['name']} <{GIT_IDENTITY['email']}> {epoch} +0000\t{message}\n"
+        logs = [f"logs/{ref}"]
+        if repo.run("symbolic-ref", "-q", "HEAD", check=False).strip() == ref:
+            logs.append("logs/HEAD")
+        for log in logs:
+            git_dir.mkdir(str(PurePosixPath(log).parent))
+            git_dir.append_bytes(log, line.encode("utf-8"), mode=0o666)
+
+
+def _tag_release(repo: GitRepo, tag: str, commit: str) -> None:
+    """``git tag -a TAG -m "needlebench release TAG" COMMIT``: the same tag object (``git mktag``, which writes it
+    under the repository's relative ``objects/``), its ref set through the descriptor (:func:`_set_ref`)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", str(DEFAULT_GIT_EPOCH))
+    text = (
+        f"object {commit}\ntype commit\ntag {tag}\n"
+        f"tagger {GIT_IDENTITY['name']} <{GIT_IDENTITY['email']}> {epoch} +0000\n\nneedlebench release {tag}\n"
+    )
+    oid = repo.run("mktag", stdin=text).strip()
+    _set_ref(repo, f"refs/tags/{tag}", oid, None, f"needlebench release {tag}")
 
 
 def _check_out_release(repo: GitRepo, staged: Path, old: Mapping[str, str], new: Mapping[str, str]) -> None:
@@ -1061,5 +1151,5 @@ def _publish_git(
         message = f"Release {tag}\n\n" + "\n".join(f"- {change}" for change in changelog[0]["changes"]) + "\n"
         commit = _commit_release(repo, staged, files, parent, message)
         _advance_branch(repo, branch, parent, commit, staged)
-    repo.run("tag", "-a", tag, "-m", f"needlebench release {tag}", commit)
+    _tag_release(repo, tag, commit)
     return release_result(str(repo.path), commit, tag, True, how_to_load_git(repo.path, repo_id, tag, manifest))
