@@ -214,10 +214,41 @@ def test_no_git_command_finds_its_repository_by_path(built: Path, sandbox: Path)
         assert command not in WORK_TREE_COMMANDS | ABSOLUTE_PATH_COMMANDS, args
         assert command != "read-tree" or "-u" not in args, args
     assert in_repo > 10
-    log = subprocess.run(
+    status = subprocess.run(
         ["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True, check=True, timeout=60
     )
-    assert log.stdout == "" and _tag(repo, "v1.0.1")
+    assert status.stdout == ""
+    tag = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "tag", "v1.0.1"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert tag == (  # what `git tag -a v1.0.1 -m "needlebench release v1.0.1"` makes with the fixed identity
+        f"object {_tag(repo, 'v1.0.1')}\ntype commit\ntag v1.0.1\n"
+        "tagger needlebench <needlebench@users.noreply.huggingface.co> 1720656000 +0000\n\nneedlebench release v1.0.1\n"
+    )
+    reflog = (repo / ".git" / "logs" / "HEAD").read_text().splitlines()
+    assert len(reflog) == 2 and reflog[1].endswith(f"\tneedlebench publish {_tag(repo, 'v1.0.1')[:12]}")
+
+
+@pytest.mark.slow
+def test_a_work_tree_clean_through_the_users_filter_is_published_into(built: Path, sandbox: Path) -> None:
+    """A tracked file whose bytes differ from the index but not through a clean filter of the user's own git
+    configuration (as a Git LFS work tree does) is not an uncommitted change, as for `git status`."""
+    ds = _copy(built, sandbox)
+    repo = sandbox / "work" / "rel"
+    assert run(sandbox, "publish", str(ds), "--version", "1.0.0", "--to-git", str(repo)).returncode == 0
+    (sandbox / ".gitconfig").write_text('[filter "upper"]\n\tclean = tr a-z A-Z\n\tsmudge = cat\n')
+    (repo / ".gitattributes").write_text("notes.txt filter=upper\n")
+    (repo / "notes.txt").write_text("lower case\n")
+    env = {"HOME": str(sandbox)}
+    for args in (("add", ".gitattributes", "notes.txt"), ("commit", "-q", "-m", "notes")):
+        subprocess.run(["git", "-c", "user.name=u", "-c", "user.email=u@example.invalid", *args], cwd=repo,
+                       env={**os.environ, **env}, check=True, capture_output=True, timeout=60)  # fmt: skip
+    assert (repo / "notes.txt").read_text() == "lower case\n"  # the index holds "LOWER CASE"
+    result = run(sandbox, "publish", str(ds), "--version", "1.0.1", "--to-git", str(repo))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _tag(repo, "v1.0.1")
+    (repo / "notes.txt").write_text("changed\n")
+    refused(run(sandbox, "publish", str(ds), "--version", "1.0.2", "--to-git", str(repo)), "uncommitted", "notes.txt")
 
 
 # --- 3. git's environment and working folder -------------------------------------------------------------------------
