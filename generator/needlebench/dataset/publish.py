@@ -486,9 +486,13 @@ def publish_folder(
 
 
 def git_environment(index_file: Path | None = None) -> dict[str, str]:
-    """Environment of git calls: fixed identity and dates, no prompts, no discovery above the repository."""
+    """Environment of git calls: fixed identity and dates, no prompts, and none of the user's ``GIT_*`` variables
+    (``git(1)``, ENVIRONMENT VARIABLES): ``GIT_DIR``, ``GIT_WORK_TREE``, ``GIT_INDEX_FILE``, ``GIT_OBJECT_DIRECTORY``,
+    ``GIT_ALTERNATE_OBJECT_DIRECTORIES``, ``GIT_CONFIG*``, ``GIT_NAMESPACE``... would point git at another repository,
+    object store or configuration than the one checked. ``GIT_EXEC_PATH`` (where the user's git keeps its helpers)
+    is kept."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH", str(DEFAULT_GIT_EPOCH))
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_") or key in GIT_KEPT_ENV}
     env.update(
         GIT_AUTHOR_NAME=GIT_IDENTITY["name"],
         GIT_AUTHOR_EMAIL=GIT_IDENTITY["email"],
@@ -498,22 +502,49 @@ def git_environment(index_file: Path | None = None) -> dict[str, str]:
         GIT_COMMITTER_DATE=f"{epoch} +0000",
         GIT_TERMINAL_PROMPT="0",
         GIT_CONFIG_NOSYSTEM="1",
+        GIT_CEILING_DIRECTORIES="/",  # no discovery anywhere (every call names its repository anyway)
     )
     if index_file is not None:
         env["GIT_INDEX_FILE"] = str(index_file)
     return env
 
 
-@dataclass(frozen=True)
-class GitRepo:
-    """A git repository driven through the git CLI (argument lists, never a shell)."""
+#: ``GIT_*`` variables of the user's environment given to git: where its own helper programs are.
+GIT_KEPT_ENV = frozenset({"GIT_EXEC_PATH"})
 
-    path: Path
-    bare: bool = False
+
+def _pinned_cwd(fd: int) -> dict[str, Any]:
+    """``subprocess`` arguments that start the child in the directory open as ``fd``, never looked up by path again.
+
+    On Linux ``/proc/self/fd/N`` is a "magic link" (``proc(5)``): ``chdir`` through it reaches the open file itself,
+    whatever is renamed or linked at its path meanwhile. CPython's child calls ``chdir(cwd)`` after ``fork`` and
+    before ``exec`` (``Modules/_posixsubprocess.c``, ``child_exec``), so ``self`` is the child, which still holds
+    ``fd`` (close-on-exec closes it only at ``exec``: git never inherits it). Elsewhere, ``os.fchdir`` in the child."""
+    proc = f"/proc/self/fd/{fd}"
+    try:
+        same = os.path.samestat(os.stat(proc), os.fstat(fd))
+    except OSError:
+        same = False
+    if same:
+        return {"cwd": proc}
+    return {"preexec_fn": lambda: os.fchdir(fd)}
+
+
+class GitRepo:
+    """A git repository driven through the git CLI (argument lists, never a shell), always the one open as ``root``.
+
+    Every git command starts in ``root``'s descriptor (:func:`_pinned_cwd`), never in a path looked up again (``git
+    -C PATH`` would follow whatever is renamed or linked at PATH after the checks), and names its repository
+    explicitly: ``--git-dir=.git --work-tree=.``, or ``--git-dir=.`` for a bare repository, so git never discovers
+    another one (a bare repository beside an invalid ``.git``, a parent's repository; ``git(1)``, ``--git-dir``)."""
+
+    def __init__(self, path: Path, root: Folder, bare: bool = False) -> None:
+        self.path = Path(path)
+        self.root = root
+        self.bare = bare
 
     def run(self, *args: str, stdin: str | None = None, index_file: Path | None = None, check: bool = True) -> str:
         env = git_environment(index_file)
-        env["GIT_CEILING_DIRECTORIES"] = str(self.path.parent)
         command = [
             "git",
             "-c", "commit.gpgSign=false",
@@ -521,12 +552,19 @@ class GitRepo:
             "-c", "tag.forceSignAnnotated=false",
             "-c", "core.autocrlf=false",
             *GIT_SAFETY,
-            "-C", str(self.path),
+            *(["--git-dir=."] if self.bare else ["--git-dir=.git", "--work-tree=."]),
             *args,
         ]  # fmt: skip
         try:
             completed = subprocess.run(
-                command, input=stdin, capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT, check=False
+                command,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=GIT_TIMEOUT,
+                check=False,
+                **_pinned_cwd(self.root.fd),
             )
         except FileNotFoundError:
             raise NeedlebenchError(
@@ -574,15 +612,17 @@ class GitRepo:
         return completed or None
 
 
-def _remove_new_repo(git_path: Path, made_dir: bool) -> None:
-    """Undo :func:`_open_git_repo`'s creation: the folder if it made it, else only the ``.git`` it initialised."""
+def _remove_new_repo(git_path: Path, made_dir: bool, root: Folder) -> None:
+    """Undo :func:`_open_git_repo`'s creation: the folder if it made it, else only the ``.git`` it initialised (in the
+    folder open as ``root``)."""
     with contextlib.suppress(OSError, NeedlebenchError):
         if made_dir:
             with Folder.open(git_path.parent) as parent:  # by descriptors: a link put there is removed, not followed
-                parent.rmtree(git_path.name)
+                info = parent.lstat(git_path.name)
+                if info is not None and os.path.samestat(info, os.fstat(root.fd)):
+                    parent.rmtree(git_path.name)
         else:
-            with Folder.open(git_path) as folder:
-                folder.rmtree(".git")
+            root.rmtree(".git")
 
 
 def _repo_config_allowed(key: str) -> bool:
@@ -637,12 +677,33 @@ def _git_link(path: Path) -> NeedlebenchError:
     )
 
 
-def check_repo_config(root: Folder) -> None:
+#: What makes a folder a git folder for git itself (``is_git_directory`` in git's ``setup.c``;
+#: ``gitrepository-layout(5)``): a ``HEAD`` file, an ``objects`` and a ``refs`` folder.
+GIT_DIR_MARKS = ("HEAD", "objects", "refs")
+
+
+def _git_dir_marks(folder: Folder) -> list[str]:
+    """Which of :data:`GIT_DIR_MARKS` `folder` holds (``HEAD`` a file, the others folders; read without following a
+    link)."""
+    found = []
+    for name in GIT_DIR_MARKS:
+        info = folder.lstat(name)
+        want = stat.S_ISREG if name == "HEAD" else stat.S_ISDIR
+        if info is not None and want(info.st_mode):
+            found.append(name)
+    return found
+
+
+def check_repo_config(root: Folder) -> bool:
     """Refuse, before any git command runs in it, a repository whose own configuration could make git run a command
     or read configuration from elsewhere: its ``config`` (read without following a link) may set only the keys of
     :data:`REPO_CONFIG_KEYS` and :data:`REPO_CONFIG_SUBSECTION_KEYS`; a ``.git`` that is a file or a link (a linked
     work tree, a submodule: the configuration lives elsewhere) and a ``commondir`` are refused too
-    (``gitrepository-layout(5)``)."""
+    (``gitrepository-layout(5)``). The repository is exactly the folder checked: a ``.git`` folder that git would
+    not take as a repository (no ``HEAD``, ``objects`` or ``refs``: git would look elsewhere) and a folder holding
+    a bare repository's ``HEAD``/``objects``/``refs`` beside its ``.git`` are refused, and so is a bare repository
+    whose configuration does not say ``core.bare = true`` (git would take the repository folder as a work tree).
+    Returns whether the repository is bare (no ``.git``: the folder is the git folder)."""
     where = root.path
     info = root.lstat(".git")
     if info is not None and not stat.S_ISDIR(info.st_mode):
@@ -650,7 +711,14 @@ def check_repo_config(root: Folder) -> None:
             f"{where}/.git is not a folder (a link, or a file pointing at another git folder); give a repository "
             "that holds its own .git folder, or a new or empty folder"
         )
-    with root.sub(".git") if info is not None else contextlib.nullcontext(root) as git_dir:
+    bare = info is None
+    beside = _git_dir_marks(root)
+    if not bare and beside:
+        raise NeedlebenchError(
+            f"{where} holds both a .git folder and a bare repository's {'/'.join(beside)}; git could take either, "
+            "so needlebench publishes only into a folder that is one repository (give a new or empty folder)"
+        )
+    with root.sub(".git") if not bare else contextlib.nullcontext(root) as git_dir:
         if git_dir.lstat("commondir") is not None:
             raise NeedlebenchError(
                 f"{git_dir.path} is a linked work tree (it has a commondir file); give the main repository's folder"
@@ -663,6 +731,12 @@ def check_repo_config(root: Folder) -> None:
                 f"{where} is not a git repository (no {git_dir.path / 'config'}); give a git repository or a new or "
                 "empty folder"
             ) from None
+        missing = [name for name in GIT_DIR_MARKS if name not in _git_dir_marks(git_dir)]
+        if missing:
+            raise NeedlebenchError(
+                f"{where} is not a git repository ({git_dir.path} has no {'/'.join(missing)}, so git would not take "
+                "it as one); give a git repository or a new or empty folder"
+            )
     try:
         completed = subprocess.run(
             ["git", *GIT_SAFETY, "config", "--file", "-", "--no-includes", "--list", "-z"],
@@ -678,8 +752,9 @@ def check_repo_config(root: Folder) -> None:
     if completed.returncode != 0:
         message = " ".join(completed.stderr.decode("utf-8", "replace").split())[:200]
         raise NeedlebenchError(f"{git_dir.path / 'config'} cannot be read as a git configuration: {message}")
+    values: dict[str, str] = {}
     for record in filter(None, completed.stdout.split(b"\0")):
-        key = record.split(b"\n", 1)[0].decode("utf-8", "replace")
+        key, _, value = record.decode("utf-8", "replace").partition("\n")
         if not _repo_config_allowed(key):
             raise NeedlebenchError(
                 f"{git_dir.path / 'config'} sets {printable(key)!r}, which can make git run a command or read other "
@@ -687,14 +762,25 @@ def check_repo_config(root: Folder) -> None:
                 "but remotes, branches, user.name/email and what git init writes (remove the key or give a new or "
                 "empty folder)"
             )
+        values[key.lower()] = value
+    if bare and values.get("core.bare", "").lower() not in ("true", "yes", "on", "1"):
+        raise NeedlebenchError(
+            f"{git_dir.path / 'config'} is a bare repository's configuration without core.bare = true (git would "
+            "write a work tree into the repository folder); give a bare repository, a repository with a .git folder "
+            "or a new or empty folder"
+        )
+    return bare
 
 
 def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
-    """The repository at ``git_path``, initialised when absent or empty.
+    """The repository at ``git_path``, initialised when absent or empty, open as a descriptor the caller closes
+    (``repo.root``).
 
     The folder is opened without following a link planted on the way (:meth:`Folder.open`), and an existing
-    repository's configuration is checked (:func:`check_repo_config`) before any git command runs in it.
-    Returns (repo, created): None for an existing repository, else whether the folder itself was made.
+    repository is checked (:func:`check_repo_config`) before any git command runs in it; a repository this call
+    initialises is checked the same way right after ``git init`` (which names its files by absolute paths). Every
+    git command then runs in that descriptor (:class:`GitRepo`). Returns (repo, created): None for an existing
+    repository, else whether the folder itself was made.
     """
     try:
         root = Folder.open(git_path)
@@ -708,26 +794,63 @@ def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
                 f"git repository path {git_path} is a file; give a git repository folder or a new path"
             ) from None
         raise
-    with root:
+    try:
         if made_dir or not root.listdir():
-            repo = GitRepo(git_path)
+            repo = GitRepo(git_path, root)
             try:
-                repo.run("init", "-q", "-b", "main")
+                _init_repo(root)
+                check_repo_config(root)
             except NeedlebenchError:
-                _remove_new_repo(git_path, made_dir)
+                _remove_new_repo(git_path, made_dir, root)
                 raise
             return repo, made_dir
-        check_repo_config(root)
-    probe = GitRepo(git_path)
-    bare = probe.run("rev-parse", "--is-bare-repository", check=False).strip()
-    if bare not in ("true", "false"):
-        raise NeedlebenchError(f"{git_path} is not a git repository; give a git repository or a new or empty folder")
-    repo = GitRepo(git_path, bare == "true")
-    root_path = repo.run("rev-parse", "--absolute-git-dir" if repo.bare else "--show-toplevel").strip()
-    if Path(root_path).resolve() != Path(os.path.realpath(git_path)):
-        raise NeedlebenchError(f"{git_path} is inside the git repository {root_path}; give the repository's own folder")
-    check_release_repo(repo)
-    return repo, None
+        repo = GitRepo(git_path, root, check_repo_config(root))
+        bare = repo.run("rev-parse", "--is-bare-repository", check=False).strip()
+        if bare != str(repo.bare).lower():
+            raise NeedlebenchError(
+                f"{git_path} is not a git repository; give a git repository or a new or empty folder"
+            )
+        check_release_repo(repo)
+        return repo, None
+    except BaseException:
+        root.close()
+        raise
+
+
+def _init_repo(root: Folder) -> None:
+    """``git init -b main`` in the open folder ``root``: run in a private temporary folder (``git init`` names every
+    file it writes by its absolute path, looked up again by name), its ``.git`` then copied into ``root`` through
+    descriptors (folders and files with git's modes, never through a link)."""
+    with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp:
+        made = Path(temp) / "repo"
+        completed = subprocess.run(
+            ["git", *GIT_SAFETY, "init", "-q", "-b", "main", str(made)],
+            capture_output=True,
+            text=True,
+            env=git_environment(),
+            cwd=temp,
+            timeout=GIT_TIMEOUT,
+            check=False,
+        )
+        if completed.returncode != 0:
+            message = " ".join(completed.stderr.split())[:200]
+            raise NeedlebenchError(f"git init failed for {root.path}: {message}")
+        source = made / ".git"
+        try:
+            root.mkdir(".git", exist_ok=False)
+            for directory, folders, files in os.walk(source):
+                here = Path(directory).relative_to(source)
+                for name in sorted(folders):
+                    root.mkdir(
+                        str(PurePosixPath(".git", here, name)),
+                        mode=stat.S_IMODE(os.lstat(Path(directory, name)).st_mode),
+                    )
+                for name in sorted(files):
+                    mode = stat.S_IMODE(os.lstat(Path(directory, name)).st_mode)
+                    with open(Path(directory, name), "rb") as reader:  # our private folder
+                        root.write_bytes(str(PurePosixPath(".git", here, name)), reader.read(), mode=mode)
+        except OSError as error:
+            raise NeedlebenchError(f"cannot create {root.path / '.git'}: {error.strerror or error}") from None
 
 
 #: Files a fresh Hub dataset repository holds before its first release.
@@ -742,7 +865,7 @@ def check_release_repo(repo: GitRepo) -> None:
     head = repo.resolve("HEAD")
     if head is None:
         return
-    if not repo.bare and repo.run("status", "--porcelain", "--untracked-files=no").strip():
+    if not repo.bare and _uncommitted(repo, head) is not None:
         return  # refused by _publish_git as "uncommitted changes" before anything changes
     paths = set(repo.tree_entries(head))
     if paths <= _FRESH_REPO_FILES:
@@ -798,8 +921,16 @@ def _commit_release(repo: GitRepo, staged: Path, files: list[str], parent: str |
     return repo.run("commit-tree", tree, *(["-p", parent] if parent else []), "-m", message).strip()
 
 
-def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str) -> None:
-    """Move the branch to ``commit`` (only if it still is at ``parent``), updating a checked-out work tree first."""
+def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str, staged: Path) -> None:
+    """Move the branch to ``commit`` (only if it still is at ``parent``), updating a checked-out work tree first.
+
+    The work tree and the index are updated by needlebench, not by ``git read-tree -u``: git commands that need a work
+    tree (``read-tree -u``, ``status``) ``chdir`` to its absolute path, looked up again by name (``setup_work_tree`` in
+    git's ``setup.c``), so a second process renaming the folder and putting a link at its name at that moment would have
+    git read another repository's configuration and run its filters. The release's files are written from the private
+    staged copy through the repository's descriptor (:meth:`Folder.atomic`), the files the release drops are removed the
+    same way, and the index is merged in a private copy (``read-tree -m -i``: index only) put back into ``.git`` through
+    its descriptor."""
     if commit == parent:
         return
     if not repo.bare:
@@ -808,8 +939,153 @@ def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str)
             if parent
             else repo.run("hash-object", "-t", "tree", "-w", "--stdin", stdin="").strip()
         )
-        repo.run("read-tree", "-m", "-u", old_tree, commit)
-    repo.run("update-ref", "-m", f"needlebench publish {commit[:12]}", branch, commit, parent or "")
+        old = repo.tree_entries(parent) if parent else {}
+        new = repo.tree_entries(commit)
+        _check_out_release(repo, staged, old, new)
+        with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp, _git_dir(repo) as git_dir:
+            index = Path(temp) / "index"
+            if git_dir.is_file("index"):
+                with git_dir.open_read("index") as reader, open(index, "wb") as writer:  # our private folder
+                    shutil.copyfileobj(reader, writer, 1 << 20)
+            repo.run("read-tree", "-m", "-i", old_tree, commit, index_file=index)
+            with open(index, "rb") as reader, git_dir.atomic("index", mode=0o644) as writer:
+                shutil.copyfileobj(reader, writer, 1 << 20)
+    _set_ref(repo, branch, commit, parent, f"needlebench publish {commit[:12]}")
+
+
+#: The null object id git writes for "no value" (a reflog line of a new ref).
+_NULL_OID = "0" * 40
+
+
+def _git_dir(repo: GitRepo) -> contextlib.AbstractContextManager[Folder]:
+    """The repository's git folder, open (the folder itself for a bare repository, left open)."""
+    return contextlib.nullcontext(repo.root) if repo.bare else repo.root.sub(".git")
+
+
+def _set_ref(repo: GitRepo, ref: str, new: str, old: str | None, message: str) -> None:
+    """``git update-ref -m MESSAGE REF NEW OLD`` done through the repository's descriptor: git names a ref's lock
+    file by its absolute path (``tempfile.c``: "the tempfile API needs absolute paths"), looked up again by name,
+    so a folder renamed and swapped for a link meanwhile would take the ref elsewhere. Same protocol as git
+    (``REF.lock`` created exclusively, the old value checked while it is held, renamed over the ref), same reflog
+    lines (``logs/REF``, and ``logs/HEAD`` for the checked-out branch, in a repository with a work tree: git's
+    default ``core.logAllRefUpdates``)."""
+    lock = f"{ref}.lock"
+    with _git_dir(repo) as git_dir:
+        if not git_dir.is_dir(str(PurePosixPath(ref).parent)):
+            git_dir.mkdir(str(PurePosixPath(ref).parent))
+        if not git_dir.create_new(lock, f"{new}\n".encode(), mode=0o644):
+            raise NeedlebenchError(f"{git_dir.path / lock} exists: another git command is updating {ref}; try again")
+        try:
+            current = repo.run("rev-parse", "-q", "--verify", ref, check=False).strip() or None
+            if current != old:
+                raise NeedlebenchError(f"{ref} of {repo.path} moved while it was published ({current}); publish again")
+            git_dir.replace_from(git_dir, lock, ref)
+        except BaseException:
+            git_dir.unlink(lock)
+            raise
+        if repo.bare or not ref.startswith("refs/heads/"):
+            return
+        epoch = os.environ.get("SOURCE_DATE_EPOCH", str(DEFAULT_GIT_EPOCH))
+        line = f"{old or _NULL_OID} {new} {GIT_IDENTITY['name']} <{GIT_IDENTITY['email']}> {epoch} +0000\t{message}\n"
+        logs = [f"logs/{ref}"]
+        if repo.run("symbolic-ref", "-q", "HEAD", check=False).strip() == ref:
+            logs.append("logs/HEAD")
+        for log in logs:
+            git_dir.mkdir(str(PurePosixPath(log).parent))
+            git_dir.append_bytes(log, line.encode("utf-8"), mode=0o666)
+
+
+def _tag_release(repo: GitRepo, tag: str, commit: str) -> None:
+    """``git tag -a TAG -m "needlebench release TAG" COMMIT``: the same tag object (``git mktag``, which writes it
+    under the repository's relative ``objects/``), its ref set through the descriptor (:func:`_set_ref`)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", str(DEFAULT_GIT_EPOCH))
+    text = (
+        f"object {commit}\ntype commit\ntag {tag}\n"
+        f"tagger {GIT_IDENTITY['name']} <{GIT_IDENTITY['email']}> {epoch} +0000\n\nneedlebench release {tag}\n"
+    )
+    oid = repo.run("mktag", stdin=text).strip()
+    _set_ref(repo, f"refs/tags/{tag}", oid, None, f"needlebench release {tag}")
+
+
+def _check_out_release(repo: GitRepo, staged: Path, old: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """Write the files the release changes (those of ``new`` not in ``old`` as they are, all held in ``staged``) into
+    the work tree and remove the files of ``old`` the release drops (and the folders this empties), through the
+    repository's descriptor; files git would write 0666 less the umask (``checkout_entry``), a link planted at a name
+    replaced, never followed."""
+    root = repo.root
+    try:
+        with Folder.open(staged) as source:
+            for path, meta in sorted(new.items()):
+                if old.get(path) == meta or not source.is_file(path):
+                    continue  # unchanged by the release: left as it is (as read-tree -m -u leaves it)
+                mode = 0o777 if meta.startswith("100755") else 0o666
+                with source.open_read(path) as reader, root.atomic(path, mode=mode, create_parents=True) as writer:
+                    shutil.copyfileobj(reader, writer, 1 << 20)
+        for path in sorted(set(old) - set(new)):
+            root.unlink(path)
+            parts = PurePosixPath(path).parts[:-1]
+            for depth in range(len(parts), 0, -1):
+                if not root.rmdir("/".join(parts[:depth])):
+                    break
+    except OSError as error:
+        raise NeedlebenchError(
+            f"cannot update the work tree of {repo.path}: {error.strerror or error} ({printable(str(error.filename))})"
+        ) from None
+
+
+def _uncommitted(repo: GitRepo, head: str | None) -> str | None:
+    """A path with uncommitted changes in a work-tree repository (what ``git status --porcelain
+    --untracked-files=no`` lists), or None: staged changes from the index (``diff-index --cached``, no work tree
+    needed), and each tracked file compared through the repository's descriptor (never by a path git looks up
+    again, see :func:`_advance_branch`): a missing file, another kind or executable bit, or content whose blob id
+    differs from the index's, both raw and through the repository's clean filters (``hash-object --path``, as
+    ``git status`` would, so a Git LFS work tree is clean)."""
+    if head is not None:
+        staged = repo.run("diff-index", "--cached", "--name-only", "-z", head, "--").split("\0")[0]
+        if staged:
+            return staged
+    for record in filter(None, repo.run("ls-files", "-s", "-z").split("\0")):
+        meta, path = record.split("\t", 1)
+        mode, oid, stage = meta.split()
+        if head is None or stage != "0":
+            return path  # a file staged in a repository without commits, an unmerged file
+        if mode == "160000":
+            continue  # a submodule: git status compares its commit, a release never changes it
+        if not _same_as_index(repo, path, mode, oid):
+            return path
+    return None
+
+
+def _same_as_index(repo: GitRepo, path: str, mode: str, oid: str) -> bool:
+    try:
+        info = repo.root.lstat(path)
+        if info is None:
+            return False
+        if mode == "120000":
+            if not stat.S_ISLNK(info.st_mode):
+                return False
+            with repo.root._parent(path) as (parent, leaf):
+                target = os.readlink(leaf, dir_fd=parent.fd).encode("utf-8", "surrogateescape")
+            return _blob_id(target) == oid
+        if not stat.S_ISREG(info.st_mode) or bool(info.st_mode & 0o100) != (mode == "100755"):
+            return False
+        with repo.root.open_read(path) as reader:
+            digest = hashlib.sha1(f"blob {os.fstat(reader.fileno()).st_size}\0".encode())
+            while chunk := reader.read(1 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() == oid:
+            return True
+        with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp:
+            copy = Path(temp) / "file"
+            with repo.root.open_read(path) as reader, open(copy, "wb") as writer:  # our private folder
+                shutil.copyfileobj(reader, writer, 1 << 20)
+            return repo.run("hash-object", f"--path={path}", str(copy), check=False).strip() == oid
+    except (OSError, NeedlebenchError):
+        return False
+
+
+def _blob_id(data: bytes) -> str:
+    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
 
 
 def publish_to_git(folder: Path, git_path: Path, *, version: str, repo_id: str | None = None) -> PublishResult:
@@ -829,12 +1105,13 @@ def publish_to_git(folder: Path, git_path: Path, *, version: str, repo_id: str |
         check_repo_id(repo_id)
     manifest = prepare_folder(folder)
     repo, created = _open_git_repo(git_path)
-    try:
-        return _publish_git(repo, Path(folder), manifest, version=version, tag=tag, repo_id=repo_id)
-    except BaseException:
-        if created is not None:  # nothing half-published: drop the repository this call initialised
-            _remove_new_repo(git_path, created)
-        raise
+    with repo.root:
+        try:
+            return _publish_git(repo, Path(folder), manifest, version=version, tag=tag, repo_id=repo_id)
+        except BaseException:
+            if created is not None:  # nothing half-published: drop the repository this call initialised
+                _remove_new_repo(git_path, created, repo.root)
+            raise
 
 
 def _valid_repo_id(candidate: str) -> bool:
@@ -862,14 +1139,17 @@ def _publish_git(
         )
     check_not_older(version, tags, str(repo.path))
     branch = _branch(repo)
-    if not repo.bare and repo.run("status", "--porcelain", "--untracked-files=no").strip():
-        raise NeedlebenchError(f"{repo.path} has uncommitted changes; commit or discard them before publishing")
     parent = repo.resolve("HEAD")
+    changed = None if repo.bare else _uncommitted(repo, parent)
+    if changed is not None:
+        raise NeedlebenchError(
+            f"{repo.path} has uncommitted changes ({printable(changed)}); commit or discard them before publishing"
+        )
     changelog = build_changelog([*_git_history(repo, tags, version), (version, manifest)])
     with staged_release(folder, manifest, repo_id=repo_id, version=version, changelog=changelog) as staged:
         files = [CARD_NAME, *content_files(manifest)]
         message = f"Release {tag}\n\n" + "\n".join(f"- {change}" for change in changelog[0]["changes"]) + "\n"
         commit = _commit_release(repo, staged, files, parent, message)
-    _advance_branch(repo, branch, parent, commit)
-    repo.run("tag", "-a", tag, "-m", f"needlebench release {tag}", commit)
+        _advance_branch(repo, branch, parent, commit, staged)
+    _tag_release(repo, tag, commit)
     return release_result(str(repo.path), commit, tag, True, how_to_load_git(repo.path, repo_id, tag, manifest))
