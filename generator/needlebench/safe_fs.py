@@ -141,7 +141,7 @@ class Folder:
                 if stat.S_ISLNK(info.st_mode):
                     if len(current.parts) > 2 and current not in trusted:
                         raise NeedlebenchError(
-                            f"{path} goes through the symbolic link {current} (-> {os.readlink(current)}); "
+                            f"{path} goes through the symbolic link {current} (-> {_link_target(current)}); "
                             "needlebench follows no link below your home or current folder in a path it reads or "
                             f"writes (a folder from someone else may carry one): give the real path "
                             f"{os.path.realpath(path)}"
@@ -484,6 +484,14 @@ def opened(folder: Folder | str | os.PathLike[str]) -> Iterator[Folder]:
         return
     with Folder.open(folder) as handle:
         yield handle
+
+
+def _link_target(path: Path) -> str:
+    """Where the link `path` points, for a message (it may have changed since it was seen as a link)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "a target that changed while it was read"
 
 
 def private_folder(path: str | os.PathLike[str]) -> Folder:
