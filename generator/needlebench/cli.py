@@ -30,11 +30,14 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 console = Console()
+# into a pipe or a file a printed line is never wrapped: rich would break it at 80 columns (its width when stdout is
+# not a terminal), mid-path (``Console.soft_wrap``, https://rich.readthedocs.io/en/stable/reference/console.html)
+console.soft_wrap = not console.is_terminal
 
 
 def say(text: object, **options) -> None:
     """Print a line on stdout that may hold names from folders and files: control characters escaped
-    (:func:`~needlebench.terminal.printable`), no rich markup read from it."""
+    (:func:`~needlebench.terminal.printable`), no rich markup read from it (nor wrapped into a pipe: `console`)."""
     console.print(printable(text), markup=False, **options)
 
 
