@@ -402,11 +402,16 @@ def judge(
 
     config = JudgeConfig(base_url, model, os.environ.get(api_key_env) or None, concurrency, retries, timeout)
     counts = judge_results(results, config)
-    say(
+    shared = counts["samples"] - counts["requested"] - counts["cached"]  # rows whose texts another row has too
+    line = (
         f"judged {counts['samples'] - counts['failed']} samples in {counts['files']} files ({counts['requested']} "
-        f"requested, {counts['cached']} from cache, {counts['unrated']} without a usable rating)",
-        soft_wrap=True,
+        f"requested, {counts['cached']} from cache"
+        + (f", {shared} rows repeating the texts of another" if shared > 0 else "")
+        + f", {counts['unrated']} without a usable rating)"
     )
+    if counts["skipped"]:
+        line += f"; {counts['skipped']} ATC and Counting-Stars rows not sent (the report scores them by rule)"
+    say(line, soft_wrap=True)
     if counts["failed"]:
         print(
             f"needlebench judge: {counts['failed']} of {counts['samples']} rows got no verdict "
