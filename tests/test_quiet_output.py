@@ -3,6 +3,7 @@
 * an oracle run prints neither lm-eval's ``max_seq_lengths`` advice nor git's ``fatal: not a git repository``, its
   results land in ``needlebench-oracle/``, and its printed table has no ``per_star`` / ``needle_hits`` rows (they
   stay in the samples, where the report reads them);
+* a haystack too short for the windows of a build is one warning, however many configs cycle it;
 * piped ``report`` / ``tasks`` print each path on one line;
 * the models-compared figure of an ATC run with one needle count has whole-number ticks;
 * ``judge`` sends no ATC or Counting-Stars row and counts as "from cache" only verdicts it took from its cache.
@@ -116,6 +117,27 @@ def test_diagnostics_stay_out_of_the_printed_table_and_in_the_samples(oracle_run
     (results,) = (out / "needlebench-oracle").glob("results_*.json")
     scores = json.loads(results.read_text(encoding="utf-8"))["results"]
     assert "per_star,none" in scores["needlebench_counting_stars_acquisition_en_128k"]
+
+
+# --------------------------------------------------------------------------------------------- one warning per cause
+
+
+@pytest.mark.slow
+def test_a_short_haystack_is_one_warning_naming_the_longest_window(tmp_path: Path) -> None:
+    """A Chinese haystack too short for two configs (each cycling it a different number of times): one warning,
+    for the longest window, as the 1000k configs of the default haystack get."""
+    from needlebench.sources.corpus import load_corpus
+
+    haystack = tmp_path / "short_zh.txt"
+    haystack.write_text(load_corpus(None, "zh").text[:3000], encoding="utf-8")
+    result = needlebench(
+        "build", "single_zh_4k", "single_zh_8k", "--depths", "50", "--haystack-zh", str(haystack),
+        "--out", str(tmp_path / "data"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.replace("\r", "\n").splitlines() if "warning:" in line]
+    assert len(warnings) == 1, warnings
+    assert "the zh haystack short_zh.txt" in warnings[0] and "the 12,096 its longest window needs" in warnings[0]
 
 
 # --------------------------------------------------------------------------------------------- piped paths
