@@ -21,8 +21,8 @@ import pytest
 
 from support.sandbox import CLI, REAL_CONFIG, REAL_HF_HOME, refused, run, snapshot
 
-#: lm-eval's folder name for the oracle model (no model name in its arguments: a seeded random id).
-ORACLE_FOLDER = "qdpv68r5"
+#: The oracle's model folder (lm-eval would draw a random id: no model name in its arguments).
+ORACLE_FOLDER = "needlebench-oracle"
 FUTURE = "2099-01-01T00-00-00.000000"
 
 

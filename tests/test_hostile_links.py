@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from support import single_row, write_samples
 from support.sandbox import CLI, REAL_CONFIG, REAL_HF_HOME, snapshot
 
 pytestmark = [
@@ -300,11 +301,18 @@ def judge_url():
     server.server_close()
 
 
+def _with_srt_rows(results: Path, target: Path) -> None:
+    """The oracle's ATC output plus a few S-RT rows: the judge sends S-RT rows (ATC ones the report scores by rule)."""
+    _copy(results, target)
+    rows = [{"doc": single_row(depth_percent=float(depth)), "resp": "x", "score": 0.0} for depth in (0, 50)]
+    write_samples(target / "needlebench-oracle", "needlebench_single_en_4k", rows)
+
+
 @pytest.mark.slow
 def test_judge_of_a_results_folder(results, sandbox, judge_url):
     attack(
         sandbox,
-        lambda here: _copy(results, here / "results"),
+        lambda here: _with_srt_rows(results, here / "results"),
         lambda here: ["judge", str(here / "results"), "--base-url", judge_url, "--model", "judge"],
         lambda here: here / "results",
     )

@@ -115,7 +115,8 @@ def test_judge_scores_writes_beside_and_resumes(server, tmp_path: Path):
     before = original.read_bytes()
     config = JudgeConfig(server, "judge-model", concurrency=2, retries=2, backoff=0.0)
     counts = judge_results(tmp_path / "results", config, progress=False)
-    assert counts == {"samples": 4, "requested": 4, "cached": 0, "unrated": 1, "files": 1, "failed": 0, "failure": None}
+    expected = {"samples": 4, "requested": 4, "cached": 0, "unrated": 1, "files": 1, "failed": 0, "skipped": 0}
+    assert counts == {**expected, "failure": None}
     assert original.read_bytes() == before  # the originals are never touched
     judged = [json.loads(line) for line in (results / ("judged_" + original.name)).read_text().splitlines()]
     assert [row["judge"]["score"] for row in judged] == [10, 3, None, 10]

@@ -73,13 +73,14 @@ def _results_json(output: Path) -> dict[str, Any]:
 
 
 def _samples(output: Path, task: str) -> list[dict[str, Any]]:
+    """The newest samples of `task` under `output` (whichever model folder holds them)."""
     paths = sorted(
-        path
+        (match.group("date"), path)
         for path in output.rglob(f"samples_{task}_*.jsonl")
         if (match := SAMPLES_NAME.match(path.name)) and match.group("task") == task
     )
     assert paths, f"lm-eval logged no samples of {task}"
-    return [json.loads(line) for line in paths[-1].read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in paths[-1][1].read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")

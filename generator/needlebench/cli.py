@@ -30,11 +30,14 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 console = Console()
+# into a pipe or a file a printed line is never wrapped: rich would break it at 80 columns (its width when stdout is
+# not a terminal), mid-path (``Console.soft_wrap``, https://rich.readthedocs.io/en/stable/reference/console.html)
+console.soft_wrap = not console.is_terminal
 
 
 def say(text: object, **options) -> None:
     """Print a line on stdout that may hold names from folders and files: control characters escaped
-    (:func:`~needlebench.terminal.printable`), no rich markup read from it."""
+    (:func:`~needlebench.terminal.printable`), no rich markup read from it (nor wrapped into a pipe: `console`)."""
     console.print(printable(text), markup=False, **options)
 
 
@@ -399,11 +402,16 @@ def judge(
 
     config = JudgeConfig(base_url, model, os.environ.get(api_key_env) or None, concurrency, retries, timeout)
     counts = judge_results(results, config)
-    say(
+    shared = counts["samples"] - counts["requested"] - counts["cached"]  # rows whose texts another row has too
+    line = (
         f"judged {counts['samples'] - counts['failed']} samples in {counts['files']} files ({counts['requested']} "
-        f"requested, {counts['cached']} from cache, {counts['unrated']} without a usable rating)",
-        soft_wrap=True,
+        f"requested, {counts['cached']} from cache"
+        + (f", {shared} rows repeating the texts of another" if shared > 0 else "")
+        + f", {counts['unrated']} without a usable rating)"
     )
+    if counts["skipped"]:
+        line += f"; {counts['skipped']} ATC and Counting-Stars rows not sent (the report scores them by rule)"
+    say(line, soft_wrap=True)
     if counts["failed"]:
         print(
             f"needlebench judge: {counts['failed']} of {counts['samples']} rows got no verdict "

@@ -403,7 +403,8 @@ def _preload(specs: list[ConfigSpec], options: BuildOptions) -> None:
 
     for schema in {spec.schema_family for spec in specs}:
         schema_with_features(schema)
-    for spec in specs:
+    # the longest config first: the one warning of a haystack too short for it names the longest window
+    for spec in sorted(specs, key=lambda spec: -max(spec.lengths, default=0)):
         family = spec.family_object
         if family.reads_haystack and options.compat is None:
             corpus = tokenized_corpus(spec, options.settings_for(spec))

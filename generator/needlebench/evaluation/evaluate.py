@@ -28,6 +28,7 @@ from needlebench.evaluation.chunked import ChunkOptions, chunk_store, chunked_ev
 from needlebench.evaluation.eval_args import check_run, known_tasks, parse_eval, unknown_task_message
 from needlebench.evaluation.eval_guard import prepare, write_health
 from needlebench.evaluation.harness import loaded_rows, oracle_answer
+from needlebench.evaluation.quiet import lm_eval_output
 from needlebench.evaluation.servers import model_classes
 from needlebench.resources import tasks_path
 from needlebench.safe_fs import Folder
@@ -109,6 +110,7 @@ def run_eval(argv: list[str]) -> int:
             setup_logging()
             defaults = args is None or not _only_known_tasks(args)
             with (
+                lm_eval_output(ORACLE_MODEL),  # first: the model folder check below sees the oracle's folder name
                 project_tasks_kept(user_include, managers=managers, defaults=defaults),
                 run_output.model_folder_checked(prepared.run if prepared is not None else None),
                 chunked_evaluation(chunking) if chunking else contextlib.nullcontext(),

@@ -7,9 +7,11 @@ within ``--timeout`` seconds in all (a server that trickles bytes is cut there) 
 retried with bounded exponential backoff. Every reply of the judge model is a verdict and is cached
 (``.needlebench-judge-cache.jsonl`` in the results folder, keyed by judge model and the three texts), so an
 interrupted run resumes where it stopped; a request that never got a reply is not cached, its row stays unjudged
-and a rerun asks again. For each ``samples_<task>_<date>.jsonl`` whose rows all have a verdict the judged samples
-are written beside it as ``judged_samples_<task>_<date>.jsonl``: the original record plus ``judge`` (``score``
-1-10 or null when the judge never gave a usable rating, ``model``, ``reply``, ``endpoint``), with its tag
+and a rerun asks again. ATC and Counting-Stars rows are never sent: the report keeps their rule scores whatever a
+judge says (:func:`needlebench.evaluation.report.load.scored_by_rule`). For each ``samples_<task>_<date>.jsonl`` with
+rows to judge, all with a verdict, the judged samples are written beside it as
+``judged_samples_<task>_<date>.jsonl``: the original record plus ``judge`` (``score`` 1-10 or null when the judge
+never gave a usable rating, ``model``, ``reply``, ``endpoint``), with its tag
 ``judged_samples_<task>_<date>.jsonl.tag`` (signed with this user's secret; ``needlebench report`` reads only a
 judged file whose tag verifies). A samples file with a row left without a verdict gets no judged file, and one
 there before (from an earlier run or from the folder's sender) is removed. The results folder may
@@ -372,8 +374,11 @@ def sample_files(results_dir: Path) -> list[Path]:
 
 
 def judge_results(results_dir: Path, config: JudgeConfig, progress: bool = True) -> dict:
-    """Judge every logged sample under `results_dir`; returns counts (samples, requested, cached, unrated, files,
-    failed: rows left unjudged because a request got no reply) and ``failure``, the commonest reason, or None.
+    """Judge the logged samples under `results_dir`, but for the ATC and Counting-Stars rows (the report scores them
+    by rule);
+    returns counts (samples: those rows, requested and cached: distinct verdicts asked for and taken from the cache,
+    rows sharing their texts sharing one; unrated, files written, failed: rows left unjudged because a request got
+    no reply; skipped: ATC and Counting-Stars rows, never sent) and ``failure``, the commonest reason, or None.
 
     A samples file is written as ``judged_samples_*.jsonl`` only when every row of it has a verdict."""
     with open_results(results_dir) as root:
@@ -391,42 +396,49 @@ def _judge_folder(root: Folder, config: JudgeConfig, progress: bool) -> dict:
     endpoint = Endpoint(config.base_url, config.api_key)
     mode = new_file_mode()
     prompts: dict[str, str] = {}
-    keys_of: dict[tuple[str, ...], list[str]] = {}
+    keys_of: dict[tuple[str, ...], list[str | None]] = {}
+    skipped = 0
     for parts in files:  # read row by row, keeping only the keys and prompts (a samples file may be gigabytes)
         keys = keys_of[parts] = []
         for sample in iter_samples(root, parts):
-            question, reference, answer = _texts(sample)
-            key = _cache_key(config.model, question, reference, answer)
+            key = _row_key(sample, config.model)
             keys.append(key)
-            prompts.setdefault(key, RUBRIC.format(question=question, reference=reference, answer=answer))
+            if key is None:  # a row the report keeps its rule score for (ATC, Counting-Stars): never sent
+                skipped += 1
+            elif key not in prompts:
+                prompts[key] = RUBRIC.format(**dict(zip(("question", "reference", "answer"), _texts(sample))))
     cache = JudgeCache(root)
     work = {key: prompt for key, prompt in prompts.items() if key not in cache.entries}
+    cached = len(prompts) - len(work)  # distinct verdicts taken from the cache (rows with the same texts share one)
     del prompts
-    failures = asyncio.run(_judge_all(work, cache, endpoint, config, progress))
-    unrated = failed = 0
+    failures = asyncio.run(_judge_all(work, cache, endpoint, config, progress)) if work else {}
+    unrated = failed = written = 0
     for parts in files:
-        keys = keys_of[parts]
+        keys = [key for key in keys_of[parts] if key is not None]
         missing = sum(key not in cache.entries for key in keys)
         failed += missing
-        if missing:
+        if missing or not keys:  # a file without a row to judge reads as itself in the report: no judged copy
             remove_judged(root, parts)
             continue
         unrated += sum(cache.entries[key]["score"] is None for key in keys)
         digest = hashlib.sha256()
+        lines = _judged_lines(root, parts, keys_of[parts], cache, config.model, digest)
         try:
-            write_judged(root, parts, _judged_lines(root, parts, keys, cache, config.model, digest), mode, digest)
+            write_judged(root, parts, lines, mode, digest)
         except NeedlebenchError:
             remove_judged(root, parts)
             raise
-    total = sum(len(keys) for keys in keys_of.values())
+        written += 1
+    total = sum(len(keys) for keys in keys_of.values()) - skipped
     reasons = Counter(failures.values()).most_common(1)
     return {
         "samples": total,
         "requested": len(work),
-        "cached": total - len(work),
+        "cached": cached,
         "unrated": unrated,
-        "files": len(files),
+        "files": written,
         "failed": failed,
+        "skipped": skipped,
         "failure": reasons[0][0] if reasons else None,
     }
 
@@ -437,18 +449,32 @@ def _texts(sample: dict) -> tuple[str, str, str]:
     return str(doc.get("question", "")), str(doc.get("answer", "")), _answer_of(sample)
 
 
+def _row_key(sample: dict, model: str) -> str | None:
+    """The cache key of a row to judge, None for a row the report scores by rule whatever a judge says
+    (:func:`needlebench.evaluation.report.load.scored_by_rule`: ATC and Counting-Stars rows)."""
+    from needlebench.evaluation.report.load import scored_by_rule  # deferred: the report's reader (registry)
+
+    if scored_by_rule(sample.get("doc") or {}):
+        return None
+    return _cache_key(model, *_texts(sample))
+
+
 def _judged_lines(
-    root: Folder, parts: tuple[str, ...], keys: list[str], cache: JudgeCache, model: str, digest
+    root: Folder, parts: tuple[str, ...], keys: list[str | None], cache: JudgeCache, model: str, digest
 ) -> Iterator[str]:
     """The judged rows of the samples file `parts`, read again row by row (every byte fed to `digest`): each the
-    original record plus ``judge``. A file whose rows differ from the first read (changed meanwhile) is a one-line
-    error (the judged file is then not written)."""
+    original record plus ``judge`` (a row the report scores by rule, never sent, stays as it was). A file whose rows
+    differ from the first read (changed meanwhile) is a one-line error (the judged file is then not written)."""
     count = 0
     for sample in iter_samples(root, parts, digest):
-        key = _cache_key(model, *_texts(sample))
+        key = _row_key(sample, model)
         if count >= len(keys) or key != keys[count]:
             count = -1
             break
+        if key is None:
+            yield json.dumps(sample, ensure_ascii=False)
+            count += 1
+            continue
         entry = cache.entries[key]
         verdict = {
             "score": entry["score"],

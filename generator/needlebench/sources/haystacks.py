@@ -36,8 +36,11 @@ _cycled_warned: set[tuple] = set()
 
 def _warn_cycled(base: TokenizedCorpus, language: str, max_window: int, copies: int) -> None:
     name = base.corpus.name
-    key = (name, base.corpus.sha256, language, copies)
-    if key in _cycled_warned:  # once per corpus and copy count (tokenized_for runs for every shard)
+    # once per haystack, whatever the windows: the cause is its length (tokenized_for runs for every shard, and
+    # configs of other lengths need other copy counts; a build tokenises its longest config first, so the one line
+    # names the longest window)
+    key = (base.corpus.sha256, language)
+    if key in _cycled_warned:
         return
     _cycled_warned.add(key)
     warn(

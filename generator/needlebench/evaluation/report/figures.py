@@ -474,7 +474,7 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
         top = 1.05 if lines.ylabels[name].endswith("(0-1)") else 105
         axes.set_ylim(-0.05 * top, top)
         if name in lines.xlabels:  # needle counts: whole numbers
-            axes.xaxis.set_major_locator(_integer_locator())
+            _needle_count_axis(axes, sorted({x for series in lines.panels[name].values() for x, _v, _n in series}))
         else:
             axes.xaxis.set_major_formatter(_k_formatter())
         axes.tick_params(labelsize=7)
@@ -493,10 +493,25 @@ def _k_formatter() -> Any:
     return FuncFormatter(lambda value, _pos: short_number(round(value)) if value >= 0 else "")
 
 
-def _integer_locator() -> Any:
+#: Up to this many needle counts, each gets its own tick (more: matplotlib picks whole numbers among them).
+MAX_COUNT_TICKS = 12
+
+
+def _needle_count_axis(axes: Any, counts: Sequence[int]) -> None:
+    """An x-axis of needle counts: a tick at each count drawn (whole numbers even for a single count, where
+    ``MaxNLocator(integer=True)`` finds fewer than its two integers in the view and falls back to fractions), and
+    half a count of room either side."""
     from matplotlib.ticker import MaxNLocator
 
-    return MaxNLocator(integer=True)
+    if not counts:
+        return
+    if len(counts) <= MAX_COUNT_TICKS:
+        axes.set_xticks(list(counts))
+    else:
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    low, high = counts[0], counts[-1]
+    pad = max(0.5, 0.05 * (high - low))
+    axes.set_xlim(low - pad, high + pad)
 
 
 def draw(figure_spec: Figure) -> Any:

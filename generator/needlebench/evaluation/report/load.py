@@ -420,17 +420,31 @@ def observed_spec(name: str, family: str, docs: Sequence[Mapping[str, Any]]) -> 
     return ConfigSpec(name, family, str(first.get("language") or ""), "custom", grid=grid)
 
 
+#: Task labels of the families whose rows keep their rule scores in a judged file (ATC, Counting-Stars).
+_RULE_LABELS = {spec.task_label for spec in registry().values() if not eval_family(spec.family).haystack}
+
+
+def scored_by_rule(doc: Mapping[str, Any]) -> bool:
+    """Whether the report keeps a logged row's rule score whatever a judge says of it (:func:`_apply_judge`): a row of
+    an ATC or Counting-Stars config (built in, or labelled so in its ``task`` column). ``needlebench judge`` never
+    sends these rows."""
+    spec = registry().get(str(doc.get("config")))
+    if spec is not None:
+        return not eval_family(spec.family).haystack
+    return str(doc.get("task")) in _RULE_LABELS
+
+
 def _apply_judge(sample: Sample, record: Mapping[str, Any], path: Path, line: int) -> None:
     """Score a sample of a NeedleBench haystack family with its judge rating (1-10, shown as rating x 10)."""
+    family = eval_family(sample.spec.family)
+    if not family.haystack:
+        return  # ATC / Counting-Stars keep their rule scores (CircularEval, star lists); the judge never rates them
     judge = record.get("judge")
     if not isinstance(judge, dict):
         raise _bad(path, line, "judged sample without a 'judge' object (rewrite it with `needlebench judge`)")
     score = judge.get("score")
     if score is not None and (isinstance(score, bool) or not isinstance(score, int) or not 1 <= score <= 10):
         raise _bad(path, line, f"judge score is {score!r}, not an integer 1-10 or null")
-    family = eval_family(sample.spec.family)
-    if not family.haystack:
-        return  # ATC / Counting-Stars keep their rule scores (CircularEval, star lists)
     sample.judged, sample.judge, sample.judge_model = True, score, str(judge.get("model") or "")
     sample.rule_metrics = sample.metrics
     sample.metrics = {} if score is None else {family.headline_metric(sample.spec): 10.0 * score}
