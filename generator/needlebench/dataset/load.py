@@ -27,6 +27,7 @@ from needlebench.dataset.safe_folder import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
     check_manifest,
+    lock_shared,
     open_no_follow,
     parse_json,
     read_manifest_file,
@@ -39,6 +40,7 @@ from needlebench.dataset.verify import (
     file_difference,
     listed_files,
     open_shard,
+    shard_size_problem,
 )
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder, private_folder
@@ -191,6 +193,9 @@ def _read_config(open_file: Callable[[str], IO[bytes]], config: str, entry: dict
     names = listed_files(config, entry)
     with contextlib.ExitStack() as stack:
         handles = [stack.enter_context(open_file(name)) for name in names]
+        too_large = shard_size_problem(zip(names, handles, strict=True), config, entry, "its manifest")
+        if too_large is not None:  # before a byte is read (a sparse file of 200 GB would be hashed for minutes)
+            raise NeedlebenchError(f"{where}: {too_large}")
         digest = hashlib.sha256(f"{ARROW_FORMAT}\0{config}\0{schema.to_string()}\0".encode())
         for name, handle in zip(names, handles, strict=True):
             digest.update(f"{name}\0".encode())
@@ -235,7 +240,7 @@ def _load_folder(folder: Path, config: str) -> Any:
     if not (folder / CARD).exists():
         raise NeedlebenchError(f"data_dir {folder} is not a dataset folder (no README.md); build it first")
     with Folder.open(folder) as root:
-        fcntl.flock(root.fd, fcntl.LOCK_SH)  # released when the descriptor is closed
+        lock_shared(root.fd, folder)  # released when the descriptor is closed; never waits without a word
         manifest = read_manifest_file(folder)
         if manifest is None:
             raise NeedlebenchError(
