@@ -230,8 +230,9 @@ def _load_folder(folder: Path, config: str) -> Any:
 
     The rows are read from the files the manifest lists, never from what the card says (``datasets`` would follow
     the card's ``data_files`` anywhere: ``../``, a URL); a card that would load other files is refused in one line,
-    so ``load_dataset(FOLDER, CONFIG)`` by anyone else reads what this reads. The folder is read under a shared
-    lock (a build into it holds the exclusive one), after a replace a killed build left is finished."""
+    so ``load_dataset(FOLDER, CONFIG)`` by anyone else reads what this reads (its features too). The folder is read
+    under a shared lock (a build into it holds the exclusive one; anyone else holding one is waited for a bounded
+    time, :func:`~needlebench.dataset.safe_folder.lock_shared`), after a replace a killed build left is finished."""
 
     if not folder.is_dir():
         raise NeedlebenchError(f"data_dir {str(folder)!r} is not a directory; build it with `needlebench build`")

@@ -4,9 +4,14 @@ A config *differs* when its files no longer match ``needlebench.json``: a listed
 file (a link, FIFO, device or socket: refused before it is read) or is not one the card loads
 (``data/<config>/test-*.parquet``, :func:`needlebench.dataset.card.data_files_pattern`); an unlisted file matching
 that pattern would be loaded with the config; the listed files no longer hash to the recorded fingerprint or hold
-another number of rows (their Parquet footers) than the manifest records; the card would make ``load_dataset`` read
-other files than the manifest lists (its ``data_files``, :func:`card_problem`) or states other row counts; or
-rebuilding it with ``BuildOptions.from_recipe(manifest["recipe"])`` gives a different fingerprint.
+another number of rows (their Parquet footers) than the manifest records, or are together larger than its rows and
+prompt tokens can take (:func:`shard_size_problem`, from ``fstat`` before a byte is read); the card would make
+``load_dataset`` read other files than the manifest lists (its ``data_files``, :func:`card_problem`), cast their
+columns to other types (its ``dataset_info.features``, or a legacy ``dataset_infos.json``) or states other row
+counts; an experiment record asks for another number of rows than the files hold; or rebuilding it with
+``BuildOptions.from_recipe(manifest["recipe"])`` gives a different fingerprint. Only the configs whose files pass
+the cheap checks are rebuilt, each at most the size of the largest built-in config unless ``max_tokens`` allows
+more (:func:`check_rebuild_size`).
 :func:`verify_folder` and :func:`verify_repo` return ``{config: reason}`` for the configs that differ.
 
 needlebench's own loader (:func:`needlebench.dataset.load.load_split`: ``show``, the lm-eval tasks, ``budget``)
