@@ -622,6 +622,13 @@ def verify(
             )
         ),
     ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            help="Rebuild configs of more context tokens (default: the size of the largest built-in config).",
+        ),
+    ] = None,
 ) -> None:
     """Rebuild configs from the recorded recipe and compare fingerprints; exit 1 naming each that differs.
 
@@ -647,9 +654,9 @@ def verify(
     if repo is not None:
         if revision is None:
             raise NeedlebenchError("--repo needs --revision (a tag such as v1.0.0)")
-        differing = verify_repo(repo, revision, config, inputs=inputs)
+        differing = verify_repo(repo, revision, config, inputs=inputs, max_tokens=max_tokens)
     else:
-        differing = verify_folder(folder, config, inputs=inputs)
+        differing = verify_folder(folder, config, inputs=inputs, max_tokens=max_tokens)
     if differing:
         for name, reason in differing.items():
             console.print(f"[red]differs[/red] {markup_safe(name)}: {markup_safe(reason)}")

@@ -27,6 +27,7 @@ from needlebench.dataset.safe_folder import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
     check_manifest,
+    lock_shared,
     open_no_follow,
     parse_json,
     read_manifest_file,
@@ -39,6 +40,7 @@ from needlebench.dataset.verify import (
     file_difference,
     listed_files,
     open_shard,
+    shard_size_problem,
 )
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder, private_folder
@@ -193,6 +195,9 @@ def _read_config(open_file: Callable[[str], IO[bytes]], config: str, entry: dict
     names = listed_files(config, entry)
     with contextlib.ExitStack() as stack:
         handles = [stack.enter_context(open_file(name)) for name in names]
+        too_large = shard_size_problem(zip(names, handles, strict=True), config, entry, "its manifest")
+        if too_large is not None:  # before a byte is read (a sparse file of 200 GB would be hashed for minutes)
+            raise NeedlebenchError(f"{where}: {too_large}")
         digest = hashlib.sha256(f"{ARROW_FORMAT}\0{config}\0{schema.to_string()}\0".encode())
         for name, handle in zip(names, handles, strict=True):
             digest.update(f"{name}\0".encode())
@@ -232,8 +237,9 @@ def _load_folder(folder: Path, config: str) -> Any:
 
     The rows are read from the files the manifest lists, never from what the card says (``datasets`` would follow
     the card's ``data_files`` anywhere: ``../``, a URL); a card that would load other files is refused in one line,
-    so ``load_dataset(FOLDER, CONFIG)`` by anyone else reads what this reads. The folder is read under a shared
-    lock (a build into it holds the exclusive one), after a replace a killed build left is finished."""
+    so ``load_dataset(FOLDER, CONFIG)`` by anyone else reads what this reads (its features too). The folder is read
+    under a shared lock (a build into it holds the exclusive one; anyone else holding one is waited for a bounded
+    time, :func:`~needlebench.dataset.safe_folder.lock_shared`), after a replace a killed build left is finished."""
 
     if not folder.is_dir():
         raise NeedlebenchError(f"data_dir {str(folder)!r} is not a directory; build it with `needlebench build`")
@@ -242,7 +248,7 @@ def _load_folder(folder: Path, config: str) -> Any:
     if not (folder / CARD).exists():
         raise NeedlebenchError(f"data_dir {folder} is not a dataset folder (no README.md); build it first")
     with Folder.open(folder) as root:
-        fcntl.flock(root.fd, fcntl.LOCK_SH)  # released when the descriptor is closed
+        lock_shared(root.fd, folder)  # released when the descriptor is closed; never waits without a word
         manifest = read_manifest_file(folder)
         if manifest is None:
             raise NeedlebenchError(

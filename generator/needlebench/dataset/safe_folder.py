@@ -10,10 +10,12 @@ Callers check every name before they change anything, so a refused folder is lef
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import stat
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -276,3 +278,86 @@ def check_targets(root: Path, names: Iterable[str], what: str) -> None:
             continue
         if not stat.S_ISREG(info.st_mode):
             raise NeedlebenchError(f"{what} names the file {name!r}, but {Path(root) / name} is not a regular file")
+
+
+#: How long a reader waits for a dataset folder another process holds an exclusive lock on (a build writing into it
+#: holds one), and after how long it says what it waits for. ``NEEDLEBENCH_LOCK_WAIT`` (seconds) sets the first.
+LOCK_WAIT_SECONDS = 30.0
+LOCK_NOTICE_SECONDS = 1.0
+_LOCK_POLL_SECONDS = 0.1
+MAX_LOCK_WAIT_SECONDS = 24 * 3600.0
+
+
+def lock_wait_seconds() -> float:
+    """:data:`LOCK_WAIT_SECONDS`, or ``NEEDLEBENCH_LOCK_WAIT`` when set (a one-line error when it is not a number of
+    seconds from 0 to a day)."""
+    text = os.environ.get("NEEDLEBENCH_LOCK_WAIT")
+    if text is None or text == "":
+        return LOCK_WAIT_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= MAX_LOCK_WAIT_SECONDS:  # also NaN
+        raise NeedlebenchError(
+            f"NEEDLEBENCH_LOCK_WAIT {text[:40]!r} is not allowed; give seconds from 0 to {MAX_LOCK_WAIT_SECONDS:.0f}"
+        )
+    return value
+
+
+def lock_holder(descriptor: int) -> str | None:
+    """Who holds a ``flock`` on the open file `descriptor`, from ``/proc/locks`` (proc(5): ``FLOCK ... PID
+    MAJOR:MINOR:INODE``) and ``/proc/PID/comm``: ``process 1234 (flock)``; None when the system does not say."""
+    info = os.fstat(descriptor)
+    key = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    try:
+        with open("/proc/locks", "rb") as handle:
+            lines = handle.read(4 * 2**20).decode("ascii", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "FLOCK" or parts[5] != key:
+            continue  # another lock, or a waiter ("N: -> FLOCK ...")
+        pid = parts[4]
+        if not pid.isdigit() or int(pid) <= 0:
+            return None  # a process of another PID namespace
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as handle:
+                name = handle.read(64).decode("utf-8", errors="replace").strip()
+        except OSError:
+            name = ""
+        name = "".join(char for char in name if char.isprintable())[:32]
+        return f"process {pid}" + (f" ({name})" if name else "")
+    return None
+
+
+def lock_shared(descriptor: int, path: Path, wait: float | None = None) -> None:
+    """A shared ``flock`` on the open folder `descriptor` (released when it is closed), taken without blocking.
+
+    Anyone who can read a folder can hold an exclusive lock on it, so the lock is retried for `wait` seconds
+    (:func:`lock_wait_seconds`), with one line after a second saying what it waits for, then refused in one line
+    naming the folder and the process holding it when the system says."""
+    limit = lock_wait_seconds() if wait is None else wait
+    start = time.monotonic()
+    noticed = False
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        waited = time.monotonic() - start
+        if waited >= limit:
+            holder = lock_holder(descriptor) or "another process"
+            raise NeedlebenchError(
+                f"{path} is locked by {holder} (a needlebench build writing into it holds such a lock); gave up "
+                f"after {limit:g} s; try again when it is done (NEEDLEBENCH_LOCK_WAIT sets the wait in seconds)"
+            )
+        if not noticed and waited >= LOCK_NOTICE_SECONDS:
+            from needlebench.terminal import warn  # deferred: only when a folder is locked
+
+            holder = lock_holder(descriptor) or "another process"
+            warn(f"waiting for {path}: {holder} holds a lock on it (a build writing into it?); up to {limit:g} s")
+            noticed = True
+        time.sleep(_LOCK_POLL_SECONDS)

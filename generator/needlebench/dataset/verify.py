@@ -4,9 +4,14 @@ A config *differs* when its files no longer match ``needlebench.json``: a listed
 file (a link, FIFO, device or socket: refused before it is read) or is not one the card loads
 (``data/<config>/test-*.parquet``, :func:`needlebench.dataset.card.data_files_pattern`); an unlisted file matching
 that pattern would be loaded with the config; the listed files no longer hash to the recorded fingerprint or hold
-another number of rows (their Parquet footers) than the manifest records; the card would make ``load_dataset`` read
-other files than the manifest lists (its ``data_files``, :func:`card_problem`) or states other row counts; or
-rebuilding it with ``BuildOptions.from_recipe(manifest["recipe"])`` gives a different fingerprint.
+another number of rows (their Parquet footers) than the manifest records, or are together larger than its rows and
+prompt tokens can take (:func:`shard_size_problem`, from ``fstat`` before a byte is read); the card would make
+``load_dataset`` read other files than the manifest lists (its ``data_files``, :func:`card_problem`), cast their
+columns to other types (its ``dataset_info.features``, or a legacy ``dataset_infos.json``) or states other row
+counts; an experiment record asks for another number of rows than the files hold; or rebuilding it with
+``BuildOptions.from_recipe(manifest["recipe"])`` gives a different fingerprint. Only the configs whose files pass
+the cheap checks are rebuilt, each at most the size of the largest built-in config unless ``max_tokens`` allows
+more (:func:`check_rebuild_size`).
 :func:`verify_folder` and :func:`verify_repo` return ``{config: reason}`` for the configs that differ.
 
 needlebench's own loader (:func:`needlebench.dataset.load.load_split`: ``show``, the lm-eval tasks, ``budget``)
@@ -19,7 +24,9 @@ builder's).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import stat
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -108,6 +115,9 @@ _CARD_CONFIG_KEYS = {"config_name", "data_files", "default"}
 #: A standalone YAML file ``datasets`` merges over a card's header when it loads a folder or a repository
 #: (``datasets.load.LocalDatasetModuleFactory`` and ``HubDatasetModuleFactory``, ``config.REPOYAML_FILENAME``).
 HF_YAML_NAME = ".huggingface.yaml"
+#: The legacy ``dataset_infos.json`` ``datasets`` still reads beside a card (``config.DATASETDICT_INFOS_FILENAME`` in
+#: ``LocalDatasetModuleFactory.get_module``): its features would cast the columns as a card's do.
+LEGACY_INFOS_NAME = "dataset_infos.json"
 
 
 def card_metadata(folder: Folder, where: str) -> dict[str, Any] | None:
@@ -181,6 +191,11 @@ def card_problem(folder: Folder, manifest: Mapping[str, Any], where: str) -> str
             f"the folder holds {HF_YAML_NAME}, which load_dataset merges over the YAML of {CARD_NAME} (its configs and "
             "data_files would be read instead); needlebench never writes one, remove it"
         )
+    if folder.lstat(LEGACY_INFOS_NAME) is not None:
+        return (
+            f"the folder holds {LEGACY_INFOS_NAME}, whose features load_dataset uses for a config the YAML of "
+            f"{CARD_NAME} gives none (and casts the columns to them); needlebench never writes one, remove it"
+        )
     meta = card_metadata(folder, where)
     return None if meta is None else card_header_problem(meta, manifest)
 
@@ -212,9 +227,13 @@ def card_header_problem(meta: Mapping[str, Any], manifest: Mapping[str, Any]) ->
         return f"{CARD_NAME} gives no data_files for config {missing[0]}, which {MANIFEST_NAME} lists"
     infos = meta.get("dataset_info") or []
     for info in [infos] if isinstance(infos, dict) else infos if isinstance(infos, list) else []:
-        if not isinstance(info, dict) or info.get("config_name") not in manifest["configs"]:
+        # datasets.info.DatasetInfosDict.from_dataset_card_data: an item without config_name is the "default" one
+        if not isinstance(info, dict) or info.get("config_name", "default") not in manifest["configs"]:
             continue
-        name = info["config_name"]
+        name = info.get("config_name", "default")
+        problem = features_problem(name, info.get("features"), manifest)
+        if problem is not None:
+            return problem
         for split in info.get("splits") or []:
             if isinstance(split, dict) and split.get("name") == "test":
                 rows = split.get("num_examples")
@@ -226,9 +245,101 @@ def card_header_problem(meta: Mapping[str, Any], manifest: Mapping[str, Any]) ->
     return None
 
 
+def config_features(name: str, manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``features`` a card gives config `name` of `manifest` (:func:`needlebench.tasks.schema.features_yaml` of its
+    family, what :mod:`needlebench.dataset.card` writes): the columns and types its build writes."""
+    from needlebench.tasks.grid import get_config
+    from needlebench.tasks.schema import features_yaml
+
+    record = (manifest.get("experiments") or {}).get(name)
+    if isinstance(record, dict):  # an experiment config (its record is checked by check_manifest)
+        from needlebench.tasks.experiment import experiment_from_record, experiment_spec
+
+        spec = experiment_spec(experiment_from_record(record))
+    else:
+        spec = get_config(name)
+    return features_yaml(spec.schema_family)
+
+
+def _feature_type(item: object) -> str:
+    """A card's feature item as a type (``int64``, ``list<string>``), or as it is when it is not one of ours."""
+    if isinstance(item, dict):
+        rest = {key: value for key, value in item.items() if key != "name"}
+        if list(rest) == ["dtype"] and isinstance(rest["dtype"], str):
+            return rest["dtype"]
+        if list(rest) == ["list"] and isinstance(rest["list"], str):
+            return f"list<{rest['list']}>"
+        return _shown(rest)
+    return _shown(item)
+
+
+def features_problem(name: str, features: object, manifest: Mapping[str, Any]) -> str | None:
+    """Why the ``features`` a card gives config `name` differ from the columns its files hold (None: they agree, or
+    the card gives none and ``load_dataset`` takes them from the files). ``load_dataset`` casts every column to the
+    card's type (an int64 column read as bool turns 2 into True), so only the exact features the build writes pass."""
+    if features is None:
+        return None
+    expected = config_features(name, manifest)
+    if features == expected:
+        return None
+    if not isinstance(features, list):
+        return f"{CARD_NAME} gives config {name} the features {_shown(features)}; expected a list of its columns"
+    given: dict[object, object] = {}
+    for item in features:
+        given.setdefault(item.get("name") if isinstance(item, dict) else None, item)
+    for item in expected:
+        column = item["name"]
+        if column not in given:
+            return f"{CARD_NAME} gives config {name} no column {column}, which its files hold"
+        if given[column] != item:
+            return (
+                f"{CARD_NAME} gives column {column} of config {name} the type {_feature_type(given[column])}, but "
+                f"its files hold {_feature_type(item)} (load_dataset would cast the column to it)"
+            )
+    columns = {item["name"] for item in expected}
+    extra = next((column for column in given if column not in columns), None)
+    if extra is not None:
+        return f"{CARD_NAME} gives config {name} the column {_shown(extra)}, which its files do not hold"
+    return f"{CARD_NAME} gives config {name} its columns in another order or more than once"
+
+
 def listed_files(config: str, entry: Mapping[str, Any]) -> list[str]:
     """The files of a config as the manifest lists them, in the order ``load_dataset`` reads them (sorted)."""
     return sorted(entry["files"], key=PurePosixPath)
+
+
+#: What the Parquet files of a config may hold together, by what its manifest entry records: bytes per prompt token
+#: (built files hold under 12 even uncompressed, ``--compression none``: a token is a few bytes of text, and the
+#: other columns repeat parts of the prompt), per row (its other columns) and in all (footers).
+SHARD_BYTES_PER_TOKEN = 64
+SHARD_BYTES_PER_ROW = 64 * 1024
+SHARD_BYTES_EXTRA = 16 * 2**20
+
+
+def shard_bytes_limit(entry: Mapping[str, Any]) -> int:
+    """The most bytes the listed files of a manifest entry may hold together (see :data:`SHARD_BYTES_PER_TOKEN`)."""
+    tokens = int(entry.get("prompt_tokens") or 0)
+    return SHARD_BYTES_PER_TOKEN * tokens + SHARD_BYTES_PER_ROW * int(entry["rows"]) + SHARD_BYTES_EXTRA
+
+
+def shard_size_problem(
+    handles: Iterable[tuple[str, IO[bytes]]], config: str, entry: Mapping[str, Any], where: str
+) -> str | None:
+    """Why the open listed files of `config` cannot be the ones its manifest entry records, from their sizes alone
+    (``fstat`` on each descriptor, before a byte is read): together more than :func:`shard_bytes_limit`. A
+    200 GB sparse file is refused at once instead of hashed for minutes."""
+    limit = shard_bytes_limit(entry)
+    total = 0
+    for name, handle in handles:
+        size = os.fstat(handle.fileno()).st_size
+        total += size
+        if total > limit:
+            return (
+                f"{name} (a file of config {config}) holds {size:,} bytes, more than the {entry['rows']:,} rows of "
+                f"{int(entry.get('prompt_tokens') or 0):,} prompt tokens {where} records can take (at most "
+                f"{limit:,} bytes for the config's files)"
+            )
+    return None
 
 
 def open_shard(folder: Folder, name: str, config: str) -> IO[bytes]:
@@ -273,19 +384,24 @@ def file_difference(folder: Path | Folder, config: str, entry: Mapping[str, Any]
         digest = hashlib.sha256()
         rows = 0
         not_parquet = None
-        for name in listed:
-            try:
-                handle = open_shard(root, name, config)
-            except NeedlebenchError as error:
-                return " ".join(str(error).split())[:200]
-            with handle:
+        with contextlib.ExitStack() as stack:
+            handles = []
+            for name in listed:
+                try:
+                    handles.append((name, stack.enter_context(open_shard(root, name, config))))
+                except NeedlebenchError as error:
+                    return " ".join(str(error).split())[:200]
+            too_large = shard_size_problem(handles, config, entry, MANIFEST_NAME)
+            if too_large is not None:
+                return too_large
+            for name, handle in handles:
                 for chunk in iter(lambda handle=handle: handle.read(1 << 20), b""):
                     digest.update(chunk)
                 count = shard_rows(handle)
-            if count is None:
-                not_parquet = not_parquet or name
-            else:
-                rows += count
+                if count is None:
+                    not_parquet = not_parquet or name
+                else:
+                    rows += count
     if digest.hexdigest() != entry["fingerprint"]:
         return "files on disk do not match the manifest fingerprint"
     if not_parquet is not None:
@@ -351,6 +467,57 @@ def rebuild_fingerprints(
     return {name: rebuilt["configs"][name]["fingerprint"] for name in configs}
 
 
+def record_problem(manifest: Mapping[str, Any], name: str) -> str | None:
+    """Why the experiment record of config `name` cannot rebuild its files, from the record alone (None: it may): it
+    gives every (length, depth, run) cell a row, so it must ask for as many rows as the files hold (checked against
+    their footers). A record claiming 800 rows of 2 million tokens beside files of 4 rows is refused before any
+    rebuild."""
+    from needlebench.tasks.grid import get_config
+
+    if name not in (manifest.get("experiments") or {}):
+        return None
+    rows = get_config(name).num_rows
+    recorded = manifest["configs"][name]["rows"]
+    if rows != recorded:
+        return (
+            f"its experiment record in {MANIFEST_NAME} asks for {rows:,} rows but the files hold {recorded:,} (not "
+            "rebuilt: it cannot give these files)"
+        )
+    return None
+
+
+def largest_standard_tokens() -> int:
+    """Context tokens of the largest built-in config (its standard grid): what a rebuild may ask for by default."""
+    from needlebench.tasks.grid import registry
+
+    return max(spec.approx_tokens for spec in registry().values())
+
+
+def check_rebuild_size(
+    manifest: Mapping[str, Any], configs: list[str], where: str, max_tokens: int | None = None
+) -> None:
+    """Refuse (one line, before any work) to rebuild a config of more context tokens than `max_tokens` (default:
+    the largest built-in config, :func:`largest_standard_tokens`): the size of an experiment config, or of a
+    built-in one under the recipe's ``depths``, is whatever the manifest says (a record of 4 lengths of 2 million
+    tokens, 20 depths and 10 runs asks for 1.6 billion)."""
+    from needlebench.dataset.size_guard import estimate
+    from needlebench.tasks.grid import get_config
+
+    limit = largest_standard_tokens() if max_tokens is None else max_tokens
+    if limit < 1:
+        raise NeedlebenchError(f"--max-tokens {limit} is not allowed; give a positive number of tokens")
+    depths = manifest.get("recipe", {}).get("depths")
+    depths = tuple(float(depth) for depth in depths) if isinstance(depths, list) and depths else None
+    for name in configs:
+        rows, tokens, _ = estimate([get_config(name)], "zstd", depths)
+        if tokens > limit:
+            given = f"--max-tokens {limit:,}" if max_tokens is not None else f"{limit:,} (the largest built-in config)"
+            raise NeedlebenchError(
+                f"config {name} of {where} asks for {rows:,} rows of about {tokens:,} context tokens to be rebuilt, "
+                f"beyond {given}; pass --max-tokens {tokens} to verify it anyway"
+            )
+
+
 def verify_folder(
     folder: Path,
     configs: Iterable[str] | None = None,
@@ -359,10 +526,13 @@ def verify_folder(
     num_proc: int = 1,
     label: str | None = None,
     inputs: Mapping[str, str | None] | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, str]:
     """Configs of a dataset folder that differ (files vs manifest, rebuild vs manifest) -> reason; {} = ok.
 
-    ``label`` names the dataset in error messages (default: the folder's manifest path).
+    The files are checked first (names, sizes, hashes, card); only the configs whose files match are rebuilt, each at
+    most `max_tokens` context tokens (:func:`check_rebuild_size`). ``label`` names the dataset in error messages
+    (default: the folder's manifest path).
     """
 
     folder = Path(folder)
@@ -372,8 +542,14 @@ def verify_folder(
     where = label or str(folder / MANIFEST_NAME)
     names = select_configs(manifest, configs, where)
     differences = check_files(folder, manifest, names)
-    if rebuild:
-        rebuilt = rebuild_fingerprints(manifest, names, num_proc=num_proc, inputs=inputs, where=where)
+    for name in names:
+        if name not in differences and (problem := record_problem(manifest, name)) is not None:
+            differences[name] = problem
+    # the cheap checks first: a config whose files already differ is not rebuilt (its reason is known)
+    to_rebuild = [name for name in names if name not in differences]
+    if rebuild and to_rebuild:
+        check_rebuild_size(manifest, to_rebuild, where, max_tokens)
+        rebuilt = rebuild_fingerprints(manifest, to_rebuild, num_proc=num_proc, inputs=inputs, where=where)
         for name, fingerprint in rebuilt.items():
             if fingerprint != manifest["configs"][name]["fingerprint"] and name not in differences:
                 differences[name] = (
@@ -398,8 +574,14 @@ def download_repo(repo_id: str, revision: str, configs: list[str] | None, target
 
     patterns = None
     if configs is not None:
-        # the standalone YAML too: load_dataset(repo) merges it over the card (HubDatasetModuleFactory)
-        patterns = [MANIFEST_NAME, "README.md", HF_YAML_NAME, *(f"data/{name}/*" for name in configs)]
+        # the standalone YAML and legacy infos too: load_dataset(repo) reads them (HubDatasetModuleFactory)
+        patterns = [
+            MANIFEST_NAME,
+            "README.md",
+            HF_YAML_NAME,
+            LEGACY_INFOS_NAME,
+            *(f"data/{name}/*" for name in configs),
+        ]
     try:
         snapshot_download(repo_id, repo_type="dataset", revision=revision, local_dir=target, allow_patterns=patterns)
     except hub_errors() as error:
@@ -415,6 +597,7 @@ def verify_repo(
     rebuild: bool = True,
     num_proc: int = 1,
     inputs: Mapping[str, str | None] | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, str]:
     """Like :func:`verify_folder` for Hub dataset ``repo_id`` at ``revision`` (downloaded to a temporary folder)."""
     check_repo_id(repo_id)
@@ -428,5 +611,11 @@ def verify_repo(
                 f"dataset {repo_id}@{revision} is not a needlebench dataset: it has no {MANIFEST_NAME}"
             )
         return verify_folder(
-            folder, wanted, rebuild=rebuild, num_proc=num_proc, label=f"dataset {repo_id}@{revision}", inputs=inputs
+            folder,
+            wanted,
+            rebuild=rebuild,
+            num_proc=num_proc,
+            label=f"dataset {repo_id}@{revision}",
+            inputs=inputs,
+            max_tokens=max_tokens,
         )

@@ -321,11 +321,17 @@ def split_rows(config: str, data_dir: str | None) -> Iterable[Mapping[str, Any]]
     files = ((manifest or {}).get("configs", {}).get(config) or {}).get("files")
     if not files:
         return load_split(config, data_dir=data_dir)
+    from needlebench.dataset.verify import shard_size_problem  # deferred: as the lines above
+
     handles: list[IO[bytes]] = []
     try:  # each listed file opened once, as a regular file inside the folder (never a link, FIFO or device)
         with Folder.open(folder) as root:
             for name in files:
                 handles.append(root.open_read(name, what=f" (listed by {folder / 'needlebench.json'})"))
+        entry = manifest["configs"][config]  # type: ignore[index]
+        too_large = shard_size_problem(zip(files, handles, strict=True), config, entry, "its manifest")
+        if too_large is not None:  # before a byte is read
+            raise NeedlebenchError(f"data_dir {folder}: {too_large}")
     except FileNotFoundError:
         for handle in handles:
             handle.close()
@@ -334,24 +340,51 @@ def split_rows(config: str, data_dir: str | None) -> Iterable[Mapping[str, Any]]
         for handle in handles:
             handle.close()
         raise
-    return _parquet_rows(handles)
+    return _parquet_rows(handles, [folder / name for name in files], config)
 
 
-def _parquet_rows(handles: list[IO[bytes]]) -> Iterator[dict[str, Any]]:
+#: Columns a budget row must have a value in (``depth_percent`` is null where a row has no single depth).
+_REQUIRED = ("id", "config", "context_length", "prompt")
+
+
+def _parquet_rows(handles: list[IO[bytes]], paths: list[Path], config: str) -> Iterator[dict[str, Any]]:
     """The rows of the open Parquet files, read through those descriptors only, in record batches of at most
-    :data:`ENCODE_BATCH` rows and about :data:`BATCH_CHARS` bytes (from each row group's uncompressed size)."""
+    :data:`ENCODE_BATCH` rows and about :data:`BATCH_CHARS` bytes (from each row group's uncompressed size); a file
+    that is not Parquet, lacks a column, has a column of another type or a null where a row needs a value is a
+    one-line error naming it."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from needlebench.tasks.schema import BASE_COLUMNS  # deferred: pyarrow
+
     try:
-        for handle in handles:
-            parquet = pq.ParquetFile(handle)
-            metadata = parquet.metadata
-            for group in range(metadata.num_row_groups):
-                info = metadata.row_group(group)
-                per_row = info.total_byte_size // max(info.num_rows, 1)
-                size = max(1, min(ENCODE_BATCH, BATCH_CHARS // max(per_row, 1)))
-                for batch in parquet.iter_batches(batch_size=size, row_groups=[group], columns=_COLUMNS):
-                    yield from batch.to_pylist()
+        for handle, path in zip(handles, paths, strict=True):
+            what = f"{path} (a file of config {config})"
+            try:
+                parquet = pq.ParquetFile(handle)
+                schema = parquet.schema_arrow
+                for column in _COLUMNS:
+                    index = schema.get_field_index(column)
+                    if index < 0:
+                        raise NeedlebenchError(f"{what} has no column {column}; it is not a needlebench shard")
+                    if schema.field(index).type != BASE_COLUMNS[column]:
+                        raise NeedlebenchError(
+                            f"{what} has the column {column} of type {schema.field(index).type}; expected "
+                            f"{BASE_COLUMNS[column]}"
+                        )
+                metadata = parquet.metadata
+                for group in range(metadata.num_row_groups):
+                    info = metadata.row_group(group)
+                    per_row = info.total_byte_size // max(info.num_rows, 1)
+                    size = max(1, min(ENCODE_BATCH, BATCH_CHARS // max(per_row, 1)))
+                    for batch in parquet.iter_batches(batch_size=size, row_groups=[group], columns=_COLUMNS):
+                        for column in _REQUIRED:
+                            if batch.column(column).null_count:
+                                raise NeedlebenchError(f"{what} has a row with no {column} (null)")
+                        yield from batch.to_pylist()
+            except (OSError, ValueError, pa.ArrowException) as error:  # ArrowInvalid is a ValueError
+                reason = " ".join(str(error).split())[:160] or type(error).__name__
+                raise NeedlebenchError(f"{what} is not a readable Parquet file ({reason})") from None
     finally:
         for handle in handles:
             handle.close()
