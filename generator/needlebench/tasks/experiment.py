@@ -31,10 +31,8 @@ from needlebench.sources.pinned import (
     Pinned,
     note_copy,
     pin,
+    read_fd,
     read_folder_txt,
-    read_user_file,
-    read_user_folder,
-    unpin,
 )
 from needlebench.sources.tokenizer import DEFAULT_TOKENIZER
 from needlebench.tasks.families import FAMILIES, ConfigSpec, Grid, family_of, multi_reasoning, multi_retrieval, single
@@ -399,8 +397,6 @@ def _read_experiment_file(folder: Folder, path: Path) -> str:
     typed, is followed as the kernel resolves it from that folder); a FIFO, device or folder is a one-line error."""
     import os
 
-    from needlebench.sources.pinned import read_fd
-
     what = "experiment file"
     try:
         fd = os.open(path.name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder.fd)
@@ -503,15 +499,19 @@ def _pin_local(
         local_path(value, key, where, base, allowed, folder)
         if not any(_within(real, Path(a).expanduser().resolve()) for a in allowed):
             raise _fail(where, key, value, "a path inside the experiment file's folder or one --allow-path allows")
-        unpin(real)
-        if folder_ok and real.is_dir():
-            read = read_user_folder(real, key, limit)
-            held = Pinned(path.name, "folder", read.files)
-        elif real.exists():
-            data = read_user_file(real, key, limit)
-            held = Pinned(path.name, "file", ((path.name, data),))
-        else:
-            raise _fail(where, key, value, allowed_text)
+        # read at the real path checked (links already resolved), named in messages as the file gives it
+        try:
+            if folder_ok and real.is_dir():
+                with Folder.open(real) as outside:
+                    read = read_folder_txt(outside, path.name, str(path), key, limit, sole=False)
+                held = Pinned(path.name, "folder", read.files)
+            elif real.exists():
+                fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                held = Pinned(path.name, "file", ((path.name, read_fd(fd, str(path), key, limit)),))
+            else:
+                raise _fail(where, key, value, allowed_text)
+        except OSError as error:
+            raise NeedlebenchError(f"cannot read {key} {path}: {error.strerror or error}") from None
         pin(path, held, fresh=True)  # under the name the experiment gives; never read again
         return path
     info = folder.lstat(relative) if relative else os.fstat(folder.fd)
@@ -694,8 +694,8 @@ def _tokenizer_spec(
         if any(_within(real, Path(a).expanduser().resolve()) for a in allowed):
             return f"hf:{real}"
         raise NeedlebenchError(
-            f"{where}: key tokenizer: {spec!r} is no folder beside the experiment file (in {base}) and names the "
-            f"folder {real} of your current folder, which an experiment file may not read; allowed: a tokenizer "
+            f"{where}: key tokenizer: {spec!r} is not a folder beside the experiment file (in {base}) but names "
+            f"the folder {real} in your current folder, which an experiment file may not read; allowed: a tokenizer "
             f"folder beside the experiment file, a model name of the local Hugging Face cache, or that folder with "
             f"--allow-path {real}"
         )
