@@ -289,7 +289,9 @@ def _haystack_files(path: Path) -> tuple[str, list[tuple[str, bytes]]]:
         if not path.exists():
             raise NeedlebenchError(f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory")
         if path.is_dir():
-            _check_size(path, sorted(p for p in path.iterdir() if p.suffix == ".txt" and p.is_file()))
+            # links are left to read_user_folder, which refuses one naming it (never followed, not even to stat)
+            files = [p for p in path.iterdir() if p.suffix == ".txt" and not p.is_symlink() and p.is_file()]
+            _check_size(path, sorted(files))
             held = read_user_folder(path, "haystack", MAX_HAYSTACK_BYTES)
         else:
             if path.suffix not in (".jsonl", ".txt"):

@@ -4,9 +4,11 @@ takes those bytes, never the path again.
 
 A check and the read it guards must use the same descriptor: a file checked by path and then read by path again can
 be swapped for a link between the two (a second process flipping ``race.txt`` between a file and a link to a private
-file). An experiment file's inputs are opened relative to its folder's descriptor with ``O_NOFOLLOW``
-(:class:`needlebench.safe_fs.Folder`) and pinned here; a path the user typed is read once (following a link there: it
-is theirs) and pinned too. Build workers are forked (:mod:`needlebench.dataset.build`) and inherit the pins.
+file). An experiment file's folder is opened once, before the file is read, and its inputs are opened relative to
+that descriptor with ``O_NOFOLLOW`` (:class:`needlebench.safe_fs.Folder`) and pinned here; a file path the user
+typed is read once (following a link there: it is theirs) and pinned too; in a folder the user typed, each ``.txt``
+entry is read relative to the folder's descriptor without following links (the folder may come from someone else).
+Build workers are forked (:mod:`needlebench.dataset.build`) and inherit the pins.
 """
 
 from __future__ import annotations
@@ -141,31 +143,29 @@ def read_user_file(path: str | os.PathLike[str], what: str, limit: int | None = 
 
 
 def read_user_folder(path: str | os.PathLike[str], what: str, limit: int) -> Pinned:
-    """The ``.txt`` files of a folder the user gave, sorted (a link among them is followed, as a link in a path the
-    user typed is), each read through one descriptor, at most `limit` bytes in all; read once per process (pinned)."""
+    """The ``.txt`` files of a folder the user gave, sorted, at most `limit` bytes in all; read once per process
+    (pinned). The folder is opened as the user typed it (:meth:`needlebench.safe_fs.Folder.open`) and each entry
+    relative to its descriptor without following links (:func:`read_folder_txt`): the folder may come from someone
+    else (a clone, a shared folder), and a ``.txt`` entry that is a link (to the user's ``~/notes.txt``) is a
+    one-line error naming it, as in an experiment file's folder."""
     held = current(path)
     if held is not None:
         return held
     shown = os.fspath(path)
-    folder = Path(shown).expanduser()
+    where = Path(shown).expanduser()
     stamp = _stamp(path)
-    files = []
-    total = 0
     try:
-        entries = sorted(p for p in folder.iterdir() if p.suffix == ".txt" and p.is_file())
-        for entry in entries:
-            fd = os.open(entry, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            data = read_fd(fd, str(entry), what, max(0, limit - total))
-            total += len(data)
-            files.append((entry.name, data))
+        with Folder.open(where) as folder:
+            read = read_folder_txt(folder, where.name, shown, what, limit, sole=False)
     except OSError as error:
         raise NeedlebenchError(f"cannot read {what} {shown}: {error.strerror or error}") from None
-    return pin(path, Pinned(folder.name, "folder", tuple(files), stamp))
+    return pin(path, Pinned(read.name, "folder", read.files, stamp))
 
 
-def read_folder_txt(folder: Folder, name: str, shown: str, what: str, limit: int) -> Pinned:
+def read_folder_txt(folder: Folder, name: str, shown: str, what: str, limit: int, *, sole: bool = True) -> Pinned:
     """The ``.txt`` regular files directly in `folder` (sorted), each read through one ``O_NOFOLLOW`` descriptor;
-    a ``.txt`` entry that is a link, FIFO or device is a one-line error, other entries are skipped."""
+    a ``.txt`` entry that is a link, FIFO or device is a one-line error, other entries are skipped. With `sole`, a
+    file with other names (a hard link) is refused too (:meth:`needlebench.safe_fs.Folder.open_read`)."""
     files = []
     total = 0
     for entry in folder.listdir():
@@ -175,9 +175,10 @@ def read_folder_txt(folder: Folder, name: str, shown: str, what: str, limit: int
         if info is None or stat.S_ISDIR(info.st_mode):
             continue
         try:
-            data = folder.read_bytes(entry, limit=limit - total, what=f" ({what} {shown})", sole=True)
-        except NeedlebenchError as error:
-            if "holds" in str(error) or "more than" in str(error):
+            data = folder.read_bytes(entry, limit=limit - total, what=f" ({what} {shown})", sole=sole)
+        except NeedlebenchError as error:  # the size lines of Folder.open_read/read_bytes (not a name holding "holds")
+            left = limit - total
+            if str(error).endswith((f"allowed: at most {left:,}", f"holds more than {left:,} bytes")):
                 raise NeedlebenchError(
                     f"{what} {shown} has more than {limit:,} bytes; allowed: at most {limit:,} bytes of text; "
                     "give a part of it"

@@ -31,10 +31,8 @@ from needlebench.sources.pinned import (
     Pinned,
     note_copy,
     pin,
+    read_fd,
     read_folder_txt,
-    read_user_file,
-    read_user_folder,
-    unpin,
 )
 from needlebench.sources.tokenizer import DEFAULT_TOKENIZER
 from needlebench.tasks.families import FAMILIES, ConfigSpec, Grid, family_of, multi_reasoning, multi_retrieval, single
@@ -365,44 +363,98 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 def load_experiment(path: str | Path, allowed: tuple[str | Path, ...] = ()) -> Experiment:
     """Read and validate an experiment YAML file (strictly: no aliases, tags, key given twice, deep nesting or long
     integers). Its local paths (haystack, needles_file, a tokenizer folder) are taken relative to its folder and
-    must stay inside it, or inside a path of `allowed` (the user's ``--allow-path``)."""
+    must stay inside it, or inside a path of `allowed` (the user's ``--allow-path``).
+
+    The file's folder is opened ONCE, before the file is read (:meth:`needlebench.safe_fs.Folder.open`), and the
+    file and every input it names are read relative to that descriptor: a folder renamed away and replaced by a link
+    (to the user's home) while the file is parsed is never looked up by its path again."""
     import yaml
 
-    from needlebench.sources.corpus import read_regular_text  # deferred: the corpus module's imports
-
     path = Path(path)
-    text = read_regular_text(path, "experiment file", MAX_FILE_BYTES)
     try:
-        data = load_user_yaml(text)
-    except UserYamlError as error:
-        raise NeedlebenchError(f"{path} {error}") from None
-    except yaml.YAMLError as error:
-        line = getattr(getattr(error, "problem_mark", None), "line", None)
-        at = f" line {line + 1}" if line is not None else ""
-        raise NeedlebenchError(f"{path}{at}: not valid YAML; an experiment file is a YAML mapping") from None
-    if not isinstance(data, dict):
-        raise NeedlebenchError(
-            f"{path}: an experiment file is a YAML mapping of keys (name, kind, ...), not {type(data).__name__}"
-        )
-    return parse_experiment(data, str(path), base=path.parent, allowed=tuple(allowed))
+        folder = Folder.open(path.parent)
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read experiment file {path}: {error.strerror or error}") from None
+    with folder:
+        text = _read_experiment_file(folder, path)
+        try:
+            data = load_user_yaml(text)
+        except UserYamlError as error:
+            raise NeedlebenchError(f"{path} {error}") from None
+        except yaml.YAMLError as error:
+            line = getattr(getattr(error, "problem_mark", None), "line", None)
+            at = f" line {line + 1}" if line is not None else ""
+            raise NeedlebenchError(f"{path}{at}: not valid YAML; an experiment file is a YAML mapping") from None
+        if not isinstance(data, dict):
+            raise NeedlebenchError(
+                f"{path}: an experiment file is a YAML mapping of keys (name, kind, ...), not {type(data).__name__}"
+            )
+        return parse_experiment(data, str(path), base=path.parent, allowed=tuple(allowed), folder=folder)
+
+
+def _read_experiment_file(folder: Folder, path: Path) -> str:
+    """The experiment file, opened relative to its folder's descriptor (a link at the file itself, a name the user
+    typed, is followed as the kernel resolves it from that folder); a FIFO, device or folder is a one-line error."""
+    import os
+
+    what = "experiment file"
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder.fd)
+    except OSError as error:
+        raise NeedlebenchError(f"cannot read {what} {path}: {error.strerror or error}") from None
+    data = read_fd(fd, str(path), what, MAX_FILE_BYTES)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise NeedlebenchError(f"cannot read {what} {path}: not UTF-8 text ({error.reason})") from None
 
 
 def _within(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def local_path(value: str, key: str, where: str, base: Path | None, allowed: tuple[str | Path, ...] = ()) -> Path:
-    """A local path an experiment file names: relative to the file's folder `base`. A shared file must not read
-    the reader's own files into prompts (``haystack: ~/notes.txt``), so a path that leads outside `base` (absolute,
-    ``~``, ``..`` or a link pointing out) is a one-line error unless it lies inside a path of `allowed` (given on
-    the command line). Without `base` (a mapping given in code) the path is taken as it is."""
+def _real_folder(folder: Folder) -> Path:
+    """Where the open folder is now, as the kernel names its descriptor (``/proc/self/fd/N``, proc(5)): the folder
+    that was opened, whatever has been renamed or linked at the path it was opened by since. Elsewhere its path."""
+    import os
+
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{folder.fd}"))
+    except OSError:
+        return Path(os.path.realpath(folder.path))
+
+
+def _real_target(value: str, folder: Folder) -> tuple[Path, Path]:
+    """(the real path `value` leads to when taken from the open `folder`, the folder's real path)."""
+    import os
+
+    real_base = _real_folder(folder)
+    return Path(os.path.realpath(real_base / Path(value).expanduser())), real_base
+
+
+def local_path(
+    value: str,
+    key: str,
+    where: str,
+    base: Path | None,
+    allowed: tuple[str | Path, ...] = (),
+    folder: Folder | None = None,
+) -> Path:
+    """A local path an experiment file names: relative to the file's folder `base` (open as `folder`). A shared file
+    must not read the reader's own files into prompts (``haystack: ~/notes.txt``), so a path that leads outside the
+    folder (absolute, ``~``, ``..`` or a link pointing out) is a one-line error unless it lies inside a path of
+    `allowed` (given on the command line). The folder is the one open as `folder`, never `base` looked up again.
+    Without `base` (a mapping given in code) the path is taken as it is."""
     path = Path(value).expanduser()
     if base is None:
         return path
     if not path.is_absolute():
         path = base / path
-    real = path.resolve()
-    if _within(real, base.resolve()) or any(_within(real, Path(a).expanduser().resolve()) for a in allowed):
+    if folder is None:
+        with Folder.open(base) as opened:
+            return local_path(value, key, where, base, allowed, opened)
+    real, real_base = _real_target(value, folder)
+    if _within(real, real_base) or any(_within(real, Path(a).expanduser().resolve()) for a in allowed):
         return path
     raise NeedlebenchError(
         f"{where}: key {key}: {value!r} leads outside the experiment file's folder {base} (to {real}); allowed: a "
@@ -410,81 +462,104 @@ def local_path(value: str, key: str, where: str, base: Path | None, allowed: tup
     )
 
 
-def _inside_parts(path: Path, base: Path) -> str | None:
-    """`path` relative to `base` ("" for `base` itself) when it resolves inside it, else None (a path the command
-    line allowed)."""
-    real, folder = path.resolve(), base.resolve()
-    if not _within(real, folder):
-        return None
-    return real.relative_to(folder).as_posix() if real != folder else ""
+def _inside_parts(value: str, folder: Folder) -> tuple[str | None, Path]:
+    """(`value` relative to the open `folder` ("" for the folder itself) when it leads inside it, else None (a
+    path the command line allowed), the real path it leads to)."""
+    real, real_base = _real_target(value, folder)
+    if not _within(real, real_base):
+        return None, real
+    return (real.relative_to(real_base).as_posix() if real != real_base else ""), real
 
 
 def _pin_local(
-    value: str, key: str, where: str, base: Path, allowed: tuple[str | Path, ...], folder_ok: bool, limit: int
+    value: str,
+    key: str,
+    where: str,
+    base: Path,
+    allowed: tuple[str | Path, ...],
+    folder_ok: bool,
+    limit: int,
+    folder: Folder,
 ) -> Path:
     """Read a local input of an experiment file ONCE and pin its bytes (:mod:`needlebench.sources.pinned`); every
     later use (the recipe's hash, the corpus, the needles) takes the pinned bytes, never the path again. A path
-    inside the file's folder is opened relative to that folder's descriptor with ``O_NOFOLLOW`` at every part
-    (:class:`needlebench.safe_fs.Folder`), and the type is checked on the descriptor that is read: a file swapped for
-    a link after :func:`local_path` is refused, not followed (open(2), ``O_NOFOLLOW``). A path outside it that the
-    command line allowed (``--allow-path``) is the user's own and read once as they typed it."""
+    inside the file's folder is opened relative to that folder's descriptor `folder` (opened once, before the file
+    was read) with ``O_NOFOLLOW`` at every part (:class:`needlebench.safe_fs.Folder`), and the type is checked on
+    the descriptor that is read: a file swapped for a link after :func:`local_path` is refused, not followed
+    (open(2), ``O_NOFOLLOW``). A path outside it that the command line allowed (``--allow-path``) is the user's own
+    and read once at the real path that was checked."""
     import os
     import stat
 
-    path = local_path(value, key, where, base, allowed)
+    path = local_path(value, key, where, base, allowed, folder)
     allowed_text = "a .txt or .jsonl file or a folder" if folder_ok else "an existing needles.jsonl file"
     allowed_text += " (not a FIFO, device, socket or link)"
-    relative = _inside_parts(path, base)
+    relative, real = _inside_parts(value, folder)
     if relative is None:  # allowed on the command line (else changed since the check: refused again here)
-        local_path(value, key, where, base, allowed)
-        unpin(path)
-        if folder_ok and path.is_dir():
-            read_user_folder(path, key, limit)
-        elif path.exists():
-            read_user_file(path, key, limit)
-        else:
-            raise _fail(where, key, value, allowed_text)
-        return path
-    with Folder.open(base.resolve()) as folder:
-        info = folder.lstat(relative) if relative else os.fstat(folder.fd)
-        if info is None:
-            if folder_ok:
-                raise NeedlebenchError(
-                    f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory"
-                )
-            raise _fail(where, key, value, allowed_text)
-        if stat.S_ISDIR(info.st_mode) and folder_ok:
-            for entry in sorted(path.iterdir()):  # the line for a link out names it (read_folder_txt refuses any)
-                if entry.suffix == ".txt" and entry.is_symlink():
-                    local_path(str(entry), f"haystack ({entry.name})", where, base, ())
-            if relative:
-                with folder.sub(relative) as sub:
-                    held = read_folder_txt(sub, path.name, str(path), "haystack", limit)
+        local_path(value, key, where, base, allowed, folder)
+        if not any(_within(real, Path(a).expanduser().resolve()) for a in allowed):
+            raise _fail(where, key, value, "a path inside the experiment file's folder or one --allow-path allows")
+        # read at the real path checked (links already resolved), named in messages as the file gives it
+        try:
+            if folder_ok and real.is_dir():
+                with Folder.open(real) as outside:
+                    read = read_folder_txt(outside, path.name, str(path), key, limit, sole=False)
+                held = Pinned(path.name, "folder", read.files)
+            elif real.exists():
+                fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                held = Pinned(path.name, "file", ((path.name, read_fd(fd, str(path), key, limit)),))
             else:
-                held = read_folder_txt(folder, path.name, str(path), "haystack", limit)
-        elif stat.S_ISREG(info.st_mode):
-            data = folder.read_bytes(relative, limit=limit, what=f" ({where}: key {key})", sole=True)
-            held = Pinned(path.name, "file", ((path.name, data),))
-        else:
-            raise _fail(where, key, value, allowed_text)
+                raise _fail(where, key, value, allowed_text)
+        except OSError as error:
+            raise NeedlebenchError(f"cannot read {key} {path}: {error.strerror or error}") from None
+        pin(path, held, fresh=True)  # under the name the experiment gives; never read again
+        return path
+    info = folder.lstat(relative) if relative else os.fstat(folder.fd)
+    if info is None:
+        if folder_ok:
+            raise NeedlebenchError(f"haystack {path} does not exist; give a .txt file, a .jsonl file or a directory")
+        raise _fail(where, key, value, allowed_text)
+    if stat.S_ISDIR(info.st_mode) and folder_ok:
+        with folder.sub(relative) if relative else Folder(os.dup(folder.fd), folder.path) as sub:
+            for entry in sub.listdir():  # the line for a link out names it (read_folder_txt refuses any link)
+                found = sub.lstat(entry)
+                if entry.endswith(".txt") and found is not None and stat.S_ISLNK(found.st_mode):
+                    inner = f"{relative}/{entry}" if relative else entry
+                    local_path(inner, f"haystack ({entry})", where, base, (), folder)
+            held = read_folder_txt(sub, path.name, str(path), "haystack", limit)
+    elif stat.S_ISREG(info.st_mode):
+        data = folder.read_bytes(relative, limit=limit, what=f" ({where}: key {key})", sole=True)
+        held = Pinned(path.name, "file", ((path.name, data),))
+    else:
+        raise _fail(where, key, value, allowed_text)
     pin(path, held, fresh=True)
     return path
 
 
-def _local_haystack(value: object, where: str, base: Path | None, allowed: tuple[str | Path, ...]) -> object:
+def _local_haystack(
+    value: object, where: str, base: Path | None, allowed: tuple[str | Path, ...], folder: Folder | None = None
+) -> object:
     """The haystack of an experiment file: a local one inside its folder (:func:`local_path`) that is a regular
     file or a folder of .txt files, read once through descriptors (:func:`_pin_local`); other specs unchanged."""
 
-    if base is None or not is_local_spec(value):
+    if base is None or folder is None or not is_local_spec(value):
         return value
-    return str(_pin_local(value, "haystack", where, base, allowed, True, MAX_INPUT_BYTES))
+    return str(_pin_local(value, "haystack", where, base, allowed, True, MAX_INPUT_BYTES, folder))
 
 
 def parse_experiment(
-    data: dict, where: str = "experiment", base: Path | None = None, allowed: tuple[str | Path, ...] = ()
+    data: dict,
+    where: str = "experiment",
+    base: Path | None = None,
+    allowed: tuple[str | Path, ...] = (),
+    folder: Folder | None = None,
 ) -> Experiment:
     """Validate an experiment mapping against the schema and the rules the schema cannot say. Local paths are taken
-    relative to `base` (the file's folder) and must stay inside it or inside a path of `allowed`."""
+    relative to `base` (the file's folder, open as `folder`: every input is read relative to that descriptor) and
+    must stay inside it or inside a path of `allowed`."""
+    if base is not None and folder is None:
+        with Folder.open(base) as opened:
+            return parse_experiment(data, where, base, allowed, opened)
     _schema_check(data, where)
     kind = data["kind"]
     language = data["language"]
@@ -521,7 +596,7 @@ def parse_experiment(
     if prompt != "default" and (prompt.count(CONTEXT_SLOT) != 1 or "{question}" not in prompt):
         raise _fail(where, "prompt", prompt, "'default' or a template with {context} once and {question}")
     family = family_of(kind)
-    needles = _parse_needles(data, kind, language, where, base, allowed)
+    needles = _parse_needles(data, kind, language, where, base, allowed, folder)
     sample_method = data.get("sample_method", "fixed")
     fixed_index = data.get("fixed_index", 0)
     n_needles = data.get("n_needles", 1)
@@ -549,7 +624,7 @@ def parse_experiment(
         lengths=lengths,
         depths=depths,
         needles=needles,
-        haystack=_local_haystack(data.get("haystack"), where, base, allowed),
+        haystack=_local_haystack(data.get("haystack"), where, base, allowed, folder),
         question=data.get("question", ""),
         answer=data.get("answer", data.get("keyword", "")),
         keyword=data.get("keyword", ""),
@@ -565,25 +640,65 @@ def parse_experiment(
         question_position=data.get("question_position", "end"),
         prompt=prompt,
         seed=data.get("seed", RELEASE_SEED),
-        tokenizer=_tokenizer_spec(data.get("tokenizer", DEFAULT_TOKENIZER), base, where, allowed),
+        tokenizer=_tokenizer_spec(data.get("tokenizer", DEFAULT_TOKENIZER), base, where, allowed, folder),
     )
 
 
-def _tokenizer_spec(spec: str, base: Path | None, where: str = "", allowed: tuple[str | Path, ...] = ()) -> str:
-    """The file's tokenizer, a relative ``hf:`` folder read from the experiment file's folder; a folder outside it
-    (absolute, ``~``, ``..``) only when the command line allows it (:func:`local_path`)."""
-    if spec.startswith("hf:") and base is not None:
-        text = spec[3:]
-        folder = Path(text).expanduser()
-        if folder.is_absolute() or text.startswith("~") or ".." in Path(text).parts:
-            local_path(text, "tokenizer", where, base, allowed)
-            return spec
-        if (base / folder).is_dir():
-            path = local_path(text, "tokenizer", where, base, allowed)
-            relative = _inside_parts(path, base)
-            if relative is None:  # allowed on the command line: the user's own folder
-                return f"hf:{local_path(text, 'tokenizer', where, base, allowed).resolve()}"
-            return f"hf:{_private_tokenizer_copy(base, relative, path, where)}"
+def _tokenizer_spec(
+    spec: str, base: Path | None, where: str = "", allowed: tuple[str | Path, ...] = (), folder: Folder | None = None
+) -> str:
+    """The file's tokenizer. ``hf:PATH`` relative to the experiment file's folder (open as `folder`) is a tokenizer
+    folder there, copied through descriptors; a folder outside it (absolute, ``~``, ``..``, a link pointing out) only
+    when the command line allows it (:func:`local_path`), given then by its real path. ``hf:NAME`` or
+    ``hf:ORG/NAME`` that is no folder beside the file is a model name of the local Hugging Face cache, never a folder
+    of the user's current folder (the loader would take one of that name first: ``AutoTokenizer.from_pretrained``
+    reads a local folder before the cache) unless the command line allows it."""
+    import os
+    import stat
+
+    if not spec.startswith("hf:") or base is None:
+        return spec
+    if folder is None:
+        with Folder.open(base) as opened:
+            return _tokenizer_spec(spec, base, where, allowed, opened)
+    text = spec[3:]
+    given = Path(text).expanduser()
+    if given.is_absolute() or text.startswith("~") or ".." in Path(text).parts:
+        local_path(text, "tokenizer", where, base, allowed, folder)
+        relative, real = _inside_parts(text, folder)
+        if relative is None:  # allowed on the command line: the user's own folder, by the real path checked
+            return f"hf:{real}"
+        return f"hf:{_private_tokenizer_copy(folder, relative, where)}"
+    try:  # resolved by the kernel from the folder's descriptor, never from a path looked up again
+        beside = stat.S_ISDIR(os.stat(text, dir_fd=folder.fd).st_mode)
+    except (OSError, ValueError):
+        beside = False
+    if beside:
+        local_path(text, "tokenizer", where, base, allowed, folder)
+        relative, real = _inside_parts(text, folder)
+        if relative is None:
+            local_path(text, "tokenizer", where, base, allowed, folder)  # changed since the check: refused here
+            return f"hf:{real}"
+        return f"hf:{_private_tokenizer_copy(folder, relative, where)}"
+    parts = text.split("/")
+    if len(parts) > 2 or any(part in ("", ".") for part in parts) or "\\" in text or "\0" in text:
+        raise _fail(
+            where,
+            "tokenizer",
+            spec,
+            f"hf:FOLDER of a tokenizer folder inside the experiment file's folder {base}, hf:NAME or hf:ORG/NAME "
+            "of a model in the local Hugging Face cache, or a folder you pass with --allow-path",
+        )
+    if os.path.isdir(given):  # a folder of that name where the user runs needlebench: theirs, not the file's
+        real = given.resolve()
+        if any(_within(real, Path(a).expanduser().resolve()) for a in allowed):
+            return f"hf:{real}"
+        raise NeedlebenchError(
+            f"{where}: key tokenizer: {spec!r} is not a folder beside the experiment file (in {base}) but names "
+            f"the folder {real} in your current folder, which an experiment file may not read; allowed: a tokenizer "
+            f"folder beside the experiment file, a model name of the local Hugging Face cache, or that folder with "
+            f"--allow-path {real}"
+        )
     return spec
 
 
@@ -598,12 +713,12 @@ _MAX_TOKENIZER_FILE = 512 * 1024 * 1024
 _copies: list = []
 
 
-def _private_tokenizer_copy(base: Path, relative: str, path: Path, where: str) -> Path:
-    """A private copy of the tokenizer folder `relative` of the experiment's folder, made through descriptors: each
-    file transformers would read is opened relative to the folder's descriptor with ``O_NOFOLLOW`` and must be a
-    regular file (a link such as ``tok/tokenizer.json -> ~/.ssh/id_rsa`` is a one-line error, never followed); the
-    copy, under the folder's own name (its label in ``hf:LABEL@sha256:HEX``), lives as long as the process and is
-    what the tokenizer is loaded from. Its index entry names the original folder
+def _private_tokenizer_copy(top: Folder, relative: str, where: str) -> Path:
+    """A private copy of the tokenizer folder `relative` of the experiment's folder (open as `top`), made through
+    descriptors: each file transformers would read is opened relative to the folder's descriptor with
+    ``O_NOFOLLOW`` and must be a regular file (a link such as ``tok/tokenizer.json -> ~/.ssh/id_rsa`` is a one-line
+    error, never followed); the copy, under the folder's own name (its label in ``hf:LABEL@sha256:HEX``), lives as
+    long as the process and is what the tokenizer is loaded from. Its index entry names the original folder
     (:func:`needlebench.sources.inputs.remember_path`)."""
     import os
     import stat
@@ -611,9 +726,9 @@ def _private_tokenizer_copy(base: Path, relative: str, path: Path, where: str) -
 
     holder = tempfile.TemporaryDirectory(prefix="needlebench-tokenizer-")
     _copies.append(holder)
-    name = path.resolve().name if relative else base.resolve().name
-    with Folder.open(base.resolve()) as top:
-        folder = top.sub(relative) if relative else Folder(os.dup(top.fd), top.path)
+    origin = _real_folder(top) / relative if relative else _real_folder(top)
+    name = origin.name
+    folder = top.sub(relative) if relative else Folder(os.dup(top.fd), top.path)
     with folder:
         with Folder.open(holder.name) as private, private.sub(name, create=True, mode=0o700) as copy:
             for entry in folder.listdir():
@@ -629,12 +744,18 @@ def _private_tokenizer_copy(base: Path, relative: str, path: Path, where: str) -
                 data = folder.read_bytes(entry, limit=_MAX_TOKENIZER_FILE, what=f" ({where}: key tokenizer)", sole=True)
                 copy.write_bytes(entry, data, mode=0o600)
     target = Path(holder.name) / name
-    note_copy(target, path.resolve())
+    note_copy(target, origin)
     return target
 
 
 def _parse_needles(
-    data: dict, kind: str, language: str, where: str, base: Path | None, allowed: tuple[str | Path, ...] = ()
+    data: dict,
+    kind: str,
+    language: str,
+    where: str,
+    base: Path | None,
+    allowed: tuple[str | Path, ...] = (),
+    folder: Folder | None = None,
 ) -> tuple[ExperimentNeedle, ...]:
     has_inline, has_file = "needles" in data, "needles_file" in data
     if has_inline == has_file:
@@ -650,10 +771,12 @@ def _parse_needles(
                 raise _fail(where, f"needles.{i}", item, f"a needle sentence (string) for {kind}")
         return tuple(ExperimentNeedle(text.strip(), "", "", "") for text in data["needles"])
     if has_file:
-        if base is None:
+        if base is None or folder is None:
             path = local_path(data["needles_file"], "needles_file", where, base, allowed)
         else:  # read once through the folder's descriptor; load_needles_file takes the pinned bytes
-            path = _pin_local(data["needles_file"], "needles_file", where, base, allowed, False, MAX_NEEDLES_BYTES)
+            path = _pin_local(
+                data["needles_file"], "needles_file", where, base, allowed, False, MAX_NEEDLES_BYTES, folder
+            )
         loaded = load_needles_file(path, language)
         return tuple(ExperimentNeedle(n.text, n.question, n.keyword, n.keyword) for n in loaded)
     needles = []
