@@ -45,10 +45,27 @@ _HUB_FOLDER = re.compile(r"^models--(?P<org>[^/]+?)--(?P<name>[^/]+)$")
 INSTALL_HINT = "install it with `pip install 'needlebench[hf-tokenizer]'`"
 
 
-def load_transformers_tokenizer(path: str) -> Any:
+#: Characters of a library's error message shown in a one-line error (a message may quote a whole file).
+MESSAGE_CHARS = 300
+
+
+def error_summary(exc: BaseException) -> str:
+    """``Type: first line of the message``, cut to :data:`MESSAGE_CHARS` characters: what a one-line error shows of
+    an exception raised while reading a file someone else made (the CLI escapes its control characters)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "\u2026"
+
+
+def load_transformers_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     """A transformers tokenizer from a local folder, or a model name already in the local Hugging Face cache.
 
-    Nothing is downloaded (``local_files_only``)."""
+    Nothing is downloaded (``local_files_only``), and no code of the folder runs unless ``trust_remote_code``
+    (lm-eval's model arg, default False): transformers would otherwise ask on the terminal whether to run an
+    ``auto_map`` class (``resolve_trust_remote_code`` in ``transformers/dynamic_module_utils.py``). The folder may
+    come from anyone: whatever transformers raises on its files (a ``tokenizer_config.json`` that is a list, a
+    ``tokenizer.json`` without ``added_tokens``, a special token that is not a string, JSON nested too deep) is one
+    line naming the folder."""
     folder = Path(path).expanduser()
     try:
         from transformers import AutoTokenizer
@@ -56,14 +73,14 @@ def load_transformers_tokenizer(path: str) -> Any:
         raise NeedlebenchError(f"tokenizer counting needs transformers; {INSTALL_HINT}") from None
     source = str(folder) if folder.is_dir() else path
     try:
-        return AutoTokenizer.from_pretrained(source, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        if not folder.is_dir():
+        return AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code)
+    except Exception as exc:  # any failure of a third-party reader on files from anyone
+        if not folder.is_dir() and isinstance(exc, (OSError, ValueError)):
             raise NeedlebenchError(
                 f"tokenizer {path!r} is not a local folder nor a model in the local Hugging Face cache; "
                 "pass the path of a model or tokenizer directory"
             ) from None
-        raise NeedlebenchError(f"tokenizer folder {path!r} could not be loaded: {str(exc).splitlines()[0]}") from None
+        raise NeedlebenchError(f"tokenizer folder {path!r} could not be loaded: {error_summary(exc)}") from None
 
 
 def splice_safe(spec: dict) -> bool:
@@ -306,7 +323,11 @@ def _load_source(source: str) -> HfTokenizer:
         remember_path(f"tokenizer:{sha}", path.parent)
         from tokenizers import Tokenizer
 
-        if _encoding_parts(Tokenizer.from_file(str(path))) == _encoding_parts(backend):
+        try:  # transformers may have built its tokenizer from other files than a tokenizer.json it cannot read
+            raw = _encoding_parts(Tokenizer.from_file(str(path)))
+        except Exception:  # tokenizers raises a bare Exception for a file it cannot read
+            raw = None
+        if raw == _encoding_parts(backend):
             remember_path(_raw_ok_key(sha), path)
     return loaded
 
