@@ -31,7 +31,7 @@ from typing import Any
 
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.cache import cache_folder, cache_root, read_private
-from needlebench.sources.hf_tokenizer import error_summary, load_transformers_tokenizer
+from needlebench.sources.hf_tokenizer import error_summary, load_transformers_tokenizer, transformers_log_held
 from needlebench.sources.hub import check_token, is_model_id, model_small_files
 
 #: Files whose presence makes a folder a tokenizer folder (then any ``.gguf`` beside them is not guessed at).
@@ -66,10 +66,13 @@ def resolve_source(
     token: str | bool | None = None,
     subfolder: str | None = None,
     what: str = "tokenizer",
+    trust_remote_code: bool = False,
 ) -> TokenizerSource:
     """The :class:`TokenizerSource` of a ``--tokenizer`` value (and ``--gguf-file``) or of lm-eval model args
     (``what`` names the model arg in messages): a local folder or file, else a Hub model id, whose tokenizer and
-    config files (and ``gguf_file``) are fetched into the Hugging Face cache at ``revision`` with ``token``."""
+    config files (and ``gguf_file``) are fetched into the Hugging Face cache at ``revision`` with ``token``.
+    ``trust_remote_code`` (lm-eval's model arg) lets a tokenizer class of the folder run when it is loaded."""
+    trust = trust_remote_code is True
     given = Path(path).expanduser()
     if not given.exists() and is_model_id(path):
         folder = model_small_files(
@@ -80,7 +83,7 @@ def resolve_source(
             gguf_file=gguf_file,
             what=what,
         )
-        return TokenizerSource(str(folder), gguf_file)
+        return TokenizerSource(str(folder), gguf_file, trust)
     if not given.exists() and not given.is_symlink():
         raise NeedlebenchError(
             f"{what} {path!r} is not a local folder nor a model in the local Hugging Face cache, and not a Hub model "
@@ -99,24 +102,24 @@ def resolve_source(
             raise NeedlebenchError(
                 f"gguf_file {gguf_file!r} is not in {path}; GGUF files there: {', '.join(found) or 'none'}"
             )
-        return TokenizerSource(str(given) if given.is_dir() else path, gguf_file)
+        return TokenizerSource(str(given) if given.is_dir() else path, gguf_file, trust)
     if given.is_file():
         if given.suffix.lower() != ".gguf":
             raise NeedlebenchError(
                 f"{what} {path!r} is a file but not a .gguf; give a tokenizer or model folder, a .gguf file, "
                 "or a Hugging Face Hub model id"
             )
-        return TokenizerSource(str(given.parent), given.name)
+        return TokenizerSource(str(given.parent), given.name, trust)
     if given.is_dir() and not any((given / name).is_file() for name in TOKENIZER_FILES):
         found = sorted(item.name for item in given.glob("*.gguf"))
         if len(found) == 1:
-            return TokenizerSource(str(given), found[0])
+            return TokenizerSource(str(given), found[0], trust)
         if len(found) > 1:
             raise NeedlebenchError(
                 f"folder {path!r} holds {len(found)} GGUF files ({', '.join(found)}) and no tokenizer files; "
                 "name one: --gguf-file NAME (budget) or gguf_file=NAME (--model_args)"
             )
-    return TokenizerSource(str(given) if given.is_dir() else path)
+    return TokenizerSource(str(given) if given.is_dir() else path, None, trust)
 
 
 def _sha256(path: Path) -> str:
@@ -164,9 +167,10 @@ def _load_gguf(source: TokenizerSource) -> Any:
         except Exception:  # a damaged entry: converted again below (and replaced by _save)
             pass
     try:
-        tokenizer = auto.from_pretrained(
-            source.path, gguf_file=source.gguf_file, local_files_only=True, trust_remote_code=False
-        )
+        with transformers_log_held():
+            tokenizer = auto.from_pretrained(
+                source.path, gguf_file=source.gguf_file, local_files_only=True, trust_remote_code=False
+            )
     except ImportError as exc:  # transformers reads GGUF with the `gguf` package
         raise NeedlebenchError(f"reading {gguf.name} needs the gguf package ({exc}); {INSTALL_HINT}") from None
     except Exception as exc:  # a GGUF may come from anyone: whatever its conversion raises (a merge of four
@@ -269,7 +273,7 @@ def gguf_context_length(source: TokenizerSource) -> int | None:
     if len(length.types) == 1 and length.types[0] in integers and len(length.data) == 1:
         value = int(length.parts[length.data[0]][0])
     if value is None or not 0 < value <= MAX_GGUF_CONTEXT:
-        kind = "/".join(kind.name for kind in length.types) if value is None else str(value)
+        kind = f"a {'/'.join(kind.name for kind in length.types)} value" if value is None else str(value)
         raise NeedlebenchError(
             f"GGUF file {path}: {key} is {kind}, not a whole number of tokens between 1 and {MAX_GGUF_CONTEXT}"
         )

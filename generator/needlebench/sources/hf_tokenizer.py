@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
@@ -57,6 +59,33 @@ def error_summary(exc: BaseException) -> str:
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "\u2026"
 
 
+@contextmanager
+def transformers_log_held() -> Iterator[None]:
+    """Hold what transformers logs (its handlers on the ``transformers`` logger, ``transformers/utils/logging.py``)
+    while a file from anyone is read: shown as usual when the read succeeds, dropped when it fails, so that a bad
+    file is the one line of its error and not that line after the warnings its values caused."""
+    handlers = list(logging.getLogger("transformers").handlers)
+    held: list[tuple[logging.Handler, logging.LogRecord]] = []
+
+    def holder(handler: logging.Handler):
+        def hold(record: logging.LogRecord) -> bool:
+            held.append((handler, record))
+            return False
+
+        return hold
+
+    filters = [(handler, holder(handler)) for handler in handlers]
+    for handler, hold in filters:
+        handler.addFilter(hold)
+    try:
+        yield
+    finally:
+        for handler, hold in filters:
+            handler.removeFilter(hold)
+    for handler, record in held:
+        handler.handle(record)
+
+
 def load_transformers_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     """A transformers tokenizer from a local folder, or a model name already in the local Hugging Face cache.
 
@@ -73,7 +102,8 @@ def load_transformers_tokenizer(path: str, trust_remote_code: bool = False) -> A
         raise NeedlebenchError(f"tokenizer counting needs transformers; {INSTALL_HINT}") from None
     source = str(folder) if folder.is_dir() else path
     try:
-        return AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code)
+        with transformers_log_held():
+            return AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code)
     except Exception as exc:  # any failure of a third-party reader on files from anyone
         if not folder.is_dir() and isinstance(exc, (OSError, ValueError)):
             raise NeedlebenchError(
