@@ -170,6 +170,22 @@ def test_a_tokenizer_folder_transformers_cannot_read_is_one_line(sandbox: Path, 
     refused(result, "tok", "could not be loaded", shown)
 
 
+def test_a_huge_tokenizer_file_or_a_gguf_that_is_not_one_is_refused_before_it_is_read(sandbox: Path):
+    """A sparse tokenizer_config.json of 600 MiB would be read whole (and parsed) by transformers; a sparse .gguf of
+    50 GiB would be hashed whole before its header is looked at."""
+    folder = tokenizer_folder(sandbox / "work" / "tok")
+    os.truncate(folder / "tokenizer_config.json", 600 << 20)
+    result, _ = attacked(sandbox, *BUDGET, "--tokenizer", str(folder))
+    refused(result, "tokenizer_config.json", "is not read")
+    gguf = sandbox / "work" / "gg" / "m.gguf"
+    gguf.parent.mkdir()
+    with gguf.open("wb") as handle:
+        handle.truncate(50 << 30)
+    result, seconds = attacked(sandbox, *BUDGET, "--tokenizer", str(gguf))
+    refused(result, "m.gguf", "is not a GGUF file")
+    assert seconds < 60
+
+
 def test_eval_with_a_model_folder_whose_files_are_not_json_objects_is_one_line(sandbox: Path):
     """config.json read for the window, and config.json read by transformers for the tokenizer class (the window
     given as max_length, so only the tokenizer reads it)."""

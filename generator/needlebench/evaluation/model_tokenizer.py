@@ -159,6 +159,13 @@ def _load_gguf(source: TokenizerSource) -> Any:
     gguf = Path(source.path) / str(source.gguf_file)
     if not gguf.is_file():
         raise NeedlebenchError(f"GGUF file {gguf} does not exist; give the folder holding it and gguf_file=NAME")
+    try:  # the magic first (gguf/constants.py GGUF_MAGIC), before a file of any size is hashed
+        with gguf.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise NeedlebenchError(f"GGUF file {gguf} could not be read: {error_summary(exc)}") from None
+    if magic != b"GGUF":
+        raise NeedlebenchError(f"{gguf} is not a GGUF file (it does not start with the bytes 'GGUF')")
     auto = _auto_tokenizer()
     cached = cache_root() / "gguf-tokenizers" / _sha256(gguf)
     if (cached / MARKER).is_file():

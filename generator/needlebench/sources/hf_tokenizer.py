@@ -22,7 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,6 +47,45 @@ CHUNK_MARGIN = 4096
 #: Folder names of the Hugging Face hub cache: ``models--ORG--NAME``.
 _HUB_FOLDER = re.compile(r"^models--(?P<org>[^/]+?)--(?P<name>[^/]+)$")
 INSTALL_HINT = "install it with `pip install 'needlebench[hf-tokenizer]'`"
+
+
+#: Files of a model or tokenizer folder that transformers reads for its tokenizer (``tokenization_utils_base.py``,
+#: ``vocab_files_names`` of the tokenizer classes) and their largest size: a sparse file of terabytes planted under
+#: such a name is refused before it is read whole (honest ones are megabytes; the largest ``tokenizer.json`` on the
+#: Hub are some 35 MB).
+TOKENIZER_FILE_BYTES = 512 << 20
+TOKENIZER_FILE_NAMES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def check_tokenizer_files(folder: Path) -> None:
+    """Refuse (one line) a tokenizer file of ``folder`` (:data:`TOKENIZER_FILE_NAMES`, links followed as
+    transformers follows them) larger than :data:`TOKENIZER_FILE_BYTES`. Entries that are not regular files are left
+    to transformers, which reads only regular files (``os.path.isfile``)."""
+    for name in TOKENIZER_FILE_NAMES:
+        try:
+            info = os.stat(folder / name)
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_size > TOKENIZER_FILE_BYTES:
+            raise NeedlebenchError(
+                f"{folder / name} holds {info.st_size} bytes; a tokenizer file of more than "
+                f"{TOKENIZER_FILE_BYTES >> 20} MiB is not read"
+            )
 
 
 #: Characters of a library's error message shown in a one-line error (a message may quote a whole file).
@@ -101,6 +142,8 @@ def load_transformers_tokenizer(path: str, trust_remote_code: bool = False) -> A
     except ImportError:
         raise NeedlebenchError(f"tokenizer counting needs transformers; {INSTALL_HINT}") from None
     source = str(folder) if folder.is_dir() else path
+    if folder.is_dir():
+        check_tokenizer_files(folder)
     try:
         with transformers_log_held():
             return AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code)
@@ -329,6 +372,8 @@ def _load_source(source: str) -> HfTokenizer:
     and added tokens, remembered per file hash and library versions in the needlebench cache), later loads read
     the file with ``tokenizers`` alone, without importing transformers (seconds per process)."""
     path = _tokenizer_file(source)
+    if path is not None:
+        check_tokenizer_files(path.parent)
     sha = _file_sha256(path) if path is not None else None
     if sha is not None and remembered_paths(_raw_ok_key(sha)):
         from tokenizers import Tokenizer
