@@ -247,7 +247,7 @@ def test_a_chat_template_that_fails_is_one_line(sandbox: Path, template: str, sh
 
 def test_a_chat_template_that_loops_or_fills_memory_is_stopped(sandbox: Path):
     """Two nested loops of 100,000 (10**10 steps) stop after 10 s; a string of 10**11 characters fails its
-    allocation (4 GiB of address space) instead of waking the OOM killer."""
+    allocation (4 GiB of address space) instead of waking the OOM killer; one of 10**8 is not tokenized."""
     loop = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x"
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": loop}
     folder = tokenizer_folder(sandbox / "work" / "loop", config)
@@ -258,6 +258,10 @@ def test_a_chat_template_that_loops_or_fills_memory_is_stopped(sandbox: Path):
     folder = tokenizer_folder(sandbox / "work" / "bomb", config)
     result, _ = attacked(sandbox, *BUDGET, "--tokenizer", str(folder), "--chat-template")
     refused(result, "bomb", "its chat template needed more than 4 GiB")
+    config["chat_template"] = "{{ 'x' * 100000 * 1000 }}"  # 100 MB: within the memory bound, too long to count
+    folder = tokenizer_folder(sandbox / "work" / "long", config)
+    result, _ = attacked(sandbox, *BUDGET, "--tokenizer", str(folder), "--chat-template")
+    refused(result, "long", "its chat template made 100000000 characters")
 
 
 def test_eval_length_check_renders_the_chat_template_with_the_same_bounds(sandbox: Path):

@@ -11,6 +11,8 @@ attribute). :func:`render` bounds the first two and turns the last into one line
 * **Memory.** The address-space limit (``RLIMIT_AS``, getrlimit(2)) is lowered to what the process holds plus
   :data:`MEMORY_BYTES` while the template renders, so an allocation past it raises ``MemoryError`` instead of
   waking the OOM killer; the previous limit is restored afterwards.
+* **Size.** The text it gives may hold the messages' text :data:`TIMES` times and :data:`EXTRA_CHARS` more
+  characters; a longer one is refused before it is tokenized.
 * **Errors.** Whatever the rendering raises is a :class:`~needlebench.errors.NeedlebenchError` naming the tokenizer
   source and the template's message (its first line, at most 300 characters; the CLI escapes control characters).
 
@@ -36,6 +38,10 @@ from needlebench.sources.hf_tokenizer import error_summary
 SECONDS = 10.0
 #: Bytes of address space one rendering may add to the process.
 MEMORY_BYTES = 4 << 30
+#: Characters a rendering may add to the messages' text, beyond repeating it :data:`TIMES` times: a template that
+#: writes a gigabyte within the bounds above would otherwise be tokenized next (honest ones add a few hundred).
+EXTRA_CHARS = 4 << 20
+TIMES = 4
 
 
 class _TimeUp(Exception):
@@ -133,5 +139,11 @@ def render(tokenizer: Any, messages: Sequence[dict[str, str]], **options: Any) -
     if not isinstance(rendered, str):
         raise NeedlebenchError(
             f"tokenizer {source_of(tokenizer)}: its chat template gave {type(rendered).__name__}, not text"
+        )
+    given = sum(len(str(message.get("content", ""))) for message in messages)
+    if len(rendered) > TIMES * given + EXTRA_CHARS:
+        raise NeedlebenchError(
+            f"tokenizer {source_of(tokenizer)}: its chat template made {len(rendered)} characters of a message of "
+            f"{given}; more than {TIMES} times the message and {EXTRA_CHARS} characters is not counted"
         )
     return rendered
