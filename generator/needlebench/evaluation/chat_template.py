@@ -24,7 +24,6 @@ milliseconds and a few megabytes, far from either bound.
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -33,6 +32,11 @@ from typing import Any
 
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.hf_tokenizer import error_summary
+
+try:  # POSIX only (like setitimer): elsewhere the template renders without the memory bound
+    import resource
+except ImportError:  # pragma: no cover - not POSIX
+    resource = None  # type: ignore[assignment]
 
 #: Seconds one rendering may take.
 SECONDS = 10.0
@@ -63,6 +67,10 @@ def source_of(tokenizer: Any) -> str:
 
 @contextmanager
 def _time_limit(seconds: float) -> Iterator[None]:
+    if not hasattr(signal, "setitimer"):  # pragma: no cover - not POSIX
+        yield
+        return
+
     def expire(signum: int, frame: Any) -> None:
         raise _TimeUp
 
@@ -72,7 +80,7 @@ def _time_limit(seconds: float) -> Iterator[None]:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
         if outer[0]:  # a timer set before goes on with the time it had left when the rendering began
             signal.setitimer(signal.ITIMER_REAL, *outer)
 
@@ -88,12 +96,13 @@ def _address_space() -> int | None:
 
 @contextmanager
 def _memory_limit(extra: int) -> Iterator[None]:
-    held = _address_space()
+    held = _address_space() if resource is not None else None
+    if held is None:
+        yield
+        return
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     except (OSError, ValueError):
-        held = None
-    if held is None:
         yield
         return
     limit = held + extra
