@@ -41,7 +41,7 @@ MARKER = "needlebench-gguf-tokenizer.json"
 INSTALL_HINT = "install them with `pip install 'needlebench[eval]'` (transformers, gguf)"
 #: What a GGUF's ``general.architecture`` may be (it names the ``<architecture>.context_length`` key): ``llama``,
 #: ``qwen2``, ``command-r``, ...
-ARCHITECTURE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+ARCHITECTURE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 #: Largest context length taken from a GGUF's metadata.
 MAX_GGUF_CONTEXT = 1 << 32
 
@@ -258,7 +258,7 @@ def gguf_context_length(source: TokenizerSource) -> int | None:
     name = None
     if arch.types == [GGUFValueType.STRING] and len(arch.data) == 1:
         name = bytes(arch.parts[arch.data[0]]).decode("utf-8", "replace")
-    if name is None or not ARCHITECTURE.match(name):
+    if name is None or not ARCHITECTURE.fullmatch(name):
         raise NeedlebenchError(
             f"GGUF file {path}: general.architecture is not a name of at most 64 letters, digits, '_', '.' or '-'"
         )
