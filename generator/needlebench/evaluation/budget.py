@@ -46,8 +46,10 @@ def render_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> str:
         return prompt
     if not getattr(tokenizer, "chat_template", None):
         raise NeedlebenchError("the tokenizer has no chat template; drop --chat-template to count raw prompts")
-    messages = [{"role": "user", "content": prompt}]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    from needlebench.evaluation.chat_template import render  # deferred, as in load_tokenizer
+
+    # bounded in time and memory, its errors one line: the template comes with the model folder
+    return render(tokenizer, [{"role": "user", "content": prompt}], add_generation_prompt=True)
 
 
 def _batches(texts: list[str], indices: list[int]) -> Iterator[list[int]]:

@@ -369,6 +369,7 @@ def tokenizer_source(args: EvalArgs, model_args: Mapping[str, Any]) -> Tokenizer
     kind = model_kind(args)
     common = {"revision": _revision(kind, model_args, tokenizer=True), "token": _token(model_args)}
     common["subfolder"] = _subfolder(kind, model_args)
+    common["trust_remote_code"] = model_args.get("trust_remote_code") is True  # as lm-eval parses it: a bool
     if _text(model_args.get("tokenizer")):
         return resolve_source(str(model_args["tokenizer"]), what="tokenizer", **common)
     key = "model" if kind in API_MODELS else "pretrained"

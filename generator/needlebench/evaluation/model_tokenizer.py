@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from functools import lru_cache
@@ -30,7 +31,7 @@ from typing import Any
 
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.cache import cache_folder, cache_root, read_private
-from needlebench.sources.hf_tokenizer import load_transformers_tokenizer
+from needlebench.sources.hf_tokenizer import error_summary, load_transformers_tokenizer, transformers_log_held
 from needlebench.sources.hub import check_token, is_model_id, model_small_files
 
 #: Files whose presence makes a folder a tokenizer folder (then any ``.gguf`` beside them is not guessed at).
@@ -38,6 +39,11 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 #: Written last into a cached tokenizer folder, so an interrupted save is never read.
 MARKER = "needlebench-gguf-tokenizer.json"
 INSTALL_HINT = "install them with `pip install 'needlebench[eval]'` (transformers, gguf)"
+#: What a GGUF's ``general.architecture`` may be (it names the ``<architecture>.context_length`` key): ``llama``,
+#: ``qwen2``, ``command-r``, ...
+ARCHITECTURE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+#: Largest context length taken from a GGUF's metadata.
+MAX_GGUF_CONTEXT = 1 << 32
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class TokenizerSource:
 
     path: str
     gguf_file: str | None = None
+    trust_remote_code: bool = False  # lm-eval's model arg: whether a tokenizer class of the folder may run
 
     def describe(self) -> str:
         return f"{self.path} (gguf_file={self.gguf_file})" if self.gguf_file else self.path
@@ -59,10 +66,13 @@ def resolve_source(
     token: str | bool | None = None,
     subfolder: str | None = None,
     what: str = "tokenizer",
+    trust_remote_code: bool = False,
 ) -> TokenizerSource:
     """The :class:`TokenizerSource` of a ``--tokenizer`` value (and ``--gguf-file``) or of lm-eval model args
     (``what`` names the model arg in messages): a local folder or file, else a Hub model id, whose tokenizer and
-    config files (and ``gguf_file``) are fetched into the Hugging Face cache at ``revision`` with ``token``."""
+    config files (and ``gguf_file``) are fetched into the Hugging Face cache at ``revision`` with ``token``.
+    ``trust_remote_code`` (lm-eval's model arg) lets a tokenizer class of the folder run when it is loaded."""
+    trust = trust_remote_code is True
     given = Path(path).expanduser()
     if not given.exists() and is_model_id(path):
         folder = model_small_files(
@@ -73,7 +83,7 @@ def resolve_source(
             gguf_file=gguf_file,
             what=what,
         )
-        return TokenizerSource(str(folder), gguf_file)
+        return TokenizerSource(str(folder), gguf_file, trust)
     if not given.exists() and not given.is_symlink():
         raise NeedlebenchError(
             f"{what} {path!r} is not a local folder nor a model in the local Hugging Face cache, and not a Hub model "
@@ -92,24 +102,24 @@ def resolve_source(
             raise NeedlebenchError(
                 f"gguf_file {gguf_file!r} is not in {path}; GGUF files there: {', '.join(found) or 'none'}"
             )
-        return TokenizerSource(str(given) if given.is_dir() else path, gguf_file)
+        return TokenizerSource(str(given) if given.is_dir() else path, gguf_file, trust)
     if given.is_file():
         if given.suffix.lower() != ".gguf":
             raise NeedlebenchError(
                 f"{what} {path!r} is a file but not a .gguf; give a tokenizer or model folder, a .gguf file, "
                 "or a Hugging Face Hub model id"
             )
-        return TokenizerSource(str(given.parent), given.name)
+        return TokenizerSource(str(given.parent), given.name, trust)
     if given.is_dir() and not any((given / name).is_file() for name in TOKENIZER_FILES):
         found = sorted(item.name for item in given.glob("*.gguf"))
         if len(found) == 1:
-            return TokenizerSource(str(given), found[0])
+            return TokenizerSource(str(given), found[0], trust)
         if len(found) > 1:
             raise NeedlebenchError(
                 f"folder {path!r} holds {len(found)} GGUF files ({', '.join(found)}) and no tokenizer files; "
                 "name one: --gguf-file NAME (budget) or gguf_file=NAME (--model_args)"
             )
-    return TokenizerSource(str(given) if given.is_dir() else path)
+    return TokenizerSource(str(given) if given.is_dir() else path, None, trust)
 
 
 def _sha256(path: Path) -> str:
@@ -149,20 +159,30 @@ def _load_gguf(source: TokenizerSource) -> Any:
     gguf = Path(source.path) / str(source.gguf_file)
     if not gguf.is_file():
         raise NeedlebenchError(f"GGUF file {gguf} does not exist; give the folder holding it and gguf_file=NAME")
+    try:  # the magic first (gguf/constants.py GGUF_MAGIC), before a file of any size is hashed
+        with gguf.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise NeedlebenchError(f"GGUF file {gguf} could not be read: {error_summary(exc)}") from None
+    if magic != b"GGUF":
+        raise NeedlebenchError(f"{gguf} is not a GGUF file (it does not start with the bytes 'GGUF')")
     auto = _auto_tokenizer()
     cached = cache_root() / "gguf-tokenizers" / _sha256(gguf)
     if (cached / MARKER).is_file():
         try:
-            return auto.from_pretrained(str(cached), local_files_only=True)
-        except (OSError, ValueError):  # a damaged entry: converted again below (and replaced by _save)
+            return auto.from_pretrained(str(cached), local_files_only=True, trust_remote_code=False)
+        except Exception:  # a damaged entry: converted again below (and replaced by _save)
             pass
     try:
-        tokenizer = auto.from_pretrained(source.path, gguf_file=source.gguf_file, local_files_only=True)
+        with transformers_log_held():
+            tokenizer = auto.from_pretrained(
+                source.path, gguf_file=source.gguf_file, local_files_only=True, trust_remote_code=False
+            )
     except ImportError as exc:  # transformers reads GGUF with the `gguf` package
         raise NeedlebenchError(f"reading {gguf.name} needs the gguf package ({exc}); {INSTALL_HINT}") from None
-    except (OSError, ValueError, KeyError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise NeedlebenchError(f"the tokenizer of GGUF file {gguf} could not be read: {first}") from None
+    except Exception as exc:  # a GGUF may come from anyone: whatever its conversion raises (a merge of four
+        # parts, a token id past the vocabulary, a metadata value of the wrong type) is one line naming the file
+        raise NeedlebenchError(f"the tokenizer of GGUF file {gguf} could not be read: {error_summary(exc)}") from None
     _save(tokenizer, cached, gguf.name)
     return tokenizer
 
@@ -199,9 +219,14 @@ def load_source(source: TokenizerSource) -> Any:
     """The transformers tokenizer of ``source`` (a local folder, see :func:`resolve_source`); nothing is
     downloaded."""
     if source.gguf_file:
-        return _load_gguf(source)
-
-    return load_transformers_tokenizer(source.path)
+        tokenizer = _load_gguf(source)
+    else:
+        tokenizer = load_transformers_tokenizer(source.path, trust_remote_code=source.trust_remote_code)
+    try:  # named in errors of its chat template (see needlebench.evaluation.chat_template)
+        tokenizer.needlebench_source = source.describe()
+    except (AttributeError, TypeError, ValueError):
+        pass
+    return tokenizer
 
 
 def load_tokenizer(path: str, gguf_file: str | None = None) -> Any:
@@ -211,23 +236,52 @@ def load_tokenizer(path: str, gguf_file: str | None = None) -> Any:
 
 
 def gguf_context_length(source: TokenizerSource) -> int | None:
-    """The context length a GGUF's metadata records (``<architecture>.context_length``), or None."""
+    """The context length a GGUF's metadata records (``<architecture>.context_length``), or None when it records
+    none. The file may come from anyone: one that ``gguf`` cannot read, an architecture that is not a string of
+    letters, digits and ``_.-``, or a context length that is not one whole number between 1 and
+    :data:`MAX_GGUF_CONTEXT` is a one-line error naming the file and the key (the GGUF value types are listed in
+    ``gguf/constants.py``, ``GGUFValueType``)."""
     if not source.gguf_file:
         return None
     try:
-        from gguf import GGUFReader
+        from gguf import GGUFReader, GGUFValueType
     except ImportError:
         return None
+    path = Path(source.path) / source.gguf_file
     try:
-        reader = GGUFReader(str(Path(source.path) / source.gguf_file))
-    except (OSError, ValueError):
-        return None
-    fields = reader.fields
+        fields = GGUFReader(str(path)).fields
+    except Exception as exc:  # a crafted header or array count: numpy, struct or gguf's own errors
+        raise NeedlebenchError(f"GGUF file {path} could not be read: {error_summary(exc)}") from None
     arch = fields.get("general.architecture")
     if arch is None:
         return None
-    name = bytes(arch.parts[arch.data[0]]).decode("utf-8", "replace")
-    length = fields.get(f"{name}.context_length")
+    name = None
+    if arch.types == [GGUFValueType.STRING] and len(arch.data) == 1:
+        name = bytes(arch.parts[arch.data[0]]).decode("utf-8", "replace")
+    if name is None or not ARCHITECTURE.fullmatch(name):
+        raise NeedlebenchError(
+            f"GGUF file {path}: general.architecture is not a name of at most 64 letters, digits, '_', '.' or '-'"
+        )
+    key = f"{name}.context_length"
+    length = fields.get(key)
     if length is None:
         return None
-    return int(length.parts[length.data[0]][0])
+    integers = {
+        GGUFValueType.UINT8,
+        GGUFValueType.INT8,
+        GGUFValueType.UINT16,
+        GGUFValueType.INT16,
+        GGUFValueType.UINT32,
+        GGUFValueType.INT32,
+        GGUFValueType.UINT64,
+        GGUFValueType.INT64,
+    }
+    value = None
+    if len(length.types) == 1 and length.types[0] in integers and len(length.data) == 1:
+        value = int(length.parts[length.data[0]][0])
+    if value is None or not 0 < value <= MAX_GGUF_CONTEXT:
+        kind = f"a {'/'.join(kind.name for kind in length.types)} value" if value is None else str(value)
+        raise NeedlebenchError(
+            f"GGUF file {path}: {key} is {kind}, not a whole number of tokens between 1 and {MAX_GGUF_CONTEXT}"
+        )
+    return value

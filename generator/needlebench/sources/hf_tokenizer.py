@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import re
+import stat
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
@@ -45,25 +49,111 @@ _HUB_FOLDER = re.compile(r"^models--(?P<org>[^/]+?)--(?P<name>[^/]+)$")
 INSTALL_HINT = "install it with `pip install 'needlebench[hf-tokenizer]'`"
 
 
-def load_transformers_tokenizer(path: str) -> Any:
+#: Files of a model or tokenizer folder that transformers reads for its tokenizer (``tokenization_utils_base.py``,
+#: ``vocab_files_names`` of the tokenizer classes) and their largest size: a sparse file of terabytes planted under
+#: such a name is refused before it is read whole (honest ones are megabytes; the largest ``tokenizer.json`` on the
+#: Hub are some 35 MB).
+TOKENIZER_FILE_BYTES = 512 << 20
+TOKENIZER_FILE_NAMES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def check_tokenizer_files(folder: Path) -> None:
+    """Refuse (one line) a tokenizer file of ``folder`` (:data:`TOKENIZER_FILE_NAMES`, links followed as
+    transformers follows them) larger than :data:`TOKENIZER_FILE_BYTES`. Entries that are not regular files are left
+    to transformers, which reads only regular files (``os.path.isfile``)."""
+    for name in TOKENIZER_FILE_NAMES:
+        try:
+            info = os.stat(folder / name)
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_size > TOKENIZER_FILE_BYTES:
+            raise NeedlebenchError(
+                f"{folder / name} holds {info.st_size} bytes; a tokenizer file of more than "
+                f"{TOKENIZER_FILE_BYTES >> 20} MiB is not read"
+            )
+
+
+#: Characters of a library's error message shown in a one-line error (a message may quote a whole file).
+MESSAGE_CHARS = 300
+
+
+def error_summary(exc: BaseException) -> str:
+    """``Type: first line of the message``, cut to :data:`MESSAGE_CHARS` characters: what a one-line error shows of
+    an exception raised while reading a file someone else made (the CLI escapes its control characters)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "\u2026"
+
+
+@contextmanager
+def transformers_log_held() -> Iterator[None]:
+    """Hold what transformers logs (its handlers on the ``transformers`` logger, ``transformers/utils/logging.py``)
+    while a file from anyone is read: shown as usual when the read succeeds, dropped when it fails, so that a bad
+    file is the one line of its error and not that line after the warnings its values caused."""
+    handlers = list(logging.getLogger("transformers").handlers)
+    held: list[tuple[logging.Handler, logging.LogRecord]] = []
+
+    def holder(handler: logging.Handler):
+        def hold(record: logging.LogRecord) -> bool:
+            held.append((handler, record))
+            return False
+
+        return hold
+
+    filters = [(handler, holder(handler)) for handler in handlers]
+    for handler, hold in filters:
+        handler.addFilter(hold)
+    try:
+        yield
+    finally:
+        for handler, hold in filters:
+            handler.removeFilter(hold)
+    for handler, record in held:
+        handler.handle(record)
+
+
+def load_transformers_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     """A transformers tokenizer from a local folder, or a model name already in the local Hugging Face cache.
 
-    Nothing is downloaded (``local_files_only``)."""
+    Nothing is downloaded (``local_files_only``), and no code of the folder runs unless ``trust_remote_code``
+    (lm-eval's model arg, default False): transformers would otherwise ask on the terminal whether to run an
+    ``auto_map`` class (``resolve_trust_remote_code`` in ``transformers/dynamic_module_utils.py``). The folder may
+    come from anyone: whatever transformers raises on its files (a ``tokenizer_config.json`` that is a list, a
+    ``tokenizer.json`` without ``added_tokens``, a special token that is not a string, JSON nested too deep) is one
+    line naming the folder."""
     folder = Path(path).expanduser()
     try:
         from transformers import AutoTokenizer
     except ImportError:
         raise NeedlebenchError(f"tokenizer counting needs transformers; {INSTALL_HINT}") from None
     source = str(folder) if folder.is_dir() else path
+    if folder.is_dir():
+        check_tokenizer_files(folder)
     try:
-        return AutoTokenizer.from_pretrained(source, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        if not folder.is_dir():
+        with transformers_log_held():
+            return AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code)
+    except Exception as exc:  # any failure of a third-party reader on files from anyone
+        if not folder.is_dir() and isinstance(exc, (OSError, ValueError)):
             raise NeedlebenchError(
                 f"tokenizer {path!r} is not a local folder nor a model in the local Hugging Face cache; "
                 "pass the path of a model or tokenizer directory"
             ) from None
-        raise NeedlebenchError(f"tokenizer folder {path!r} could not be loaded: {str(exc).splitlines()[0]}") from None
+        raise NeedlebenchError(f"tokenizer folder {path!r} could not be loaded: {error_summary(exc)}") from None
 
 
 def splice_safe(spec: dict) -> bool:
@@ -282,6 +372,8 @@ def _load_source(source: str) -> HfTokenizer:
     and added tokens, remembered per file hash and library versions in the needlebench cache), later loads read
     the file with ``tokenizers`` alone, without importing transformers (seconds per process)."""
     path = _tokenizer_file(source)
+    if path is not None:
+        check_tokenizer_files(path.parent)
     sha = _file_sha256(path) if path is not None else None
     if sha is not None and remembered_paths(_raw_ok_key(sha)):
         from tokenizers import Tokenizer
@@ -306,7 +398,11 @@ def _load_source(source: str) -> HfTokenizer:
         remember_path(f"tokenizer:{sha}", path.parent)
         from tokenizers import Tokenizer
 
-        if _encoding_parts(Tokenizer.from_file(str(path))) == _encoding_parts(backend):
+        try:  # transformers may have built its tokenizer from other files than a tokenizer.json it cannot read
+            raw = _encoding_parts(Tokenizer.from_file(str(path)))
+        except Exception:  # tokenizers raises a bare Exception for a file it cannot read
+            raw = None
+        if raw == _encoding_parts(backend):
             remember_path(_raw_ok_key(sha), path)
     return loaded
 
