@@ -411,5 +411,5 @@ def test_build_overwrite_warns_of_shards_the_manifest_does_not_list_and_leaves_t
     result = run(sandbox, "build", "atc_en", "--out", str(clone), "--overwrite")
     assert result.returncode == 0, result.stderr[-2000:]
     (warning,) = [line for line in warnings_of(result) if "does not list" in line]
-    assert planted.name in warning and "1 file(s)" in warning and str(clone / "data" / "atc_en") in warning
+    assert planted.name in warning and "1 Parquet file(s)" in warning and str(clone / "data" / "atc_en") in warning
     assert planted.is_file() and _manifest(clone)["configs"]["atc_en"]["files"] == [listed]

@@ -364,22 +364,26 @@ def finish(out: Folder, staging: Folder) -> None:
 
 
 def _warn_unlisted(out: Folder, manifest: dict) -> None:
-    """One warning per config folder holding files its manifest does not list (left there by someone else, or by
-    hand): needlebench reads only the listed shards, but a glob over the folder (`datasets`' parquet builder given
-    ``data_dir``) would read them too. They are left untouched: the build did not write them."""
+    """One warning per config folder holding Parquet files its manifest does not list (left there by someone else,
+    or by hand): needlebench reads only the listed shards, but a glob over the folder (`datasets`' parquet builder
+    given ``data_dir``) would read them too. They are left untouched: the build did not write them."""
     for entry in manifest["configs"].values():
         folders = {name.rsplit("/", 1)[0] for name in entry["files"]}
         listed = set(entry["files"])
         for parent in sorted(folders):
             try:
                 with out.sub(parent) as folder:
-                    extra = [name for name in folder.listdir() if f"{parent}/{name}" not in listed]
+                    extra = [
+                        name
+                        for name in folder.listdir()
+                        if name.endswith(".parquet") and f"{parent}/{name}" not in listed
+                    ]
             except (OSError, NeedlebenchError):
                 continue
             if extra:
                 warn(
                     printable(
-                        f"{out.path / parent} holds {len(extra):,} file(s) the manifest does not list (first: "
+                        f"{out.path / parent} holds {len(extra):,} Parquet file(s) the manifest does not list (first: "
                         f"{extra[0]}); left untouched: needlebench reads only the listed files, a glob over the "
                         "folder would read these too"
                     )
