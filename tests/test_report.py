@@ -179,7 +179,7 @@ def test_paper_mean_and_row_mean_differ_when_cells_are_uneven(tmp_path: Path):
             "score": 100.0,
         },
         {
-            "doc": single_row(context_length=1000, depth_percent=0.0, prompt="b"),
+            "doc": single_row(context_length=1000, depth_percent=0.0, prompt="b", repeat=1),
             "score": 100.0,
         },
         {

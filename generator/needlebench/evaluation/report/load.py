@@ -481,7 +481,7 @@ def read_samples(
     samples = []
     unknown: dict[str, list[tuple[int, dict, Any]]] = defaultdict(list)
     families: dict[str, str] = {}
-    seen: dict[tuple[str, str, str], int] = {}
+    seen: dict[tuple[str, ...], int] = {}
     judged_file = path.name.startswith(JUDGED_PREFIX)
     digest = hashlib.sha256()
     # read up to the size the file had when opened: one another process keeps appending to ends there
@@ -518,7 +518,7 @@ def _read_record(
     unknown: dict[str, list[tuple[int, dict, Any]]],
     families: dict[str, str],
     left_out: list[tuple[str, str]] | None,
-    seen: dict[tuple[str, str, str], int],
+    seen: dict[tuple[str, ...], int],
     off: list[tuple[str, int, str]] | None = None,
 ) -> None:
     """One line of a samples file: a sample added to `samples`, a row of an unknown config to `unknown`, or none."""
@@ -534,13 +534,19 @@ def _read_record(
     if not isinstance(doc, dict):
         raise _bad(path, number, "no 'doc' object (the dataset row)")
     _check_doc(path, number, doc)
-    # lm-eval logs each (doc_id, filter) of a task once (lm_eval/evaluator.py, the `samples` it writes per task):
-    # a repeated row would count twice in every mean, n and coverage
-    key = (repr(record.get("doc_id")), repr(record.get("filter")), repr(doc.get("id")))
-    first = seen.setdefault(key, number)
-    if first != number:
-        what = f"row {_value(doc.get('id'))} (doc_id {_value(record.get('doc_id'))}) again, first at line {first}"
-        raise _bad(path, number, f"{what}; a samples file holds each row once")
+    # lm-eval logs each (doc_id, filter) of a task once (lm_eval/evaluator.py, the `samples` it writes per task),
+    # and a row id is one row of its config: a row repeated under either would count twice in every mean, n and
+    # coverage
+    keys = []
+    if record.get("doc_id") is not None:
+        keys.append(("doc_id", repr(record.get("filter")), repr(record.get("doc_id"))))
+    if doc.get("id") is not None:
+        keys.append(("id", repr(record.get("filter")), repr(doc.get("config")), repr(doc.get("id"))))
+    for key in keys:
+        first = seen.setdefault(key, number)
+        if first != number:
+            what = f"row {_value(doc.get('id'))} (doc_id {_value(record.get('doc_id'))}) again, first at line {first}"
+            raise _bad(path, number, f"{what}; a samples file holds each row once")
     spec = find(str(doc.get("config")))
     if spec is None:
         family = _observable(doc) if observe else None
