@@ -402,7 +402,7 @@ def test_hostile_model_names_are_inert_in_csv_markdown_and_html(tmp_path):
     assert not [cell for cell in cells if cell[:1] in ("=", "+", "@", "\t", "\r")]
     assert "'" + HOSTILE_NAMES["a"] in cells and HOSTILE_NAMES["b"] in cells
     assert not [cell for cell in cells if cell.startswith("-") and not cell.lstrip("-").replace(".", "").isdigit()]
-    assert "-12.5" in cells  # a negative number stays a number (no quote)
+    assert "-12.5" not in cells  # a negative score is no score: left out and counted, never shown
     for page in ("README.md", "scores.md", "needlebench_4k.md"):
         text = (out / page).read_text(encoding="utf-8")
         assert "<script" not in text and not re.search(r"(?<!\\)\]\(", text), page  # no tag, no link or image

@@ -221,7 +221,10 @@ def _judge_folder(root: Path) -> Path:
         {"doc": single_row(context_length=1000, depth_percent=float(depth), question="Q?"), "resp": "A", "score": 0.0}
         for depth in (0, 25, 50, 75)
     ]
-    srt += [{"doc": single_row(question="Other?"), "resp": answer, "score": 100.0} for answer in ("B", "C")]
+    srt += [
+        {"doc": single_row(question="Other?", repeat=repeat), "resp": answer, "score": 100.0}
+        for repeat, answer in ((1, "B"), (2, "C"))
+    ]
     write_samples(results, harness.task_name("single_en_4k"), srt)
     write_samples(results, harness.task_name("atc_en"), _atc_records("m", needles=(2,), right=3))
     return root / "results"
