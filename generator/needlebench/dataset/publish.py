@@ -922,7 +922,8 @@ def _release_entries(
 ) -> dict[str, str]:
     """``"<mode> <object id>"`` by path of the tree a release on top of ``parent`` holds: the parent's files other
     than the card, the manifest and ``data/**``, and the staged ``files``. A kept path holding a control character
-    is refused: no git record that carries it could be read back as the one path it is."""
+    is refused: needlebench's own records are NUL-separated, but a newline in a path makes one entry two for any
+    line-based reader of the tree (``git ls-tree`` without ``-z``, a log line, a terminal)."""
     kept = {} if parent is None else repo.tree_entries(parent)
     entries = {path: meta for path, meta in kept.items() if not is_content_path(path) and path != CARD_NAME}
     for path in entries:
