@@ -64,7 +64,9 @@ GIT_TIMEOUT = 300
 #: and no file-system monitor (``core.fsmonitor``, a command git runs on ``status``), whatever the repository or the
 #: user's configuration says. The user's global configuration is still read (it is theirs; the identity of a release
 #: is fixed by :func:`git_environment` anyway), the repository's own is checked first (:func:`check_repo_config`).
-GIT_SAFETY = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+GIT_SAFETY = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.commitGraph=false")
+# (``core.commitGraph=false``: a planted ``objects/info/commit-graph`` names each commit's tree without git reading
+# the commit object, ``gitformat-commit-graph(5)``; the commit objects themselves are what a clone receives.)
 #: Keys a repository's own configuration (``.git/config``) may set: what ``git init``, ``git clone`` and
 #: ``git lfs`` write there, none of which makes git run a command. Any other key (``core.fsmonitor``,
 #: ``core.sshCommand``, ``core.pager``, ``filter.<name>.clean``, ``diff.external``, ``alias.*``, ``include.path``,
@@ -503,6 +505,10 @@ def git_environment(index_file: Path | None = None) -> dict[str, str]:
         GIT_TERMINAL_PROMPT="0",
         GIT_CONFIG_NOSYSTEM="1",
         GIT_CEILING_DIRECTORIES="/",  # no discovery anywhere (every call names its repository anyway)
+        # what needlebench reads is what a push or clone sends: no ``refs/replace/`` object standing in for another
+        # (``git-replace(1)``), no ``info/grafts`` rewriting a commit's parents (``gitrepository-layout(5)``)
+        GIT_NO_REPLACE_OBJECTS="1",
+        GIT_GRAFT_FILE=os.devnull,
     )
     if index_file is not None:
         env["GIT_INDEX_FILE"] = str(index_file)
@@ -544,6 +550,15 @@ class GitRepo:
         self.bare = bare
 
     def run(self, *args: str, stdin: str | None = None, index_file: Path | None = None, check: bool = True) -> str:
+        return self._invoke(args, stdin, index_file, check, text=True)
+
+    def blob(self, oid: str) -> bytes:
+        """The bytes the object database holds under ``oid`` (``git cat-file blob``), as a clone would receive them."""
+        return self._invoke(("cat-file", "blob", oid), None, None, True, text=False)
+
+    def _invoke(
+        self, args: tuple[str, ...], stdin: str | None, index_file: Path | None, check: bool, *, text: bool
+    ) -> Any:
         env = git_environment(index_file)
         command = [
             "git",
@@ -560,7 +575,7 @@ class GitRepo:
                 command,
                 input=stdin,
                 capture_output=True,
-                text=True,
+                text=text,
                 env=env,
                 timeout=GIT_TIMEOUT,
                 check=False,
@@ -573,7 +588,8 @@ class GitRepo:
         except subprocess.TimeoutExpired:
             raise NeedlebenchError(f"git {args[0]} in {self.path} did not finish within {GIT_TIMEOUT} s") from None
         if check and completed.returncode != 0:
-            message = " ".join(completed.stderr.split())[:200]
+            stderr = completed.stderr if text else completed.stderr.decode("utf-8", "replace")
+            message = " ".join(stderr.split())[:200]
             raise NeedlebenchError(f"git {args[0]} failed in {self.path}: {message}")
         return completed.stdout
 
@@ -893,10 +909,6 @@ def _branch(repo: GitRepo) -> str:
     return ref
 
 
-def _git_content(repo: GitRepo, commit: str) -> dict[str, str]:
-    return {path: blob for path, blob in repo.tree_entries(commit).items() if is_content_path(path)}
-
-
 def _git_history(repo: GitRepo, tags: dict[str, str], version: str) -> list[tuple[str, dict[str, Any] | None]]:
     history = []
     for earlier, commit in release_tags(tags, version):
@@ -905,20 +917,72 @@ def _git_history(repo: GitRepo, tags: dict[str, str], version: str) -> list[tupl
     return history
 
 
-def _commit_release(repo: GitRepo, staged: Path, files: list[str], parent: str | None, message: str) -> str:
-    """Commit the staged release on top of ``parent`` (keeping the parent's other files); returns the commit."""
-    blobs = repo.hash_files(staged, files, write=True)
+def _release_entries(
+    repo: GitRepo, staged: Path, files: list[str], parent: str | None, *, write: bool
+) -> dict[str, str]:
+    """``"<mode> <object id>"`` by path of the tree a release on top of ``parent`` holds: the parent's files other
+    than the card, the manifest and ``data/**``, and the staged ``files``. A kept path holding a control character
+    is refused: needlebench's own records are NUL-separated, but a newline in a path makes one entry two for any
+    line-based reader of the tree (``git ls-tree`` without ``-z``, a log line, a terminal)."""
     kept = {} if parent is None else repo.tree_entries(parent)
     entries = {path: meta for path, meta in kept.items() if not is_content_path(path) and path != CARD_NAME}
+    for path in entries:
+        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in path):
+            raise NeedlebenchError(
+                f"{repo.path} holds a file whose path has a control character ({printable(path)}); a release keeps "
+                "the branch's other files, so rename or remove it first"
+            )
+    blobs = repo.hash_files(staged, files, write=write)
     entries.update({path: f"100644 {oid}" for path, oid in blobs.items()})
+    return entries
+
+
+def _commit_release(repo: GitRepo, staged: Path, files: list[str], parent: str | None, message: str) -> str:
+    """Commit the staged release on top of ``parent`` (keeping the parent's other files); returns the commit."""
+    entries = _release_entries(repo, staged, files, parent, write=True)
     with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp:
         index = Path(temp) / "index"
-        lines = "".join(f"{meta}\t{path}\n" for path, meta in sorted(entries.items()))
-        repo.run("update-index", "--index-info", stdin=lines, index_file=index)
+        # NUL-terminated records (``git-update-index(1)``, ``-z``): a path is never read as more than one record
+        records = "".join(f"{meta}\t{path}\0" for path, meta in sorted(entries.items()))
+        repo.run("update-index", "-z", "--index-info", stdin=records, index_file=index)
         tree = repo.run("write-tree", index_file=index).strip()
     if parent is not None and repo.run("rev-parse", f"{parent}^{{tree}}").strip() == tree:
-        return parent  # nothing changed since the last commit: tag it, no empty commit
-    return repo.run("commit-tree", tree, *(["-p", parent] if parent else []), "-m", message).strip()
+        commit = parent  # nothing changed since the last commit: tag it, no empty commit
+    else:
+        commit = repo.run("commit-tree", tree, *(["-p", parent] if parent else []), "-m", message).strip()
+    difference = _tree_difference(repo, commit, entries)
+    if difference is not None:
+        raise NeedlebenchError(
+            f"the release commit git wrote in {repo.path} does not hold what was staged ({printable(difference)}): "
+            "an object of the repository is corrupt or was planted"
+        )
+    _check_blobs(repo, staged, files, entries)
+    return commit
+
+
+def _tree_difference(repo: GitRepo, commit: str, entries: Mapping[str, str]) -> str | None:
+    """The first path (in sorted order) where the tree of ``commit``, as the object database holds it, differs from
+    ``entries``, or None when it holds exactly them (every path, mode and object id, nothing else)."""
+    actual = repo.tree_entries(commit)
+    for path in sorted(set(actual) | set(entries)):
+        if actual.get(path) != entries.get(path):
+            return path
+    return None
+
+
+def _check_blobs(repo: GitRepo, staged: Path, files: list[str], entries: Mapping[str, str]) -> None:
+    """Read back each blob a release vouches for and compare its bytes with the staged file: git trusts an object it
+    already has under an id (``hash-object -w`` writes nothing then; a clone by path copies loose objects as they
+    are), so an object planted under the id of the release's file, holding other bytes, would be what the tag
+    serves."""
+    with Folder.open(staged) as source:
+        for path in files:
+            oid = entries[path].split()[-1]
+            if hashlib.sha256(repo.blob(oid)).digest() != hashlib.sha256(source.read_bytes(path)).digest():
+                raise NeedlebenchError(
+                    f"the repository's object {oid} ({printable(path)}) in {repo.path} holds other bytes than its id "
+                    "says: it is corrupt or was planted"
+                )
 
 
 def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str, staged: Path) -> None:
@@ -1004,6 +1068,11 @@ def _tag_release(repo: GitRepo, tag: str, commit: str) -> None:
         f"tagger {GIT_IDENTITY['name']} <{GIT_IDENTITY['email']}> {epoch} +0000\n\nneedlebench release {tag}\n"
     )
     oid = repo.run("mktag", stdin=text).strip()
+    if repo.run("cat-file", "tag", oid, check=False) != text:  # an object planted under the tag's id is not it
+        raise NeedlebenchError(
+            f"the repository's object {oid} (tag {tag}) in {repo.path} holds other bytes than its id says: it is "
+            "corrupt or was planted"
+        )
     _set_ref(repo, f"refs/tags/{tag}", oid, None, f"needlebench release {tag}")
 
 
@@ -1127,16 +1196,8 @@ def _publish_git(
 ) -> PublishResult:
     tags = repo.tags()
     if tag in tags:
-        with staged_content(folder, manifest) as staged:
-            local = repo.hash_files(staged, content_files(manifest), write=False)
-        remote = _git_content(repo, tags[tag])
-        if {path: meta.split()[-1] for path, meta in remote.items()} == local:
-            return release_result(
-                str(repo.path), tags[tag], tag, False, how_to_load_git(repo.path, repo_id, tag, manifest)
-            )
-        raise NeedlebenchError(
-            f"tag {tag} of {repo.path} already holds different data; tags are never moved, publish a new version"
-        )
+        commit = _existing_release(repo, folder, manifest, version=version, tag=tag, repo_id=repo_id, tags=tags)
+        return release_result(str(repo.path), commit, tag, False, how_to_load_git(repo.path, repo_id, tag, manifest))
     check_not_older(version, tags, str(repo.path))
     branch = _branch(repo)
     parent = repo.resolve("HEAD")
@@ -1153,3 +1214,42 @@ def _publish_git(
         _advance_branch(repo, branch, parent, commit, staged)
     _tag_release(repo, tag, commit)
     return release_result(str(repo.path), commit, tag, True, how_to_load_git(repo.path, repo_id, tag, manifest))
+
+
+def _existing_release(
+    repo: GitRepo,
+    folder: Path,
+    manifest: dict[str, Any],
+    *,
+    version: str,
+    tag: str,
+    repo_id: str | None,
+    tags: dict[str, str],
+) -> str:
+    """The commit of an existing release tag when it already holds exactly what this publish would commit, else a
+    one-line refusal (tags are never moved).
+
+    "Exactly" is the whole tree: the card this publish renders, the manifest and the data files (each blob's bytes
+    read back, :func:`_check_blobs`), and the branch's other files as a release would keep them (the files of the
+    checked-out branch other than the card, the manifest and ``data/**``: what a new release commits too; the card
+    names its data files, so the loader reads none of them). Nothing else: a file under ``data/`` or another card
+    than this one could make ``load_dataset`` read other rows. A release tag names a commit (``git tag TAG <tree>``
+    names a tree, which no branch holds)."""
+    commit = repo.resolve(f"refs/tags/{tag}")
+    if commit is None:
+        raise NeedlebenchError(
+            f"tag {tag} of {repo.path} does not name a commit; a release tag names a release commit: delete the tag "
+            "or publish a new version"
+        )
+    changelog = build_changelog([*_git_history(repo, tags, version), (version, manifest)])
+    with staged_release(folder, manifest, repo_id=repo_id, version=version, changelog=changelog) as staged:
+        files = [CARD_NAME, *content_files(manifest)]
+        entries = _release_entries(repo, staged, files, repo.resolve("HEAD"), write=False)
+        difference = _tree_difference(repo, commit, entries)
+        if difference is not None:
+            raise NeedlebenchError(
+                f"tag {tag} of {repo.path} already holds different data (first difference: {printable(difference)}); "
+                "tags are never moved, publish a new version"
+            )
+        _check_blobs(repo, staged, files, entries)
+    return commit
