@@ -64,7 +64,32 @@ GIT_TIMEOUT = 300
 #: and no file-system monitor (``core.fsmonitor``, a command git runs on ``status``), whatever the repository or the
 #: user's configuration says. The user's global configuration is still read (it is theirs; the identity of a release
 #: is fixed by :func:`git_environment` anyway), the repository's own is checked first (:func:`check_repo_config`).
-GIT_SAFETY = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+#: Every other option that can make git run a program (``git-config(1)``) is set per invocation too (``-c`` wins over
+#: every configuration file, so a ``.git/config`` swapped after :func:`check_repo_config` cannot set it): the pager,
+#: the editor, ssh, the proxy, credential helpers, askpass, an external diff, gpg, and no transport at all
+#: (``protocol.allow=never``). Filter, diff-driver and merge-driver programs (``filter.<driver>.clean``...) cannot be
+#: blanked for every name; git runs one only for a path whose attributes name it (``gitattributes(5)``), and
+#: needlebench reads no attributes: no system or user attributes file (``GIT_ATTR_NOSYSTEM``,
+#: ``core.attributesFile``), and no git command it runs applies a path's attributes (``hash-object --no-filters``,
+#: plumbing without ``--ext-diff``/``--textconv``, no checkout by git). ``include.path``/``includeIf`` cannot be
+#: blanked either: a ``-c`` value only adds; what they include can set only what is listed here (overridden).
+GIT_SAFETY = (
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.attributesFile=/dev/null",
+    "-c", "core.pager=cat",
+    "-c", "core.editor=true",
+    "-c", "sequence.editor=true",
+    "-c", "core.sshCommand=false",
+    "-c", "core.gitProxy=",
+    "-c", "core.askPass=",
+    "-c", "credential.helper=",
+    "-c", "diff.external=",
+    "-c", "gpg.program=false",
+    "-c", "protocol.allow=never",
+    "-c", "uploadpack.packObjectsHook=",
+    "-c", "core.alternateRefsCommand=",
+)  # fmt: skip
 #: Keys a repository's own configuration (``.git/config``) may set: what ``git init``, ``git clone`` and
 #: ``git lfs`` write there, none of which makes git run a command. Any other key (``core.fsmonitor``,
 #: ``core.sshCommand``, ``core.pager``, ``filter.<name>.clean``, ``diff.external``, ``alias.*``, ``include.path``,
@@ -502,6 +527,7 @@ def git_environment(index_file: Path | None = None) -> dict[str, str]:
         GIT_COMMITTER_DATE=f"{epoch} +0000",
         GIT_TERMINAL_PROMPT="0",
         GIT_CONFIG_NOSYSTEM="1",
+        GIT_ATTR_NOSYSTEM="1",  # no system gitattributes (gitattributes(5)): no attribute names a filter driver
         GIT_CEILING_DIRECTORIES="/",  # no discovery anywhere (every call names its repository anyway)
     )
     if index_file is not None:
@@ -651,6 +677,8 @@ def _check_git_files(git_dir: Folder) -> None:
             raise _git_link(git_dir.path / name)
         if stat.S_ISDIR(info.st_mode):
             pending.append((git_dir.sub(name), name, name == "objects"))
+    for name in git_dir.listdir():  # shallow, config, commondir...: git opens them all by path
+        _refuse_special(git_dir, name)
     try:
         while pending:
             folder, relative, objects = pending.pop()
@@ -659,6 +687,7 @@ def _check_git_files(git_dir: Folder) -> None:
                     info = folder.lstat(entry)
                     if info is None:
                         continue
+                    _refuse_special(folder, entry)
                     if stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not objects):
                         raise _git_link(folder.path / entry)
                     if stat.S_ISDIR(info.st_mode):
@@ -668,6 +697,20 @@ def _check_git_files(git_dir: Folder) -> None:
     finally:
         for folder, _, _ in pending:
             folder.close()
+
+
+def _refuse_special(folder: Folder, name: str) -> None:
+    """Refuse a FIFO, socket or device in a git folder: git opens ``info/grafts``, ``shallow``, ``packed-refs``,
+    ``objects/info/alternates`` by path and would block on a FIFO (``fifo(7)``), paced by whoever writes to it."""
+    info = folder.lstat(name)
+    if info is not None and not (
+        stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode)
+    ):
+        raise NeedlebenchError(
+            f"{printable(str(folder.path / name))} is not a regular file or a folder (a FIFO, socket or device); git "
+            "would block or read another process's data from it, so needlebench publishes only into a git folder "
+            "of files and folders (give a new or empty folder)"
+        )
 
 
 def _git_link(path: Path) -> NeedlebenchError:
@@ -1038,8 +1081,8 @@ def _uncommitted(repo: GitRepo, head: str | None) -> str | None:
     --untracked-files=no`` lists), or None: staged changes from the index (``diff-index --cached``, no work tree
     needed), and each tracked file compared through the repository's descriptor (never by a path git looks up
     again, see :func:`_advance_branch`): a missing file, another kind or executable bit, or content whose blob id
-    differs from the index's, both raw and through the repository's clean filters (``hash-object --path``, as
-    ``git status`` would, so a Git LFS work tree is clean)."""
+    differs from the index's (raw bytes: needlebench runs no clean filter, so a file the index holds through one,
+    as a Git LFS work tree does, counts as changed)."""
     if head is not None:
         staged = repo.run("diff-index", "--cached", "--name-only", "-z", head, "--").split("\0")[0]
         if staged:
@@ -1073,13 +1116,10 @@ def _same_as_index(repo: GitRepo, path: str, mode: str, oid: str) -> bool:
             digest = hashlib.sha1(f"blob {os.fstat(reader.fileno()).st_size}\0".encode())
             while chunk := reader.read(1 << 20):
                 digest.update(chunk)
-        if digest.hexdigest() == oid:
-            return True
-        with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp:
-            copy = Path(temp) / "file"
-            with repo.root.open_read(path) as reader, open(copy, "wb") as writer:  # our private folder
-                shutil.copyfileobj(reader, writer, 1 << 20)
-            return repo.run("hash-object", f"--path={path}", str(copy), check=False).strip() == oid
+        # raw bytes only: a clean filter (gitattributes(5)) is a program the repository's configuration names, and
+        # that configuration may have been swapped since it was checked; a file the index holds through a filter
+        # (a Git LFS pointer) is reported as differing
+        return digest.hexdigest() == oid
     except (OSError, NeedlebenchError):
         return False
 
@@ -1143,7 +1183,8 @@ def _publish_git(
     changed = None if repo.bare else _uncommitted(repo, parent)
     if changed is not None:
         raise NeedlebenchError(
-            f"{repo.path} has uncommitted changes ({printable(changed)}); commit or discard them before publishing"
+            f"{repo.path} has uncommitted changes ({printable(changed)}; compared byte for byte, no clean filter "
+            "such as Git LFS is run); commit or discard them before publishing"
         )
     changelog = build_changelog([*_git_history(repo, tags, version), (version, manifest)])
     with staged_release(folder, manifest, repo_id=repo_id, version=version, changelog=changelog) as staged:

@@ -1,0 +1,96 @@
+"""`publish --to-git` into a repository folder someone else can change while it runs (issue 33, round 5).
+
+* a FIFO in ``.git`` (``info/grafts``, ``shallow``, ``packed-refs``, ``objects/info/alternates``) is refused at once:
+  git would block opening it, paced by the writer (who could swap ``.git/config`` meanwhile);
+* a tracked file that differs from the index is compared byte for byte: no clean filter runs (one named by
+  ``.git/info/attributes`` and a configuration swapped after the check would run the attacker's command);
+* a repository another user can write into is refused (they could plant links in ``objects/`` while git writes);
+* a tag ref that cannot be written is found before the branch moves (nothing half-published);
+* non-UTF-8 names and manifests of earlier releases give a release or a one-line error, never a traceback;
+* fields of earlier releases' manifests reach the card's changelog and the commit message escaped.
+
+Each attack runs the `needlebench` command (a subprocess) in a sandbox HOME.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from support.sandbox import CLI, refused, run, snapshot
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """`needlebench build atc_en --out DS` and a second dataset (another seed), once."""
+    root = tmp_path_factory.mktemp("built")
+    for name, extra in (("ds", []), ("other", ["--seed", "7"])):
+        result = subprocess.run(
+            [*CLI, "build", "atc_en", "--out", str(root / name), *extra], capture_output=True, text=True, timeout=600
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+    return root
+
+
+def _released(built: Path, home: Path, version: str = "1.0.0") -> tuple[Path, Path]:
+    """The victim's dataset (a copy of ``ds``) and a repository holding ``other`` released as ``version``."""
+    ds = home / "work" / "ds"
+    shutil.copytree(built / "ds", ds)
+    repo = home / "work" / "rel"
+    result = run(home, "publish", str(built / "other"), "--version", version, "--to-git", str(repo))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return ds, repo
+
+
+def _users(home: Path) -> dict:
+    return snapshot(home, skip=home / "work")
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "--git-dir", str(repo / ".git"), *args], capture_output=True, text=True, timeout=60, check=False
+    ).stdout
+
+
+# --- 1 and 3: FIFOs in .git; no filter ever runs --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["info/grafts", "shallow", "packed-refs", "objects/info/alternates"])
+def test_a_fifo_in_the_git_folder_is_refused_at_once(built: Path, sandbox: Path, where: str) -> None:
+    ds, repo = _released(built, sandbox)
+    if where == "packed-refs":
+        (repo / ".git" / "packed-refs").unlink(missing_ok=True)
+    os.mkfifo(repo / ".git" / where)
+    before = _users(sandbox)
+    start = time.monotonic()
+    result = subprocess.run(
+        [*CLI, "publish", str(ds), "--version", "1.1.0", "--to-git", str(repo)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(sandbox)}, check=False,
+    )  # fmt: skip
+    assert time.monotonic() - start < 30
+    refused(result, where.rsplit("/", 1)[-1], "FIFO")
+    assert _users(sandbox) == before
+
+
+@pytest.mark.slow
+def test_a_dirty_file_is_compared_without_running_the_repositorys_filter(built: Path, sandbox: Path) -> None:
+    """``.git/info/attributes`` names a filter for README.md and the filter is in the configuration git reads (as
+    if swapped in after the check; here in the user's global configuration, which needlebench does not check): the
+    changed README.md is an uncommitted change, found without running the filter."""
+    ds, repo = _released(built, sandbox)
+    (repo / "README.md").write_text((repo / "README.md").read_text() + "dirty\n")
+    (repo / ".git" / "info" / "attributes").write_text("README.md filter=evil\n")
+    (sandbox / ".gitconfig").write_text('[filter "evil"]\n\tclean = "touch $HOME/PWNED; cat"\n')
+    before = _users(sandbox)
+    refused(run(sandbox, "publish", str(ds), "--version", "1.1.0", "--to-git", str(repo)), "uncommitted", "README.md")
+    assert not (sandbox / "PWNED").exists()
+    before.pop(".gitconfig", None)
+    after = _users(sandbox)
+    after.pop(".gitconfig", None)
+    assert after == before
