@@ -94,3 +94,17 @@ def test_a_dirty_file_is_compared_without_running_the_repositorys_filter(built: 
     after = _users(sandbox)
     after.pop(".gitconfig", None)
     assert after == before
+
+
+# --- 2: a git folder others can write into ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", [".git", ".git/objects", ".git/refs/tags"])
+def test_a_git_folder_writable_by_others_is_refused(built: Path, sandbox: Path, where: str) -> None:
+    """Another user who can write into ``.git/objects`` could plant ``objects/XX`` links while git writes."""
+    ds, repo = _released(built, sandbox)
+    heads = _git(repo, "show-ref")
+    (repo / where).chmod(0o777)
+    refused(run(sandbox, "publish", str(ds), "--version", "1.1.0", "--to-git", str(repo)), where, "writable by others")
+    assert _git(repo, "show-ref") == heads

@@ -664,10 +664,30 @@ def _repo_config_allowed(key: str) -> bool:
 GIT_WRITTEN = ("HEAD", "ORIG_HEAD", "FETCH_HEAD", "index", "packed-refs", "logs", "refs", "info", "objects")
 
 
-def _check_git_files(git_dir: Folder) -> None:
+def _check_owned(folder: Folder) -> None:
+    """Refuse a folder of the git folder that another user owns or can write into (``chmod(2)``: group/other write
+    bits): they could put a link there (``objects/XX``) between this check and git's write, which follows it."""
+    info = os.fstat(folder.fd)
+    if info.st_uid != os.geteuid():
+        raise NeedlebenchError(
+            f"{printable(str(folder.path))} belongs to another user (uid {info.st_uid}): they could change it while "
+            "git writes; needlebench publishes only into a repository of your own (give a new or empty folder)"
+        )
+    if info.st_mode & 0o022:
+        raise NeedlebenchError(
+            f"{printable(str(folder.path))} is writable by others (mode {stat.S_IMODE(info.st_mode):o}): another user "
+            "could change it while git writes; remove the group/other write bits (chmod -R go-w) or give a new or "
+            "empty folder"
+        )
+
+
+def _check_git_files(git_dir: Folder, *, owned: bool = True) -> None:
     """Refuse a git folder holding a symbolic link anywhere in the parts git writes (:data:`GIT_WRITTEN`), or a file
     there with more than one name outside ``objects/`` (a local clone hard-links its objects, which git never
-    writes into): walked by descriptors, without following links."""
+    writes into): walked by descriptors, without following links. With ``owned`` (an existing repository), every
+    folder walked must be the user's and not writable by others (:func:`_check_owned`)."""
+    if owned:
+        _check_owned(git_dir)
     pending: list[tuple[Folder, str, bool]] = []
     for name in GIT_WRITTEN:
         info = git_dir.lstat(name)
@@ -683,6 +703,8 @@ def _check_git_files(git_dir: Folder) -> None:
         while pending:
             folder, relative, objects = pending.pop()
             with folder:
+                if owned:
+                    _check_owned(folder)
                 for entry in folder.listdir():
                     info = folder.lstat(entry)
                     if info is None:
@@ -737,7 +759,7 @@ def _git_dir_marks(folder: Folder) -> list[str]:
     return found
 
 
-def check_repo_config(root: Folder) -> bool:
+def check_repo_config(root: Folder, *, created: bool = False) -> bool:
     """Refuse, before any git command runs in it, a repository whose own configuration could make git run a command
     or read configuration from elsewhere: its ``config`` (read without following a link) may set only the keys of
     :data:`REPO_CONFIG_KEYS` and :data:`REPO_CONFIG_SUBSECTION_KEYS`; a ``.git`` that is a file or a link (a linked
@@ -766,7 +788,7 @@ def check_repo_config(root: Folder) -> bool:
             raise NeedlebenchError(
                 f"{git_dir.path} is a linked work tree (it has a commondir file); give the main repository's folder"
             )
-        _check_git_files(git_dir)
+        _check_git_files(git_dir, owned=not created)  # a repository git init just made: the user's umask decides
         try:
             data = git_dir.read_bytes("config", limit=MAX_REPO_CONFIG_BYTES, what=" (the repository's configuration)")
         except (FileNotFoundError, NotADirectoryError):
@@ -842,7 +864,7 @@ def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
             repo = GitRepo(git_path, root)
             try:
                 _init_repo(root)
-                check_repo_config(root)
+                check_repo_config(root, created=True)
             except NeedlebenchError:
                 _remove_new_repo(git_path, made_dir, root)
                 raise
