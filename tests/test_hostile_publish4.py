@@ -108,3 +108,19 @@ def test_a_git_folder_writable_by_others_is_refused(built: Path, sandbox: Path, 
     (repo / where).chmod(0o777)
     refused(run(sandbox, "publish", str(ds), "--version", "1.1.0", "--to-git", str(repo)), where, "writable by others")
     assert _git(repo, "show-ref") == heads
+
+
+# --- 4: a ref that cannot be written is found before the branch moves -----------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["refs/tags/v1.0.0", "logs/HEAD", "refs/heads/main.lock"])
+def test_an_unwritable_ref_is_refused_before_the_branch_moves(built: Path, sandbox: Path, where: str) -> None:
+    ds, repo = _released(built, sandbox, "0.9.0")
+    heads = _git(repo, "show-ref")
+    target = repo / ".git" / where
+    if target.exists():
+        target.unlink()
+    target.mkdir()
+    refused(run(sandbox, "publish", str(ds), "--version", "1.0.0", "--to-git", str(repo)), where.rsplit("/", 1)[-1])
+    assert _git(repo, "show-ref") == heads

@@ -1034,6 +1034,52 @@ def _set_ref(repo: GitRepo, ref: str, new: str, old: str | None, message: str) -
     (``REF.lock`` created exclusively, the old value checked while it is held, renamed over the ref), same reflog
     lines (``logs/REF``, and ``logs/HEAD`` for the checked-out branch, in a repository with a work tree: git's
     default ``core.logAllRefUpdates``)."""
+    try:
+        _write_ref(repo, ref, new, old, message)
+    except OSError as error:
+        raise NeedlebenchError(
+            f"cannot update {ref} of {repo.path}: {error.strerror or error} ({printable(str(error.filename))})"
+        ) from None
+
+
+def _ref_files(repo: GitRepo, refs: list[str]) -> list[str]:
+    """The files :func:`_set_ref` writes for ``refs`` (each ref, its lock, its reflog and ``logs/HEAD``)."""
+    names = [name for ref in refs for name in (ref, f"{ref}.lock")]
+    if not repo.bare:
+        names += [f"logs/{ref}" for ref in refs if ref.startswith("refs/heads/")] + ["logs/HEAD"]
+    return names
+
+
+def _check_ref_paths(repo: GitRepo, refs: list[str], new: list[str]) -> None:
+    """Before anything moves: every file :func:`_set_ref` will write for ``refs`` is absent or a regular file (a new
+    ref and every lock absent), every folder on the way absent or a folder; else one line and nothing is changed
+    (no branch moved before a tag that cannot be written)."""
+    with _git_dir(repo) as git_dir:
+        for name in _ref_files(repo, refs):
+            parts = PurePosixPath(name).parts
+            for depth in range(1, len(parts)):
+                info = git_dir.lstat("/".join(parts[:depth]))
+                if info is None:
+                    break
+                if not stat.S_ISDIR(info.st_mode):
+                    raise _ref_path_error(git_dir.path / "/".join(parts[:depth]), "is not a folder")
+            info = git_dir.lstat(name)
+            if info is None:
+                continue
+            if name.endswith(".lock") or name in new:
+                raise _ref_path_error(git_dir.path / name, "already exists")
+            if not stat.S_ISREG(info.st_mode):
+                raise _ref_path_error(git_dir.path / name, "is not a regular file")
+
+
+def _ref_path_error(path: Path, what: str) -> NeedlebenchError:
+    return NeedlebenchError(
+        f"{printable(str(path))} {what}; git could not update the refs of the release there, so nothing was "
+        "published (remove it, or give a new or empty folder)"
+    )
+
+
+def _write_ref(repo: GitRepo, ref: str, new: str, old: str | None, message: str) -> None:
     lock = f"{ref}.lock"
     with _git_dir(repo) as git_dir:
         if not git_dir.is_dir(str(PurePosixPath(ref).parent)):
@@ -1208,6 +1254,7 @@ def _publish_git(
             f"{repo.path} has uncommitted changes ({printable(changed)}; compared byte for byte, no clean filter "
             "such as Git LFS is run); commit or discard them before publishing"
         )
+    _check_ref_paths(repo, [branch, f"refs/tags/{tag}"], [f"refs/tags/{tag}"])
     changelog = build_changelog([*_git_history(repo, tags, version), (version, manifest)])
     with staged_release(folder, manifest, repo_id=repo_id, version=version, changelog=changelog) as staged:
         files = [CARD_NAME, *content_files(manifest)]
