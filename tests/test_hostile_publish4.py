@@ -124,3 +124,54 @@ def test_an_unwritable_ref_is_refused_before_the_branch_moves(built: Path, sandb
     target.mkdir()
     refused(run(sandbox, "publish", str(ds), "--version", "1.0.0", "--to-git", str(repo)), where.rsplit("/", 1)[-1])
     assert _git(repo, "show-ref") == heads
+
+
+# --- 5: bytes that are not UTF-8 in git's output ---------------------------------------------------------------------
+
+
+def _commit(repo: Path, files: dict[bytes, bytes], parent: str | None = None, ref: str | None = None) -> str:
+    """A commit holding ``files`` (names as bytes), on ``parent``, set at ``ref`` when given (plain git)."""
+    env = {**os.environ, "GIT_INDEX_FILE": str(repo / ".git" / "tmp-index")}
+    for role in ("AUTHOR", "COMMITTER"):
+        env.update({f"GIT_{role}_NAME": "u", f"GIT_{role}_EMAIL": "u@example.invalid"})
+
+    def git(*args: str | bytes, data: bytes | None = None) -> bytes:
+        return subprocess.run(
+            ["git", "--git-dir", str(repo / ".git"), *args], input=data, env=env, capture_output=True, check=True
+        ).stdout
+
+    if parent:
+        git("read-tree", parent)
+    for name, content in files.items():
+        oid = git("hash-object", "-w", "--stdin", data=content).strip()
+        git("update-index", "--add", "-z", "--index-info", data=b"100644 " + oid + b"\t" + name + b"\0")
+    tree = git("write-tree").decode().strip()
+    commit = git("commit-tree", tree, *(["-p", parent] if parent else []), "-m", "x").decode().strip()
+    os.unlink(repo / ".git" / "tmp-index")
+    if ref:
+        git("update-ref", ref, commit)
+    return commit
+
+
+@pytest.mark.slow
+def test_a_file_name_that_is_not_utf8_on_the_branch_is_kept(built: Path, sandbox: Path) -> None:
+    ds, repo = _released(built, sandbox)
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    _commit(repo, {b"notes-\xff.txt": b"mine\n"}, parent=head, ref="refs/heads/main")
+    (repo / os.fsdecode(b"notes-\xff.txt")).write_bytes(b"mine\n")
+    subprocess.run(["git", "-C", str(repo), "reset", "-q"], check=True, timeout=60)
+    result = run(sandbox, "publish", str(ds), "--version", "1.1.0", "--to-git", str(repo))
+    assert result.returncode == 0, result.stderr[-2000:]
+    names = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "-z", "--name-only", "v1.1.0"],
+                           capture_output=True, check=True).stdout.split(b"\0")  # fmt: skip
+    assert b"notes-\xff.txt" in names
+
+
+@pytest.mark.slow
+def test_an_earlier_manifest_that_is_not_utf8_is_an_earlier_release(built: Path, sandbox: Path) -> None:
+    ds, repo = _released(built, sandbox)
+    old = _commit(repo, {b"needlebench.json": b'{"format": "needlebench-dataset", "x": "\xff"}'})
+    subprocess.run(["git", "-C", str(repo), "tag", "v0.5.0", old], check=True, timeout=60)
+    result = run(sandbox, "publish", str(ds), "--version", "1.1.0", "--to-git", str(repo))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "earlier release" in (repo / "README.md").read_text()

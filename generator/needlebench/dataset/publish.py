@@ -570,6 +570,15 @@ class GitRepo:
         self.bare = bare
 
     def run(self, *args: str, stdin: str | None = None, index_file: Path | None = None, check: bool = True) -> str:
+        """git's output as text: bytes that are not UTF-8 (a file name, a file's content) kept as lone surrogates
+        (``surrogateescape``, as ``os.fsdecode``), so a path read from git names the same file again."""
+        data = None if stdin is None else stdin.encode("utf-8", "surrogateescape")
+        out = self.run_bytes(*args, stdin=data, index_file=index_file, check=check)
+        return out.decode("utf-8", "surrogateescape")
+
+    def run_bytes(
+        self, *args: str, stdin: bytes | None = None, index_file: Path | None = None, check: bool = True
+    ) -> bytes:
         env = git_environment(index_file)
         command = [
             "git",
@@ -586,7 +595,6 @@ class GitRepo:
                 command,
                 input=stdin,
                 capture_output=True,
-                text=True,
                 env=env,
                 timeout=GIT_TIMEOUT,
                 check=False,
@@ -599,7 +607,7 @@ class GitRepo:
         except subprocess.TimeoutExpired:
             raise NeedlebenchError(f"git {args[0]} in {self.path} did not finish within {GIT_TIMEOUT} s") from None
         if check and completed.returncode != 0:
-            message = " ".join(completed.stderr.split())[:200]
+            message = printable(" ".join(completed.stderr.decode("utf-8", "replace").split())[:200])
             raise NeedlebenchError(f"git {args[0]} failed in {self.path}: {message}")
         return completed.stdout
 
@@ -633,9 +641,9 @@ class GitRepo:
         out = self.run(*args, stdin="".join(f"{root / p}\n" for p in paths))
         return dict(zip(paths, out.split(), strict=True))
 
-    def show_file(self, revision: str, path: str) -> str | None:
-        completed = self.run("show", f"{revision}:{path}", check=False)
-        return completed or None
+    def show_file(self, revision: str, path: str) -> bytes | None:
+        """The bytes of a file of a commit (``cat-file blob``: never a textconv or filter), or None."""
+        return self.run_bytes("cat-file", "blob", f"{revision}:{path}", check=False) or None
 
 
 def _remove_new_repo(git_path: Path, made_dir: bool, root: Folder) -> None:
@@ -936,9 +944,9 @@ def check_release_repo(repo: GitRepo) -> None:
     if paths <= _FRESH_REPO_FILES:
         return
     if MANIFEST_NAME in paths:
-        text = repo.show_file(head, MANIFEST_NAME) or ""
+        data = repo.show_file(head, MANIFEST_NAME) or b""
         try:
-            manifest = parse_json(text.encode("utf-8"), repo.path / MANIFEST_NAME)
+            manifest = parse_json(data, repo.path / MANIFEST_NAME)
         except NeedlebenchError:
             manifest = None
         if isinstance(manifest, dict) and manifest.get("format") == FORMAT:
@@ -965,8 +973,8 @@ def _git_content(repo: GitRepo, commit: str) -> dict[str, str]:
 def _git_history(repo: GitRepo, tags: dict[str, str], version: str) -> list[tuple[str, dict[str, Any] | None]]:
     history = []
     for earlier, commit in release_tags(tags, version):
-        text = repo.show_file(commit, MANIFEST_NAME)
-        history.append((earlier, earlier_manifest(text.encode("utf-8") if text else None, f"{MANIFEST_NAME}@{commit}")))
+        data = repo.show_file(commit, MANIFEST_NAME)
+        history.append((earlier, earlier_manifest(data, f"{MANIFEST_NAME}@{commit}")))
     return history
 
 
