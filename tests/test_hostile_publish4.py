@@ -14,6 +14,7 @@ Each attack runs the `needlebench` command (a subprocess) in a sandbox HOME.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -175,3 +176,30 @@ def test_an_earlier_manifest_that_is_not_utf8_is_an_earlier_release(built: Path,
     result = run(sandbox, "publish", str(ds), "--version", "1.1.0", "--to-git", str(repo))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "earlier release" in (repo / "README.md").read_text()
+
+
+# --- 6: fields of earlier manifests reach the changelog escaped ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_an_earlier_manifests_fields_reach_the_changelog_inert(built: Path, sandbox: Path) -> None:
+    ds, repo = _released(built, sandbox, "0.9.0")
+    manifest = json.loads((repo / "needlebench.json").read_text())
+    manifest["generator_version"] = (
+        "0.0.1\n\n## Notice\n\n[fixed data](https://evil.example/x)\n<img src=x onerror=a()>\n"
+    )
+    manifest["recipe"]["<b>k</b>"] = 1
+    manifest["configs"]["[c](https://evil.example/c)"] = {"fingerprint": "x"}
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    commit = _commit(repo, {b"needlebench.json": json.dumps(manifest).encode()}, parent=head, ref="refs/heads/main")
+    subprocess.run(["git", "-C", str(repo), "tag", "v0.9.1", commit], check=True, timeout=60)
+    subprocess.run(["git", "-C", str(repo), "reset", "-q", "--hard"], check=True, timeout=60)
+    result = run(sandbox, "publish", str(ds), "--version", "1.0.0", "--to-git", str(repo))
+    assert result.returncode == 0, result.stderr[-2000:]
+    card = (repo / "README.md").read_text()
+    message = _git(repo, "log", "-1", "--format=%B", "v1.0.0")
+    for text in (card, message):
+        assert "## Notice" not in text.replace("0.0.1  ## Notice", "")  # never at the start of a line
+        assert "<img" not in text and "<b>" not in text
+        assert "](https://evil.example" not in text
+    assert "0.0.1  ## Notice" in card and "&lt;img src=x onerror=a()&gt;" in card

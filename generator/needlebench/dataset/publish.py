@@ -287,7 +287,25 @@ def local_digests(folder: Path, manifest: Mapping[str, Any]) -> dict[str, FileDi
 # --- changelog and messages -----------------------------------------------------------------------------------
 
 
+#: A value of a manifest shown as it is in the changelog: a version or a config name (letters, digits, ``._+-``).
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+def _shown(value: Any) -> str:
+    """A manifest value (an earlier release's manifest may hold anything) for the card's changelog and the commit
+    message: a plain version or name as it is, anything else as inert Markdown on one line (the report's escaping:
+    no HTML, no link, no heading), at most 80 characters."""
+    text = str(value)
+    if _PLAIN_VALUE.fullmatch(text):
+        return text
+    from needlebench.evaluation.report.write import _md_escape
+
+    text = text if len(text) <= 80 else text[:79] + "\u2026"
+    return _md_escape(text)
+
+
 def _names(items: list[str], limit: int = 6) -> str:
+    items = [_shown(item) for item in items]
     shown = ", ".join(items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
@@ -313,9 +331,12 @@ def manifest_changes(previous: Mapping[str, Any] | None, current: Mapping[str, A
     )
     changes = []
     if previous.get("generator_version") != current.get("generator_version"):
-        changes.append(f"generator {previous.get('generator_version', '?')} -> {current.get('generator_version', '?')}")
+        changes.append(
+            f"generator {_shown(previous.get('generator_version', '?'))} -> "
+            f"{_shown(current.get('generator_version', '?'))}"
+        )
     if recipe_keys:
-        changes.append(f"recipe changed: {', '.join(recipe_keys)}")
+        changes.append(f"recipe changed: {', '.join(_shown(key) for key in recipe_keys)}")
     if added:
         changes.append(f"added {_names(added)}")
     if removed:
