@@ -203,3 +203,24 @@ def test_an_earlier_manifests_fields_reach_the_changelog_inert(built: Path, sand
         assert "<img" not in text and "<b>" not in text
         assert "](https://evil.example" not in text
     assert "0.0.1  ## Notice" in card and "&lt;img src=x onerror=a()&gt;" in card
+
+
+def test_object_folders_are_made_and_a_link_planted_after_the_check_is_refused(tmp_path: Path) -> None:
+    """Before git writes, every ``objects/XX`` is made a folder through descriptors; one planted as a link after the
+    repository was checked (by someone who could write there) is refused, never written through."""
+    from needlebench.dataset.publish import GitRepo, _prepare_objects, check_repo_config
+    from needlebench.errors import NeedlebenchError
+    from needlebench.safe_fs import Folder
+
+    repo, outside = tmp_path / "r", tmp_path / "outside"
+    outside.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=60)
+    with Folder.open(repo) as root:
+        check_repo_config(root)
+        (repo / ".git" / "objects" / "ab").symlink_to(outside)
+        with pytest.raises(NeedlebenchError, match="objects/ab"):
+            _prepare_objects(GitRepo(repo, root))
+        (repo / ".git" / "objects" / "ab").unlink()
+        _prepare_objects(GitRepo(repo, root))
+    assert all((repo / ".git" / "objects" / f"{i:02x}").is_dir() for i in range(256))
+    assert not any(outside.iterdir())

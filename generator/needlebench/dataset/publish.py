@@ -693,6 +693,19 @@ def _repo_config_allowed(key: str) -> bool:
 GIT_WRITTEN = ("HEAD", "ORIG_HEAD", "FETCH_HEAD", "index", "packed-refs", "logs", "refs", "info", "objects")
 
 
+def _private_group(gid: int) -> bool:
+    """Whether ``gid`` is the user's own private group (named as the user, no other member: the ``umask 002``
+    convention of Debian and Fedora, under which git's folders are group-writable)."""
+    try:
+        import grp
+        import pwd
+
+        group = grp.getgrgid(gid)
+        return gid == os.getegid() and not group.gr_mem and group.gr_name == pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return False
+
+
 def _check_owned(folder: Folder) -> None:
     """Refuse a folder of the git folder that another user owns or can write into (``chmod(2)``: group/other write
     bits): they could put a link there (``objects/XX``) between this check and git's write, which follows it."""
@@ -702,7 +715,7 @@ def _check_owned(folder: Folder) -> None:
             f"{printable(str(folder.path))} belongs to another user (uid {info.st_uid}): they could change it while "
             "git writes; needlebench publishes only into a repository of your own (give a new or empty folder)"
         )
-    if info.st_mode & 0o022:
+    if info.st_mode & 0o002 or (info.st_mode & 0o020 and not _private_group(info.st_gid)):
         raise NeedlebenchError(
             f"{printable(str(folder.path))} is writable by others (mode {stat.S_IMODE(info.st_mode):o}): another user "
             "could change it while git writes; remove the group/other write bits (chmod -R go-w) or give a new or "
@@ -999,6 +1012,21 @@ def _git_history(repo: GitRepo, tags: dict[str, str], version: str) -> list[tupl
     return history
 
 
+def _prepare_objects(repo: GitRepo) -> None:
+    """Make sure each of the 256 ``objects/XX`` folders git writes loose objects into (``gitrepository-layout(5)``)
+    is a folder of the repository before git writes: missing ones are made through the git folder's descriptor, a
+    link or a file there is refused (git opens ``objects/XX/...`` by path and would follow a link). Nobody else can
+    change them afterwards: the folders are the user's and not writable by others (:func:`_check_owned`)."""
+    with _git_dir(repo) as git_dir, git_dir.sub("objects") as objects:
+        for index in range(256):
+            name = f"{index:02x}"
+            info = objects.lstat(name)
+            if info is None:
+                objects.mkdir(name)
+            elif not stat.S_ISDIR(info.st_mode):
+                raise _git_link(objects.path / name)
+
+
 def _commit_release(repo: GitRepo, staged: Path, files: list[str], parent: str | None, message: str) -> str:
     """Commit the staged release on top of ``parent`` (keeping the parent's other files); returns the commit."""
     blobs = repo.hash_files(staged, files, write=True)
@@ -1285,6 +1313,7 @@ def _publish_git(
         )
     _check_ref_paths(repo, [branch, f"refs/tags/{tag}"], [f"refs/tags/{tag}"])
     changelog = build_changelog([*_git_history(repo, tags, version), (version, manifest)])
+    _prepare_objects(repo)
     with staged_release(folder, manifest, repo_id=repo_id, version=version, changelog=changelog) as staged:
         files = [CARD_NAME, *content_files(manifest)]
         message = f"Release {tag}\n\n" + "\n".join(f"- {change}" for change in changelog[0]["changes"]) + "\n"
