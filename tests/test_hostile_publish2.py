@@ -230,9 +230,10 @@ def test_no_git_command_finds_its_repository_by_path(built: Path, sandbox: Path)
 
 
 @pytest.mark.slow
-def test_a_work_tree_clean_through_the_users_filter_is_published_into(built: Path, sandbox: Path) -> None:
-    """A tracked file whose bytes differ from the index but not through a clean filter of the user's own git
-    configuration (as a Git LFS work tree does) is not an uncommitted change, as for `git status`."""
+def test_a_work_tree_clean_only_through_a_filter_is_refused_without_running_it(built: Path, sandbox: Path) -> None:
+    """A tracked file whose bytes differ from the index but not through a clean filter (as a Git LFS work tree
+    does) is an uncommitted change: needlebench runs no filter (the configuration naming it may have been swapped
+    since it was checked), and says so."""
     ds = _copy(built, sandbox)
     repo = sandbox / "work" / "rel"
     assert run(sandbox, "publish", str(ds), "--version", "1.0.0", "--to-git", str(repo)).returncode == 0
@@ -245,10 +246,8 @@ def test_a_work_tree_clean_through_the_users_filter_is_published_into(built: Pat
                        env={**os.environ, **env}, check=True, capture_output=True, timeout=60)  # fmt: skip
     assert (repo / "notes.txt").read_text() == "lower case\n"  # the index holds "LOWER CASE"
     result = run(sandbox, "publish", str(ds), "--version", "1.0.1", "--to-git", str(repo))
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert _tag(repo, "v1.0.1")
-    (repo / "notes.txt").write_text("changed\n")
-    refused(run(sandbox, "publish", str(ds), "--version", "1.0.2", "--to-git", str(repo)), "uncommitted", "notes.txt")
+    refused(result, "uncommitted", "notes.txt", "no clean filter")
+    assert not _tag(repo, "v1.0.1")
 
 
 # --- 3. git's environment and working folder -------------------------------------------------------------------------

@@ -64,7 +64,33 @@ GIT_TIMEOUT = 300
 #: and no file-system monitor (``core.fsmonitor``, a command git runs on ``status``), whatever the repository or the
 #: user's configuration says. The user's global configuration is still read (it is theirs; the identity of a release
 #: is fixed by :func:`git_environment` anyway), the repository's own is checked first (:func:`check_repo_config`).
-GIT_SAFETY = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.commitGraph=false")
+#: Every other option that can make git run a program (``git-config(1)``) is set per invocation too (``-c`` wins over
+#: every configuration file, so a ``.git/config`` swapped after :func:`check_repo_config` cannot set it): the pager,
+#: the editor, ssh, the proxy, credential helpers, askpass, an external diff, gpg, and no transport at all
+#: (``protocol.allow=never``). Filter, diff-driver and merge-driver programs (``filter.<driver>.clean``...) cannot be
+#: blanked for every name; git runs one only for a path whose attributes name it (``gitattributes(5)``), and
+#: needlebench reads no attributes: no system or user attributes file (``GIT_ATTR_NOSYSTEM``,
+#: ``core.attributesFile``), and no git command it runs applies a path's attributes (``hash-object --no-filters``,
+#: plumbing without ``--ext-diff``/``--textconv``, no checkout by git). ``include.path``/``includeIf`` cannot be
+#: blanked either: a ``-c`` value only adds; what they include can set only what is listed here (overridden).
+GIT_SAFETY = (
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.attributesFile=/dev/null",
+    "-c", "core.pager=cat",
+    "-c", "core.editor=true",
+    "-c", "sequence.editor=true",
+    "-c", "core.sshCommand=false",
+    "-c", "core.gitProxy=",
+    "-c", "core.askPass=",
+    "-c", "credential.helper=",
+    "-c", "diff.external=",
+    "-c", "gpg.program=false",
+    "-c", "protocol.allow=never",
+    "-c", "uploadpack.packObjectsHook=",
+    "-c", "core.alternateRefsCommand=",
+    "-c", "core.commitGraph=false",
+)  # fmt: skip
 # (``core.commitGraph=false``: a planted ``objects/info/commit-graph`` names each commit's tree without git reading
 # the commit object, ``gitformat-commit-graph(5)``; the commit objects themselves are what a clone receives.)
 #: Keys a repository's own configuration (``.git/config``) may set: what ``git init``, ``git clone`` and
@@ -264,7 +290,25 @@ def local_digests(folder: Path, manifest: Mapping[str, Any]) -> dict[str, FileDi
 # --- changelog and messages -----------------------------------------------------------------------------------
 
 
+#: A value of a manifest shown as it is in the changelog: a version or a config name (letters, digits, ``._+-``).
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+def _shown(value: Any) -> str:
+    """A manifest value (an earlier release's manifest may hold anything) for the card's changelog and the commit
+    message: a plain version or name as it is, anything else as inert Markdown on one line (the report's escaping:
+    no HTML, no link, no heading), at most 80 characters."""
+    text = str(value)
+    if _PLAIN_VALUE.fullmatch(text):
+        return text
+    from needlebench.evaluation.report.write import _md_escape
+
+    text = text if len(text) <= 80 else text[:79] + "\u2026"
+    return _md_escape(text)
+
+
 def _names(items: list[str], limit: int = 6) -> str:
+    items = [_shown(item) for item in items]
     shown = ", ".join(items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
@@ -290,9 +334,12 @@ def manifest_changes(previous: Mapping[str, Any] | None, current: Mapping[str, A
     )
     changes = []
     if previous.get("generator_version") != current.get("generator_version"):
-        changes.append(f"generator {previous.get('generator_version', '?')} -> {current.get('generator_version', '?')}")
+        changes.append(
+            f"generator {_shown(previous.get('generator_version', '?'))} -> "
+            f"{_shown(current.get('generator_version', '?'))}"
+        )
     if recipe_keys:
-        changes.append(f"recipe changed: {', '.join(recipe_keys)}")
+        changes.append(f"recipe changed: {', '.join(_shown(key) for key in recipe_keys)}")
     if added:
         changes.append(f"added {_names(added)}")
     if removed:
@@ -504,6 +551,7 @@ def git_environment(index_file: Path | None = None) -> dict[str, str]:
         GIT_COMMITTER_DATE=f"{epoch} +0000",
         GIT_TERMINAL_PROMPT="0",
         GIT_CONFIG_NOSYSTEM="1",
+        GIT_ATTR_NOSYSTEM="1",  # no system gitattributes (gitattributes(5)): no attribute names a filter driver
         GIT_CEILING_DIRECTORIES="/",  # no discovery anywhere (every call names its repository anyway)
         # what needlebench reads is what a push or clone sends: no ``refs/replace/`` object standing in for another
         # (``git-replace(1)``), no ``info/grafts`` rewriting a commit's parents (``gitrepository-layout(5)``)
@@ -550,15 +598,19 @@ class GitRepo:
         self.bare = bare
 
     def run(self, *args: str, stdin: str | None = None, index_file: Path | None = None, check: bool = True) -> str:
-        return self._invoke(args, stdin, index_file, check, text=True)
+        """git's output as text: bytes that are not UTF-8 (a file name, a file's content) kept as lone surrogates
+        (``surrogateescape``, as ``os.fsdecode``), so a path read from git names the same file again."""
+        data = None if stdin is None else stdin.encode("utf-8", "surrogateescape")
+        out = self.run_bytes(*args, stdin=data, index_file=index_file, check=check)
+        return out.decode("utf-8", "surrogateescape")
 
     def blob(self, oid: str) -> bytes:
         """The bytes the object database holds under ``oid`` (``git cat-file blob``), as a clone would receive them."""
-        return self._invoke(("cat-file", "blob", oid), None, None, True, text=False)
+        return self.run_bytes("cat-file", "blob", oid)
 
-    def _invoke(
-        self, args: tuple[str, ...], stdin: str | None, index_file: Path | None, check: bool, *, text: bool
-    ) -> Any:
+    def run_bytes(
+        self, *args: str, stdin: bytes | None = None, index_file: Path | None = None, check: bool = True
+    ) -> bytes:
         env = git_environment(index_file)
         command = [
             "git",
@@ -575,7 +627,6 @@ class GitRepo:
                 command,
                 input=stdin,
                 capture_output=True,
-                text=text,
                 env=env,
                 timeout=GIT_TIMEOUT,
                 check=False,
@@ -588,8 +639,7 @@ class GitRepo:
         except subprocess.TimeoutExpired:
             raise NeedlebenchError(f"git {args[0]} in {self.path} did not finish within {GIT_TIMEOUT} s") from None
         if check and completed.returncode != 0:
-            stderr = completed.stderr if text else completed.stderr.decode("utf-8", "replace")
-            message = " ".join(stderr.split())[:200]
+            message = printable(" ".join(completed.stderr.decode("utf-8", "replace").split())[:200])
             raise NeedlebenchError(f"git {args[0]} failed in {self.path}: {message}")
         return completed.stdout
 
@@ -623,9 +673,9 @@ class GitRepo:
         out = self.run(*args, stdin="".join(f"{root / p}\n" for p in paths))
         return dict(zip(paths, out.split(), strict=True))
 
-    def show_file(self, revision: str, path: str) -> str | None:
-        completed = self.run("show", f"{revision}:{path}", check=False)
-        return completed or None
+    def show_file(self, revision: str, path: str) -> bytes | None:
+        """The bytes of a file of a commit (``cat-file blob``: never a textconv or filter), or None."""
+        return self.run_bytes("cat-file", "blob", f"{revision}:{path}", check=False) or None
 
 
 def _remove_new_repo(git_path: Path, made_dir: bool, root: Folder) -> None:
@@ -654,10 +704,43 @@ def _repo_config_allowed(key: str) -> bool:
 GIT_WRITTEN = ("HEAD", "ORIG_HEAD", "FETCH_HEAD", "index", "packed-refs", "logs", "refs", "info", "objects")
 
 
-def _check_git_files(git_dir: Folder) -> None:
+def _private_group(gid: int) -> bool:
+    """Whether ``gid`` is the user's own private group (named as the user, no other member: the ``umask 002``
+    convention of Debian and Fedora, under which git's folders are group-writable)."""
+    try:
+        import grp
+        import pwd
+
+        group = grp.getgrgid(gid)
+        return gid == os.getegid() and not group.gr_mem and group.gr_name == pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return False
+
+
+def _check_owned(folder: Folder) -> None:
+    """Refuse a folder of the git folder that another user owns or can write into (``chmod(2)``: group/other write
+    bits): they could put a link there (``objects/XX``) between this check and git's write, which follows it."""
+    info = os.fstat(folder.fd)
+    if info.st_uid != os.geteuid():
+        raise NeedlebenchError(
+            f"{printable(str(folder.path))} belongs to another user (uid {info.st_uid}): they could change it while "
+            "git writes; needlebench publishes only into a repository of your own (give a new or empty folder)"
+        )
+    if info.st_mode & 0o002 or (info.st_mode & 0o020 and not _private_group(info.st_gid)):
+        raise NeedlebenchError(
+            f"{printable(str(folder.path))} is writable by others (mode {stat.S_IMODE(info.st_mode):o}): another user "
+            "could change it while git writes; remove the group/other write bits (chmod -R go-w) or give a new or "
+            "empty folder"
+        )
+
+
+def _check_git_files(git_dir: Folder, *, owned: bool = True) -> None:
     """Refuse a git folder holding a symbolic link anywhere in the parts git writes (:data:`GIT_WRITTEN`), or a file
     there with more than one name outside ``objects/`` (a local clone hard-links its objects, which git never
-    writes into): walked by descriptors, without following links."""
+    writes into): walked by descriptors, without following links. With ``owned`` (an existing repository), every
+    folder walked must be the user's and not writable by others (:func:`_check_owned`)."""
+    if owned:
+        _check_owned(git_dir)
     pending: list[tuple[Folder, str, bool]] = []
     for name in GIT_WRITTEN:
         info = git_dir.lstat(name)
@@ -667,14 +750,19 @@ def _check_git_files(git_dir: Folder) -> None:
             raise _git_link(git_dir.path / name)
         if stat.S_ISDIR(info.st_mode):
             pending.append((git_dir.sub(name), name, name == "objects"))
+    for name in git_dir.listdir():  # shallow, config, commondir...: git opens them all by path
+        _refuse_special(git_dir, name)
     try:
         while pending:
             folder, relative, objects = pending.pop()
             with folder:
+                if owned:
+                    _check_owned(folder)
                 for entry in folder.listdir():
                     info = folder.lstat(entry)
                     if info is None:
                         continue
+                    _refuse_special(folder, entry)
                     if stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not objects):
                         raise _git_link(folder.path / entry)
                     if stat.S_ISDIR(info.st_mode):
@@ -684,6 +772,20 @@ def _check_git_files(git_dir: Folder) -> None:
     finally:
         for folder, _, _ in pending:
             folder.close()
+
+
+def _refuse_special(folder: Folder, name: str) -> None:
+    """Refuse a FIFO, socket or device in a git folder: git opens ``info/grafts``, ``shallow``, ``packed-refs``,
+    ``objects/info/alternates`` by path and would block on a FIFO (``fifo(7)``), paced by whoever writes to it."""
+    info = folder.lstat(name)
+    if info is not None and not (
+        stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode)
+    ):
+        raise NeedlebenchError(
+            f"{printable(str(folder.path / name))} is not a regular file or a folder (a FIFO, socket or device); git "
+            "would block or read another process's data from it, so needlebench publishes only into a git folder "
+            "of files and folders (give a new or empty folder)"
+        )
 
 
 def _git_link(path: Path) -> NeedlebenchError:
@@ -710,7 +812,7 @@ def _git_dir_marks(folder: Folder) -> list[str]:
     return found
 
 
-def check_repo_config(root: Folder) -> bool:
+def check_repo_config(root: Folder, *, created: bool = False) -> bool:
     """Refuse, before any git command runs in it, a repository whose own configuration could make git run a command
     or read configuration from elsewhere: its ``config`` (read without following a link) may set only the keys of
     :data:`REPO_CONFIG_KEYS` and :data:`REPO_CONFIG_SUBSECTION_KEYS`; a ``.git`` that is a file or a link (a linked
@@ -739,7 +841,7 @@ def check_repo_config(root: Folder) -> bool:
             raise NeedlebenchError(
                 f"{git_dir.path} is a linked work tree (it has a commondir file); give the main repository's folder"
             )
-        _check_git_files(git_dir)
+        _check_git_files(git_dir, owned=not created)  # a repository git init just made: the user's umask decides
         try:
             data = git_dir.read_bytes("config", limit=MAX_REPO_CONFIG_BYTES, what=" (the repository's configuration)")
         except (FileNotFoundError, NotADirectoryError):
@@ -815,7 +917,7 @@ def _open_git_repo(git_path: Path) -> tuple[GitRepo, bool | None]:
             repo = GitRepo(git_path, root)
             try:
                 _init_repo(root)
-                check_repo_config(root)
+                check_repo_config(root, created=True)
             except NeedlebenchError:
                 _remove_new_repo(git_path, made_dir, root)
                 raise
@@ -887,9 +989,9 @@ def check_release_repo(repo: GitRepo) -> None:
     if paths <= _FRESH_REPO_FILES:
         return
     if MANIFEST_NAME in paths:
-        text = repo.show_file(head, MANIFEST_NAME) or ""
+        data = repo.show_file(head, MANIFEST_NAME) or b""
         try:
-            manifest = parse_json(text.encode("utf-8"), repo.path / MANIFEST_NAME)
+            manifest = parse_json(data, repo.path / MANIFEST_NAME)
         except NeedlebenchError:
             manifest = None
         if isinstance(manifest, dict) and manifest.get("format") == FORMAT:
@@ -912,9 +1014,24 @@ def _branch(repo: GitRepo) -> str:
 def _git_history(repo: GitRepo, tags: dict[str, str], version: str) -> list[tuple[str, dict[str, Any] | None]]:
     history = []
     for earlier, commit in release_tags(tags, version):
-        text = repo.show_file(commit, MANIFEST_NAME)
-        history.append((earlier, earlier_manifest(text.encode("utf-8") if text else None, f"{MANIFEST_NAME}@{commit}")))
+        data = repo.show_file(commit, MANIFEST_NAME)
+        history.append((earlier, earlier_manifest(data, f"{MANIFEST_NAME}@{commit}")))
     return history
+
+
+def _prepare_objects(repo: GitRepo) -> None:
+    """Make sure each of the 256 ``objects/XX`` folders git writes loose objects into (``gitrepository-layout(5)``)
+    is a folder of the repository before git writes: missing ones are made through the git folder's descriptor, a
+    link or a file there is refused (git opens ``objects/XX/...`` by path and would follow a link). Nobody else can
+    change them afterwards: the folders are the user's and not writable by others (:func:`_check_owned`)."""
+    with _git_dir(repo) as git_dir, git_dir.sub("objects") as objects:
+        for index in range(256):
+            name = f"{index:02x}"
+            info = objects.lstat(name)
+            if info is None:
+                objects.mkdir(name)
+            elif not stat.S_ISDIR(info.st_mode):
+                raise _git_link(objects.path / name)
 
 
 def _release_entries(
@@ -1033,6 +1150,52 @@ def _set_ref(repo: GitRepo, ref: str, new: str, old: str | None, message: str) -
     (``REF.lock`` created exclusively, the old value checked while it is held, renamed over the ref), same reflog
     lines (``logs/REF``, and ``logs/HEAD`` for the checked-out branch, in a repository with a work tree: git's
     default ``core.logAllRefUpdates``)."""
+    try:
+        _write_ref(repo, ref, new, old, message)
+    except OSError as error:
+        raise NeedlebenchError(
+            f"cannot update {ref} of {repo.path}: {error.strerror or error} ({printable(str(error.filename))})"
+        ) from None
+
+
+def _ref_files(repo: GitRepo, refs: list[str]) -> list[str]:
+    """The files :func:`_set_ref` writes for ``refs`` (each ref, its lock, its reflog and ``logs/HEAD``)."""
+    names = [name for ref in refs for name in (ref, f"{ref}.lock")]
+    if not repo.bare:
+        names += [f"logs/{ref}" for ref in refs if ref.startswith("refs/heads/")] + ["logs/HEAD"]
+    return names
+
+
+def _check_ref_paths(repo: GitRepo, refs: list[str], new: list[str]) -> None:
+    """Before anything moves: every file :func:`_set_ref` will write for ``refs`` is absent or a regular file (a new
+    ref and every lock absent), every folder on the way absent or a folder; else one line and nothing is changed
+    (no branch moved before a tag that cannot be written)."""
+    with _git_dir(repo) as git_dir:
+        for name in _ref_files(repo, refs):
+            parts = PurePosixPath(name).parts
+            for depth in range(1, len(parts)):
+                info = git_dir.lstat("/".join(parts[:depth]))
+                if info is None:
+                    break
+                if not stat.S_ISDIR(info.st_mode):
+                    raise _ref_path_error(git_dir.path / "/".join(parts[:depth]), "is not a folder")
+            info = git_dir.lstat(name)
+            if info is None:
+                continue
+            if name.endswith(".lock") or name in new:
+                raise _ref_path_error(git_dir.path / name, "already exists")
+            if not stat.S_ISREG(info.st_mode):
+                raise _ref_path_error(git_dir.path / name, "is not a regular file")
+
+
+def _ref_path_error(path: Path, what: str) -> NeedlebenchError:
+    return NeedlebenchError(
+        f"{printable(str(path))} {what}; git could not update the refs of the release there, so nothing was "
+        "published (remove it, or give a new or empty folder)"
+    )
+
+
+def _write_ref(repo: GitRepo, ref: str, new: str, old: str | None, message: str) -> None:
     lock = f"{ref}.lock"
     with _git_dir(repo) as git_dir:
         if not git_dir.is_dir(str(PurePosixPath(ref).parent)):
@@ -1107,8 +1270,8 @@ def _uncommitted(repo: GitRepo, head: str | None) -> str | None:
     --untracked-files=no`` lists), or None: staged changes from the index (``diff-index --cached``, no work tree
     needed), and each tracked file compared through the repository's descriptor (never by a path git looks up
     again, see :func:`_advance_branch`): a missing file, another kind or executable bit, or content whose blob id
-    differs from the index's, both raw and through the repository's clean filters (``hash-object --path``, as
-    ``git status`` would, so a Git LFS work tree is clean)."""
+    differs from the index's (raw bytes: needlebench runs no clean filter, so a file the index holds through one,
+    as a Git LFS work tree does, counts as changed)."""
     if head is not None:
         staged = repo.run("diff-index", "--cached", "--name-only", "-z", head, "--").split("\0")[0]
         if staged:
@@ -1142,13 +1305,10 @@ def _same_as_index(repo: GitRepo, path: str, mode: str, oid: str) -> bool:
             digest = hashlib.sha1(f"blob {os.fstat(reader.fileno()).st_size}\0".encode())
             while chunk := reader.read(1 << 20):
                 digest.update(chunk)
-        if digest.hexdigest() == oid:
-            return True
-        with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp:
-            copy = Path(temp) / "file"
-            with repo.root.open_read(path) as reader, open(copy, "wb") as writer:  # our private folder
-                shutil.copyfileobj(reader, writer, 1 << 20)
-            return repo.run("hash-object", f"--path={path}", str(copy), check=False).strip() == oid
+        # raw bytes only: a clean filter (gitattributes(5)) is a program the repository's configuration names, and
+        # that configuration may have been swapped since it was checked; a file the index holds through a filter
+        # (a Git LFS pointer) is reported as differing
+        return digest.hexdigest() == oid
     except (OSError, NeedlebenchError):
         return False
 
@@ -1204,9 +1364,12 @@ def _publish_git(
     changed = None if repo.bare else _uncommitted(repo, parent)
     if changed is not None:
         raise NeedlebenchError(
-            f"{repo.path} has uncommitted changes ({printable(changed)}); commit or discard them before publishing"
+            f"{repo.path} has uncommitted changes ({printable(changed)}; compared byte for byte, no clean filter "
+            "such as Git LFS is run); commit or discard them before publishing"
         )
+    _check_ref_paths(repo, [branch, f"refs/tags/{tag}"], [f"refs/tags/{tag}"])
     changelog = build_changelog([*_git_history(repo, tags, version), (version, manifest)])
+    _prepare_objects(repo)
     with staged_release(folder, manifest, repo_id=repo_id, version=version, changelog=changelog) as staged:
         files = [CARD_NAME, *content_files(manifest)]
         message = f"Release {tag}\n\n" + "\n".join(f"- {change}" for change in changelog[0]["changes"]) + "\n"
