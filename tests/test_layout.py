@@ -17,7 +17,10 @@ import needlebench
 STAGES = ("sources", "tasks", "compat", "dataset", "evaluation", "cli")
 #: Utilities every stage may use (they import no stage): user errors, seeds, interrupts, terminal output,
 #: YAML loading, the bundled card template and task folder, JSON read with limits.
-SHARED = ("__init__", "errors", "seeding", "interrupts", "terminal", "yamlload", "resources", "safe_fs", "safe_json")
+SHARED = (
+    "__init__", "errors", "seeding", "interrupts", "terminal", "yamlload", "resources", "safe_fs", "safe_json",
+    "markdown",
+)  # fmt: skip
 ROOT = Path(needlebench.__file__).parent
 #: The checkout's ``scripts/`` folder (``scripts/family_knowledge.py`` measures where family knowledge lives).
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"

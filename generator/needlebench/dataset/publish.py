@@ -41,6 +41,7 @@ from needlebench.dataset.verify import (
     read_manifest,
 )
 from needlebench.errors import NeedlebenchError
+from needlebench.markdown import md_escape
 from needlebench.safe_fs import Folder
 from needlebench.sources.hub import check_token, hub_error_message, hub_errors
 from needlebench.terminal import printable
@@ -301,10 +302,8 @@ def _shown(value: Any) -> str:
     text = str(value)
     if _PLAIN_VALUE.fullmatch(text):
         return text
-    from needlebench.evaluation.report.write import _md_escape
-
     text = text if len(text) <= 80 else text[:79] + "\u2026"
-    return _md_escape(text)
+    return md_escape(text)
 
 
 def _names(items: list[str], limit: int = 6) -> str:

@@ -248,12 +248,15 @@ def card_header_problem(meta: Mapping[str, Any], manifest: Mapping[str, Any]) ->
 def config_features(name: str, manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The ``features`` a card gives config `name` of `manifest` (:func:`needlebench.tasks.schema.features_yaml` of its
     family, what :mod:`needlebench.dataset.card` writes): the columns and types its build writes."""
-    from needlebench.tasks.grid import get_config
-    from needlebench.tasks.schema import features_yaml
+    from needlebench.tasks.grid import get_config  # deferred: the registry and builders, for a rebuild only
+    from needlebench.tasks.schema import features_yaml  # deferred: pyarrow schemas, for a rebuild only
 
     record = (manifest.get("experiments") or {}).get(name)
     if isinstance(record, dict):  # an experiment config (its record is checked by check_manifest)
-        from needlebench.tasks.experiment import experiment_from_record, experiment_spec
+        from needlebench.tasks.experiment import (  # deferred: experiments, for an experiment record only
+            experiment_from_record,
+            experiment_spec,
+        )
 
         spec = experiment_spec(experiment_from_record(record))
     else:
@@ -472,7 +475,7 @@ def record_problem(manifest: Mapping[str, Any], name: str) -> str | None:
     gives every (length, depth, run) cell a row, so it must ask for as many rows as the files hold (checked against
     their footers). A record claiming 800 rows of 2 million tokens beside files of 4 rows is refused before any
     rebuild."""
-    from needlebench.tasks.grid import get_config
+    from needlebench.tasks.grid import get_config  # deferred: the registry, for a rebuild only
 
     if name not in (manifest.get("experiments") or {}):
         return None
@@ -488,7 +491,7 @@ def record_problem(manifest: Mapping[str, Any], name: str) -> str | None:
 
 def largest_standard_tokens() -> int:
     """Context tokens of the largest built-in config (its standard grid): what a rebuild may ask for by default."""
-    from needlebench.tasks.grid import registry
+    from needlebench.tasks.grid import registry  # deferred: the registry, for a rebuild only
 
     return max(spec.approx_tokens for spec in registry().values())
 
@@ -500,8 +503,8 @@ def check_rebuild_size(
     the largest built-in config, :func:`largest_standard_tokens`): the size of an experiment config, or of a
     built-in one under the recipe's ``depths``, is whatever the manifest says (a record of 4 lengths of 2 million
     tokens, 20 depths and 10 runs asks for 1.6 billion)."""
-    from needlebench.dataset.size_guard import estimate
-    from needlebench.tasks.grid import get_config
+    from needlebench.dataset.size_guard import estimate  # deferred: for a rebuild only
+    from needlebench.tasks.grid import get_config  # deferred: the registry, for a rebuild only
 
     limit = largest_standard_tokens() if max_tokens is None else max_tokens
     if limit < 1:

@@ -46,7 +46,7 @@ def render_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> str:
         return prompt
     if not getattr(tokenizer, "chat_template", None):
         raise NeedlebenchError("the tokenizer has no chat template; drop --chat-template to count raw prompts")
-    from needlebench.evaluation.chat_template import render  # deferred, as in load_tokenizer
+    from needlebench.evaluation.chat_template import render  # deferred: a chat template only, as in load_tokenizer
 
     # bounded in time and memory, its errors one line: the template comes with the model folder
     return render(tokenizer, [{"role": "user", "content": prompt}], add_generation_prompt=True)
@@ -280,7 +280,7 @@ def progress_bar(total: int, description: str, enabled: bool = True) -> Any:
     taken a second (a short count prints nothing)."""
     from tqdm import tqdm
 
-    from needlebench.terminal import progress_enabled
+    from needlebench.terminal import progress_enabled  # deferred: progress output, for a long count only
 
     return tqdm(total=total, unit="row", desc=description, disable=not (enabled and progress_enabled()), delay=1.0)
 

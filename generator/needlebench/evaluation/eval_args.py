@@ -527,7 +527,11 @@ def check_model(args: EvalArgs) -> None:
 def check_backend(args: EvalArgs) -> None:
     """The ``--model`` backend's packages are installed, and it takes every ``--model_args`` key and the model
     folder it is given (:mod:`needlebench.evaluation.backends`: read from its source, nothing imported)."""
-    from needlebench.evaluation.backends import check_installed, check_model_args, check_model_folder
+    from needlebench.evaluation.backends import (  # deferred: reads lm-eval's sources; eval --help needs none
+        check_installed,
+        check_model_args,
+        check_model_folder,
+    )
 
     model = str(args.value("model") or "")
     if not model:

@@ -411,7 +411,7 @@ def _load_rows(config: str, metadata: Mapping[str, Any]) -> Any:
     check prints one line."""
     from datasets.utils import logging as ds_logging
 
-    from needlebench.terminal import working
+    from needlebench.terminal import working  # deferred: progress output, for the length check only
 
     enabled = ds_logging.is_progress_bar_enabled()
     ds_logging.disable_progress_bar()

@@ -123,7 +123,7 @@ def run_eval(argv: list[str]) -> int:
                 raise
             raise NeedlebenchError(_unknown_tasks(str(error), managers)) from None
         except (TypeError, ModuleNotFoundError) as error:  # a model arg or package only the backend could check
-            from needlebench.evaluation.backends import late_error
+            from needlebench.evaluation.backends import late_error  # deferred: reads lm-eval's sources
 
             message = late_error(error, str(getattr(namespace, "model", "")), args.model_args if args else {})
             if message is None:

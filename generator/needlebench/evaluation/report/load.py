@@ -331,7 +331,8 @@ def _by_needle_count(spec: ConfigSpec, record: Mapping[str, Any]) -> bool:
     """Whether the report groups a config's rows by their needle count: M-RS grid cells, v1 ATC's CircularEval
     (weighted by needle count), v2 ATC's relation-weighted mean."""
     metrics = record.get("metrics")
-    return spec.family == "multi_reasoning" or "num_needles" in _required_fields(
+    cells_by_count = "needle_counts" in eval_family(spec.family).coverage_parts  # M-RS: a cell per needle count
+    return cells_by_count or "num_needles" in _required_fields(
         spec, dict.fromkeys(metrics) if isinstance(metrics, list) and all(isinstance(m, str) for m in metrics) else {}
     )
 
