@@ -1125,8 +1125,9 @@ def _advance_branch(repo: GitRepo, branch: str, parent: str | None, commit: str,
         with tempfile.TemporaryDirectory(prefix="needlebench-git-") as temp, _git_dir(repo) as git_dir:
             index = Path(temp) / "index"
             if git_dir.is_file("index"):
-                with git_dir.open_read("index") as reader, open(index, "wb") as writer:  # our private folder
-                    shutil.copyfileobj(reader, writer, 1 << 20)
+                with Folder.open(temp) as private, git_dir.open_read("index") as reader:
+                    with private.atomic("index", mode=0o600) as writer:
+                        shutil.copyfileobj(reader, writer, 1 << 20)
             repo.run("read-tree", "-m", "-i", old_tree, commit, index_file=index)
             with open(index, "rb") as reader, git_dir.atomic("index", mode=0o644) as writer:
                 shutil.copyfileobj(reader, writer, 1 << 20)
