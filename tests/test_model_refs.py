@@ -14,6 +14,7 @@ import pytest
 
 from hub_server import HubServer, commit_files, free_port, olah_fixture
 from support import build_data
+from support.sandbox import refused as one_error  # exit 2, one "needlebench: error:" line, returned
 from support.smollm import gguf_path
 from test_eval_guard import FakeOpenAI
 
@@ -73,15 +74,6 @@ def needlebench(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Comple
         [sys.executable, "-c", "from needlebench.cli import main; main()", *args],
         capture_output=True, text=True, timeout=600, cwd=cwd, env=env, check=False,
     )  # fmt: skip
-
-
-def one_error(result: subprocess.CompletedProcess) -> str:
-    """The run failed with status 2 and exactly one line on stderr, which is returned."""
-    assert result.returncode == 2, result.stderr[-3000:]
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr[-3000:]
-    assert lines[0].startswith("needlebench: error: ")
-    return lines[0]
 
 
 def check(model_args: str, data_dir: Path, *extra: str, model: str = "hf") -> list[str]:

@@ -1066,14 +1066,27 @@ def _commit_release(repo: GitRepo, staged: Path, files: list[str], parent: str |
         commit = parent  # nothing changed since the last commit: tag it, no empty commit
     else:
         commit = repo.run("commit-tree", tree, *(["-p", parent] if parent else []), "-m", message).strip()
+    _check_release(
+        repo,
+        commit,
+        staged,
+        files,
+        entries,
+        f"the release commit git wrote in {repo.path} does not hold what was staged",
+        "an object of the repository is corrupt or was planted",
+    )
+    return commit
+
+
+def _check_release(
+    repo: GitRepo, commit: str, staged: Path, files: list[str], entries: Mapping[str, str], what: str, why: str
+) -> None:
+    """The tree of ``commit`` holds exactly ``entries`` (one line, ``what (first difference: PATH); why``, otherwise)
+    and each vouched blob holds the staged bytes (:func:`_check_blobs`)."""
     difference = _tree_difference(repo, commit, entries)
     if difference is not None:
-        raise NeedlebenchError(
-            f"the release commit git wrote in {repo.path} does not hold what was staged ({printable(difference)}): "
-            "an object of the repository is corrupt or was planted"
-        )
+        raise NeedlebenchError(f"{what} (first difference: {printable(difference)}); {why}")
     _check_blobs(repo, staged, files, entries)
-    return commit
 
 
 def _tree_difference(repo: GitRepo, commit: str, entries: Mapping[str, str]) -> str | None:
@@ -1408,11 +1421,13 @@ def _existing_release(
     with staged_release(folder, manifest, repo_id=repo_id, version=version, changelog=changelog) as staged:
         files = [CARD_NAME, *content_files(manifest)]
         entries = _release_entries(repo, staged, files, repo.resolve("HEAD"), write=False)
-        difference = _tree_difference(repo, commit, entries)
-        if difference is not None:
-            raise NeedlebenchError(
-                f"tag {tag} of {repo.path} already holds different data (first difference: {printable(difference)}); "
-                "tags are never moved, publish a new version"
-            )
-        _check_blobs(repo, staged, files, entries)
+        _check_release(
+            repo,
+            commit,
+            staged,
+            files,
+            entries,
+            f"tag {tag} of {repo.path} already holds different data",
+            "tags are never moved, publish a new version",
+        )
     return commit
