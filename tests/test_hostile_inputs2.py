@@ -180,6 +180,34 @@ def test_a_file_flipping_between_text_and_a_link_never_reaches_the_build(sandbox
     assert snapshot(sandbox, skip=shared) == before
 
 
+def test_a_name_that_stops_being_a_link_mid_lookup_is_looked_up_again_then_refused(tmp_path, monkeypatch):
+    """The race above, made certain: ``os.path.realpath`` fails with EINVAL when a link it saw became a file before
+    its readlink(2). Once is looked up again; every time is a one-line error naming the file (never exit 1)."""
+    import errno
+
+    from needlebench.errors import NeedlebenchError
+    from needlebench.safe_fs import Folder
+    from needlebench.tasks import experiment
+
+    (tmp_path / "race.txt").write_text(STORY)
+    real, calls, failing = os.path.realpath, [], set()
+
+    def flaky(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) in failing:
+            raise OSError(errno.EINVAL, "Invalid argument", str(path))
+        return real(path, *args, **kwargs)
+
+    with Folder.open(tmp_path) as folder:
+        monkeypatch.setattr(os.path, "realpath", flaky)
+        failing = {1}
+        found = experiment.local_path("race.txt", "haystack", "exp.yaml", tmp_path, folder=folder)
+        assert found == tmp_path / "race.txt" and len(calls) == 2
+        failing, calls[:] = {1, 2, 3}, []
+        with pytest.raises(NeedlebenchError, match=r"'race.txt' changed between a link and a file"):
+            experiment.local_path("race.txt", "haystack", "exp.yaml", tmp_path, folder=folder)
+
+
 def test_a_needles_file_swapped_for_a_link_after_the_check_is_never_followed(sandbox, shared, tmp_path):
     needles = {"needle": "The vault code is 4711.", "retrieval_question": "What is the vault code?"}
     line = json.dumps({**needles, "arg1": "", "arg2": "4711", "language": "English"})

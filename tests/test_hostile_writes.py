@@ -307,7 +307,7 @@ def test_a_link_in_a_shared_cache_is_never_followed(dataset, sandbox, planted):
             [sys.executable, "-c", PLANT, "needlebench.dataset.build:build_dataset", "build", "atc_en", "--out", "x"],
             capture_output=True,
             text=True,
-            env={**os.environ, "HOME": str(sandbox), **env},
+            env=_environment(sandbox, env),
             cwd=sandbox / "work",
             timeout=600,
         )
@@ -371,6 +371,35 @@ def test_caches_and_the_secret_are_private_under_umask_000(sandbox):
     assert (tokens / "local-inputs.json").is_file() and list(tokens.glob("sentences-*.npz"))
     assert (sandbox / "config" / "needlebench" / "secret.key").is_file()
     assert _loose(sandbox / "cache") == [] and _loose(sandbox / "config") == []
+
+
+_STOP_MID_SECRET = """
+import os, sys
+from needlebench.sources import cache
+def stop(handle):
+    handle.write(b"half")
+    handle.flush()
+    os._exit(9)  # a daemon thread cut off at exit, or a kill: the secret half-written
+cache._fill_secret = stop
+cache.secret()
+"""
+
+
+def test_a_secret_cut_off_half_way_leaves_no_file_and_a_second_never_replaces_the_first(tmp_path):
+    """The secret is written into a file with no name and only then linked in: a process stopped half-way leaves its
+    folder empty (no temporary file in ~/.config), and a second process keeps the first one's secret."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    stopped = subprocess.run([sys.executable, "-c", _STOP_MID_SECRET], env=env, capture_output=True, timeout=120)
+    assert stopped.returncode == 9, stopped.stderr[-2000:]
+    folder = tmp_path / "config" / "needlebench"
+    assert os.listdir(folder) == []
+    read = "from needlebench.sources import cache; import sys; sys.stdout.write(cache.secret().hex())"
+    first, second = (
+        subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, timeout=120)
+        for _ in range(2)
+    )
+    assert first.stdout == second.stdout and len(first.stdout) == 64 and first.stderr == second.stderr == ""
+    assert os.listdir(folder) == ["secret.key"] and (folder / "secret.key").read_bytes().hex() == first.stdout
 
 
 def test_an_existing_loose_cache_folder_of_ours_is_made_private(sandbox, tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ import secrets
 import stat
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder, private_folder
@@ -93,27 +94,46 @@ def _read_secret(path: Path) -> bytes | None:
 
 def _create_secret(path: Path) -> None:
     """Write a new random secret at `path` (0600, its folder 0700 whatever the umask), never replacing one another
-    process wrote meanwhile: written whole under an unpredictable name (``O_EXCL | O_NOFOLLOW``), then hard-linked
-    to `path` by descriptors (``linkat`` fails when `path` exists: the first process's secret wins)."""
+    process wrote meanwhile: written whole into a file with no name (``O_TMPFILE``, open(2)), then given `path` by
+    descriptors (``linkat`` through ``/proc/self/fd``, which fails when `path` exists: the first process's secret
+    wins). A process stopped half-way (a daemon thread at exit) leaves no file behind. Where ``O_TMPFILE`` is not
+    supported, a temporary name (``O_EXCL | O_NOFOLLOW``) hard-linked the same way and removed."""
     try:
         folder = _private(path.parent)
     except NeedlebenchError:
         raise PermissionError(errno.EPERM, "its folder is another user's or others may write it") from None
     with folder:
+        try:
+            descriptor = os.open(".", os.O_WRONLY | getattr(os, "O_TMPFILE", 0) | os.O_CLOEXEC, 0o600, dir_fd=folder.fd)
+        except OSError:
+            descriptor = None
+        if descriptor is not None and getattr(os, "O_TMPFILE", 0) and stat.S_ISREG(os.fstat(descriptor).st_mode):
+            with os.fdopen(descriptor, "wb") as handle:
+                _fill_secret(handle)
+                with contextlib.suppress(FileExistsError):
+                    os.link(f"/proc/self/fd/{handle.fileno()}", path.name, dst_dir_fd=folder.fd, follow_symlinks=True)
+            return
+        if descriptor is not None:
+            os.close(descriptor)
         temporary = f".{path.name}.{secrets.token_hex(8)}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         descriptor = os.open(temporary, flags, 0o600, dir_fd=folder.fd)
         try:
             with os.fdopen(descriptor, "wb") as handle:
-                os.fchmod(handle.fileno(), 0o600)
-                handle.write(os.urandom(_SECRET_BYTES))
-                handle.flush()
-                os.fsync(handle.fileno())
+                _fill_secret(handle)
             with contextlib.suppress(FileExistsError):
                 os.link(temporary, path.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(temporary, dir_fd=folder.fd)
+
+
+def _fill_secret(handle: BinaryIO) -> None:
+    """Write a fresh secret into the open file `handle` (mode 0600 whatever the umask) and flush it to disk."""
+    os.fchmod(handle.fileno(), 0o600)
+    handle.write(os.urandom(_SECRET_BYTES))
+    handle.flush()
+    os.fsync(handle.fileno())
 
 
 @functools.cache

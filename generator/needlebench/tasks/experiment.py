@@ -429,7 +429,17 @@ def _real_target(value: str, folder: Folder) -> tuple[Path, Path]:
     import os
 
     real_base = _real_folder(folder)
-    return Path(os.path.realpath(real_base / Path(value).expanduser())), real_base
+    for _ in range(3):
+        try:
+            return Path(os.path.realpath(real_base / Path(value).expanduser())), real_base
+        except OSError:
+            # os.path.realpath (Python < 3.13) reads a link it saw a moment before with readlink(2), which fails
+            # with EINVAL when the name was swapped back to a file in between: look again, then refuse.
+            continue
+    raise NeedlebenchError(
+        f"{value!r} changed between a link and a file while it was read (three times); allowed: a file or folder "
+        "that stays put while needlebench runs"
+    )
 
 
 def local_path(
