@@ -62,7 +62,9 @@ def _builds(work: Path, repo: Path) -> dict[str, dict[str, str]]:
 
 def _oracle(work: Path, repo: Path) -> dict[str, str]:
     data = work / "default"
-    from needlebench.evaluation import harness  # deferred: --compare reads two JSON files, imports no needlebench
+    from needlebench.evaluation.harness import (
+        tasks as harness,
+    )  # deferred: --compare reads two JSON files, imports no needlebench
     from needlebench.tasks.grid import registry  # deferred: --compare reads two JSON files, imports no needlebench
 
     built = {path.name for path in (data / "data").iterdir() if path.is_dir()}

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from needlebench.evaluation.harness import GENERATED_NOTE, task_files
+from needlebench.evaluation.harness.tasks import GENERATED_NOTE, task_files
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "harness_tasks" / "needlebench"
 

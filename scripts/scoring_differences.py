@@ -3,7 +3,8 @@
 
 A deterministic mixed-style set of model outputs is generated for every family (S-RT, M-RS v2 for the reasoning
 blocks; v1 multiple-choice and open-ended ATC; Counting-Stars), each output tagged with the one style it was written
-in, and scored by the lm-eval hooks (``needlebench.evaluation.harness``, the layer ``lm_eval`` runs) for the default
+in, and scored by the lm-eval hooks (``needlebench.evaluation.harness.tasks``, the layer ``lm_eval`` runs) for the
+default
 metric and for its ``*_reference`` twin. A row "changed" when the two scores differ; for ATC an item (its four
 rotations) changed when CircularEval's verdict (all four right) differs. The table gives, per style, how many rows
 (items) of that style there are, how many changed, and that as a share of the style's rows and of the family's
@@ -24,7 +25,7 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
-from needlebench.evaluation import harness
+from needlebench.evaluation.harness import tasks as harness
 
 NEEDLES = [
     ("The secret password of the Pellanlin Order is Brelvane Chalice.", "Brelvane Chalice"),

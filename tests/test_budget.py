@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation import budget
+from needlebench.evaluation.runner import budget
 from support import build_data, single_row
 from support.smollm import smollm_dir
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from needlebench.evaluation.chunked import CHUNK_TOKENS, plan_chunks
-from needlebench.evaluation.eval_args import parse_eval
-from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
-from needlebench.evaluation.lean_samples import PROMPT_HASH_KEY, lean_sample
 from needlebench.evaluation.report import write_report
+from needlebench.evaluation.runner.chunked import CHUNK_TOKENS, plan_chunks
+from needlebench.evaluation.runner.evaluate import ORACLE_MODEL, run_eval
+from needlebench.evaluation.runner.lean_samples import PROMPT_HASH_KEY, lean_sample
+from needlebench.evaluation.runner.options import parse_eval
 from support import build_data
 
 CONFIGS = ["single_en_4k", "multi_retrieval_en_4k", "atc_en", "counting_stars_acquisition_en_128k"]

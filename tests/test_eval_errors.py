@@ -276,7 +276,7 @@ def test_backend_keys_are_read_from_lm_evals_source():
     import lm_eval.models  # noqa: F401
     from lm_eval.api.registry import model_registry
 
-    from needlebench.evaluation.backends import read_signature
+    from needlebench.evaluation.runner.backends import read_signature
 
     entries = dict(model_registry.items())
     hf, vllm, api = (read_signature(entries[name]) for name in ("hf", "vllm", "local-completions"))
@@ -334,8 +334,8 @@ def test_gguf_model_is_length_checked_as_lm_eval_reads_it(data_dir: Path, tmp_pa
     cached = list((cache / "gguf-tokenizers").glob("*/tokenizer.json"))
     assert len(cached) == 1  # converted once, keyed by the GGUF's sha256
     # without max_length the window is the GGUF's context_length, as transformers reads it into the model config
-    from needlebench.evaluation.eval_args import parse_eval
-    from needlebench.evaluation.eval_guard import model_window
+    from needlebench.evaluation.runner.guard import model_window
+    from needlebench.evaluation.runner.options import parse_eval
 
     parsed = parse_eval(["run", "--model", "hf", "--model_args", f"pretrained={gguf.parent},gguf_file={GGUF_NAME}"])[2]
     assert model_window(parsed, parsed.model_args) == (8192, "the GGUF's context_length 8192")

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from needlebench.evaluation import harness, scoring
-from needlebench.evaluation.eval_guard import needlebench_configs
+from needlebench.evaluation import scoring
 from needlebench.evaluation.families import EVAL_FAMILIES
-from needlebench.evaluation.task_yaml import function_refs, load_yaml
+from needlebench.evaluation.harness import tasks as harness
+from needlebench.evaluation.harness.task_yaml import function_refs, load_yaml
+from needlebench.evaluation.runner.guard import needlebench_configs
 from needlebench.tasks.grid import get_config, registry
 from support import (
     atc_rows,

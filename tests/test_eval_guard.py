@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation import harness
-from needlebench.evaluation.eval_args import parse_eval
-from needlebench.evaluation.eval_guard import needlebench_configs
-from needlebench.evaluation.evaluate import run_eval
+from needlebench.evaluation.harness import tasks as harness
 from needlebench.evaluation.report import write_report
-from needlebench.evaluation.thinking import has_final_answer, reference_text, strip_reasoning
+from needlebench.evaluation.runner.evaluate import run_eval
+from needlebench.evaluation.runner.guard import needlebench_configs
+from needlebench.evaluation.runner.options import parse_eval
+from needlebench.evaluation.scoring.thinking import has_final_answer, reference_text, strip_reasoning
 from support import build_data, results_with_health, single_row
 from support.smollm import smollm_dir
 
@@ -433,7 +433,7 @@ def test_library_never_imports_vllm():
         "import importlib, pkgutil, sys, needlebench\n"
         "for m in pkgutil.walk_packages(needlebench.__path__, 'needlebench.'):\n"
         "    importlib.import_module(m.name)\n"
-        "from needlebench.evaluation.evaluate import register_models\n"
+        "from needlebench.evaluation.runner.evaluate import register_models\n"
         "register_models()\n"
         "print(sorted(name for name in sys.modules if name == 'vllm' or name.startswith('vllm.')))\n"
     )

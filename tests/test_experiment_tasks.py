@@ -10,8 +10,8 @@ import yaml
 
 from needlebench.dataset.experiment import build_experiment
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
-from needlebench.evaluation.task_export import write_task_folder
+from needlebench.evaluation.harness.task_export import write_task_folder
+from needlebench.evaluation.runner.evaluate import ORACLE_MODEL, run_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from hub_server import HubServer, olah_fixture
-from needlebench.evaluation import harness
-from needlebench.evaluation.upstream import LM_EVAL_PROVIDES, TASK_REQUIREMENTS
+from needlebench.evaluation.harness import tasks as harness
+from needlebench.evaluation.harness.upstream import LM_EVAL_PROVIDES, TASK_REQUIREMENTS
 from support import (
     atc_rows,
     build_data,
@@ -103,7 +103,7 @@ def _load_utils(folder: Path):
 
 
 def test_export_writes_the_in_tree_folder(exported: Path):
-    from needlebench.evaluation.upstream import load_yaml
+    from needlebench.evaluation.harness.upstream import load_yaml
     from needlebench.tasks.grid import registry
 
     files = {path.name: path for path in exported.iterdir()}
@@ -148,7 +148,7 @@ def test_export_writes_the_in_tree_folder(exported: Path):
         assert heading in readme
     # the README states the scoring the exported hooks apply: the default unclosed-reasoning policy, the
     # environment variables, and the reference twins to quote beside published numbers
-    from needlebench.evaluation import thinking
+    from needlebench.evaluation.scoring import thinking
 
     assert thinking.THINK_END_ENV in readme and thinking.THINK_UNCLOSED_ENV in readme
     assert "scored on its whole text" in readme and thinking.DEFAULT_UNCLOSED == "keep"
@@ -216,7 +216,7 @@ def _fuzz_docs() -> list[dict[str, Any]]:
 
 
 def test_exported_hooks_equal_the_package_hooks_on_a_fuzz_set(exported: Path):
-    from needlebench.evaluation.harness import TEMPLATES, template_key
+    from needlebench.evaluation.harness.tasks import TEMPLATES, template_key
     from needlebench.tasks.grid import get_config
 
     utils = _load_utils(exported)
@@ -427,7 +427,7 @@ FAKE = {
 
 
 def test_bundler_follows_names_renames_clashes_and_keeps_module_level_changes(tmp_path: Path, monkeypatch):
-    from needlebench.evaluation.bundle import bundle
+    from needlebench.evaluation.harness.bundle import bundle
 
     _fake_package(tmp_path, FAKE, "nbfake_one")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -447,7 +447,7 @@ def test_bundler_follows_names_renames_clashes_and_keeps_module_level_changes(tm
 
 def test_bundler_refuses_what_it_cannot_copy_faithfully(tmp_path: Path, monkeypatch):
     from needlebench.errors import NeedlebenchError
-    from needlebench.evaluation.bundle import bundle
+    from needlebench.evaluation.harness.bundle import bundle
 
     _fake_package(
         tmp_path,

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation import harness
-from needlebench.evaluation.evaluate import oracle_answers
+from needlebench.evaluation.harness import tasks as harness
+from needlebench.evaluation.runner.evaluate import oracle_answers
 from needlebench.tasks.grid import get_config, registry
 from support import (
     KEYWORD,
@@ -366,7 +366,7 @@ def test_lm_eval_finds_and_parses_every_task():
 
 def test_eval_arguments_are_parsed_by_lm_eval_parser():
     """The legacy form (no sub-command) is a run; the user's --include_path is kept as given."""
-    from needlebench.evaluation.eval_args import parse_eval
+    from needlebench.evaluation.runner.options import parse_eval
 
     command, namespace, args = parse_eval(["--model", "hf", "--tasks", "a,b", "--include_path=/y"])
     assert command == "run" and namespace.tasks == ["a", "b"] and args.user_include_path == "/y"
@@ -375,7 +375,7 @@ def test_eval_arguments_are_parsed_by_lm_eval_parser():
 
 
 def test_run_eval_returns_lm_eval_exit_status(capsys):
-    from needlebench.evaluation.evaluate import run_eval
+    from needlebench.evaluation.runner.evaluate import run_eval
 
     with pytest.raises(NeedlebenchError, match="unrecognized arguments: --no-such-option"):
         run_eval(["run", "--no-such-option"])

@@ -135,7 +135,7 @@ def test_the_health_file_reads_only_this_runs_files(sandbox: Path, task_folder: 
 def test_resume_refuses_a_link_at_the_chunk_store_before_the_model_runs(sandbox: Path, task_folder: Path) -> None:
     import argparse
 
-    from needlebench.evaluation.eval_guard import EvalArgs, run_key
+    from needlebench.evaluation.runner.guard import EvalArgs, run_key
 
     key = run_key(EvalArgs(argparse.Namespace(model="needlebench-oracle", model_args={})))
     shared = sandbox / "work" / "SHARED"
@@ -191,7 +191,7 @@ def test_the_move_never_writes_through_a_link_planted_during_the_run(sandbox: Pa
     """A link put at the model folder after the check (while the model runs) is refused by the move itself; the
     run's files stay in its own folder."""
     from needlebench.errors import NeedlebenchError
-    from needlebench.evaluation import run_output
+    from needlebench.evaluation.runner import run_output
 
     shared = sandbox / "work" / "SHARED"
     run = run_output.start(shared)

@@ -265,7 +265,7 @@ def test_malformed_manifests_are_one_line_errors(dataset, sandbox, command, case
 
 _LOAD = """
 import json, sys
-from needlebench.evaluation.harness import load_dataset
+from needlebench.evaluation.harness.tasks import load_dataset
 split = load_dataset(needlebench_config="atc_en")["test"]
 print(json.dumps({"answer": split[0]["answer"], "rows": split.num_rows}))
 """
@@ -378,7 +378,7 @@ def test_data_repo_takes_only_hub_ids(dataset, tmp_path, monkeypatch, form):
     """lm-eval's ``--metadata '{"data_repo": ...}'`` naming a local folder: a one-line error pointing at data_dir
     (`datasets` would otherwise read the folder)."""
     from needlebench.errors import NeedlebenchError
-    from needlebench.evaluation.harness import load_dataset
+    from needlebench.evaluation.harness.tasks import load_dataset
 
     shutil.copytree(dataset, tmp_path / "org" / "ds")
     monkeypatch.chdir(tmp_path)

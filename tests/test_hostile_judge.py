@@ -224,7 +224,7 @@ def _forged_tag(entry: dict) -> str:
 
 
 def test_a_pre_filled_cache_gets_no_verdict_and_every_row_is_asked(sandbox, judge_port):
-    from needlebench.evaluation.judge import _cache_key
+    from needlebench.evaluation.judge.command import _cache_key
 
     home = sandbox
     questions = ["q1?", "q2?", "q3?", "q4?"]

@@ -330,7 +330,7 @@ def test_hub_error_messages_never_show_a_token():
 _LOAD = """
 import os, sys
 os.umask(0)
-from needlebench.evaluation.harness import load_dataset
+from needlebench.evaluation.harness.tasks import load_dataset
 print(load_dataset(needlebench_config="atc_en")["test"].num_rows)
 """
 

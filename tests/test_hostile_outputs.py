@@ -280,7 +280,7 @@ def test_credentials_are_never_written_even_when_the_reply_echoes_them(judge_ser
 def test_old_caches_of_failed_requests_are_asked_again(judge_server, tmp_path):
     """needlebench 0.3.1 cached a failed request as a verdict (score null, reply 'error: ...', with the URL)."""
     results = write_run(tmp_path, {"needlebench_x": [sample("capital of France?")]})
-    from needlebench.evaluation.judge import _cache_key
+    from needlebench.evaluation.judge.command import _cache_key
 
     key = _cache_key("judge-model", "capital of France?", "Paris", "Paris")
     poisoned = {

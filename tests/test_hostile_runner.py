@@ -218,7 +218,7 @@ def honest_dataset(tmp_path_factory) -> Path:
 
 
 def _task_yamls(folder: Path) -> dict[str, dict]:
-    from needlebench.evaluation.task_yaml import load_yaml
+    from needlebench.evaluation.harness.task_yaml import load_yaml
 
     return {p.name: load_yaml(p.read_text(encoding="utf-8")) for p in sorted(folder.iterdir()) if "yaml" in p.name}
 
@@ -331,7 +331,7 @@ def test_eval_resume_never_follows_a_link_in_a_results_folder(sandbox: Path, hon
 
 def test_the_chunk_store_never_writes_or_reads_through_a_link(sandbox: Path) -> None:
     from needlebench.errors import NeedlebenchError
-    from needlebench.evaluation.chunked import ChunkStore
+    from needlebench.evaluation.runner.chunked import ChunkStore
 
     cache = sandbox / "work" / "out" / ".needlebench-cache"
     cache.mkdir(parents=True)
@@ -353,7 +353,7 @@ def test_the_chunk_store_never_writes_or_reads_through_a_link(sandbox: Path) -> 
 
 
 def test_reasoning_task_folder_copies_no_link(sandbox: Path, tmp_path: Path) -> None:
-    from needlebench.evaluation.eval_guard import reasoning_task_dir
+    from needlebench.evaluation.runner.guard import reasoning_task_dir
 
     source = sandbox / "work" / "tasks"
     source.mkdir()

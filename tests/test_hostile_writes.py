@@ -405,7 +405,7 @@ def test_a_secret_cut_off_half_way_leaves_no_file_and_a_second_never_replaces_th
 def test_an_existing_loose_cache_folder_of_ours_is_made_private(sandbox, tmp_path, monkeypatch):
     """A cache folder an earlier version made under umask 000 (0777) is made 0700 before anything is written into
     it; the GGUF tokenizer cache's hash memo is 0600 in a 0700 folder."""
-    from needlebench.evaluation import model_tokenizer
+    from needlebench.evaluation.runner import model_tokenizer
 
     cache = tmp_path / "cache"
     (cache / "gguf-tokenizers").mkdir(parents=True)

@@ -87,7 +87,7 @@ def release(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_lm_eval_task_reads_a_published_release_by_data_repo(hub: HubServer, release: str, tmp_path: Path):
     output = tmp_path / "results"
-    code = "import sys; from needlebench.evaluation.evaluate import run_eval; sys.exit(run_eval(sys.argv[1:]))"
+    code = "import sys; from needlebench.evaluation.runner.evaluate import run_eval; sys.exit(run_eval(sys.argv[1:]))"
     metadata = json.dumps({"data_repo": release, "data_revision": "v1.0.0"})
     # lm-eval merges --model_args into the task metadata: the model's revision must not reach the dataset
     model_args = "pretrained=org/some-model,revision=no-such-branch"
@@ -130,7 +130,11 @@ def test_hub_load_failures_are_one_line_errors(hub: HubServer, release: str):
             (load, ("atc_en",), {"repo_id": "org/no-such-dataset", "revision": "v1.0.0"}),
             (load, ("atc_en",), {"repo_id": release, "revision": "v9.9.9"}),
             (load, ("single_en_4k",), {"repo_id": release, "revision": "v1.0.0"}),
-            ("needlebench.evaluation.harness:load_dataset", (), {"needlebench_config": "atc_en", "repo_id": release}),
+            (
+                "needlebench.evaluation.harness.tasks:load_dataset",
+                (),
+                {"needlebench_config": "atc_en", "repo_id": release},
+            ),
         ]
     )
     for error in (missing_repo, missing_revision, missing_config, renamed_key):

@@ -23,8 +23,8 @@ import pytest
 
 from needlebench import resources
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.evaluate import default_include_path
-from needlebench.evaluation.harness import task_files
+from needlebench.evaluation.harness.tasks import task_files
+from needlebench.evaluation.runner.evaluate import default_include_path
 
 try:
     import tomllib

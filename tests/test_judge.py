@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from needlebench.evaluation.judge import JudgeConfig, judge_results, parse_rating
+from needlebench.evaluation.judge.command import JudgeConfig, judge_results, parse_rating
 
 LONG_CONTEXT = "haystack " * 2000
 

@@ -75,6 +75,45 @@ def test_no_relative_imports_and_lower_stages_never_import_higher_ones():
     assert violations == []
 
 
+#: The evaluation floor by job, in the order data flows through it: scorers; each family's evaluation half; the lm-eval
+#: tasks and hooks; the judge's files in a results folder (read by the report); the report; the judge command; the
+#: runner (``needlebench eval``/``budget``), which checks lengths and writes health with all of them below it.
+EVALUATION_JOBS = (
+    "scoring", "families", "harness", "judge.files", "report", "judge", "runner",
+)  # fmt: skip
+
+
+def _job_of(module: str) -> int | None:
+    """The rank in :data:`EVALUATION_JOBS` of a module of ``needlebench.evaluation`` (its longest matching job),
+    None outside it; the package ``needlebench.evaluation`` itself is -1."""
+    if module == "needlebench.evaluation":
+        return -1
+    rest = module.removeprefix("needlebench.evaluation.")
+    if rest == module:
+        return None
+    matches = [rank for rank, job in enumerate(EVALUATION_JOBS) if rest == job or rest.startswith(job + ".")]
+    return max(matches, key=lambda rank: len(EVALUATION_JOBS[rank])) if matches else None
+
+
+def test_the_evaluation_floor_is_grouped_by_job_and_its_jobs_import_downwards():
+    """``evaluation/`` holds its ``__init__`` and one sub-package per job, no loose module; a job imports only jobs
+    below it (function-level imports included)."""
+    floor = ROOT / "evaluation"
+    assert sorted(path.name for path in floor.glob("*.py")) == ["__init__.py"]
+    jobs = sorted(path.name for path in floor.iterdir() if path.is_dir() and not path.name.startswith("_"))
+    assert jobs == sorted({job.split(".")[0] for job in EVALUATION_JOBS})
+    violations = []
+    for path in sorted(floor.rglob("*.py")):
+        name = _module_name(path)
+        own = _job_of(name)
+        assert own is not None, name
+        for module, line, _ in _internal_imports(path):
+            target = _job_of(module)
+            if target is not None and target > own:
+                violations.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert violations == []
+
+
 def test_shared_modules_import_no_stage():
     for name in SHARED:
         for module, line in _imports(ROOT / f"{name}.py"):

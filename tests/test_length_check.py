@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from needlebench.evaluation import budget
+from needlebench.evaluation.runner import budget
 from support import build_data
 from support.smollm import smollm_dir
 
@@ -151,8 +151,8 @@ def test_refusal_stops_at_the_first_rows_that_do_not_fit(data_dir: Path, tmp_pat
 def test_skip_too_long_counts_every_row_exactly(data_dir: Path):
     """With --skip-too-long every selected row is counted; the rows kept are exactly those whose whole rendered
     prompt (encoded as lm-eval's hf model encodes it) plus max_gen_toks fits."""
-    from needlebench.evaluation.eval_args import parse_eval
-    from needlebench.evaluation.eval_guard import preflight
+    from needlebench.evaluation.runner.guard import preflight
+    from needlebench.evaluation.runner.options import parse_eval
 
     rows = _rows(data_dir)
     selected = list(range(0, len(rows), 7))  # every 7th row, across all lengths

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from needlebench.evaluation import harness, scoring
-from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
+from needlebench.evaluation import scoring
+from needlebench.evaluation.harness import tasks as harness
 from needlebench.evaluation.report import HEALTH, write_report
 from needlebench.evaluation.report import SAMPLES_FILE_RE as SAMPLES_NAME
+from needlebench.evaluation.runner.evaluate import ORACLE_MODEL, run_eval
 from needlebench.tasks.grid import get_config
 from support import build_data, results_with_health
 from support.smollm import smollm_dir
@@ -323,7 +324,7 @@ def test_plain_dataset_path_task_reads_a_pinned_folder(srt_data_dir: Path, tmp_p
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    from needlebench.evaluation.evaluate import oracle_model
+    from needlebench.evaluation.runner.evaluate import oracle_model
 
     folder = tmp_path / "tasks"
     folder.mkdir()

@@ -34,7 +34,7 @@ SMALL = {"config.json", "tokenizer.json", "tokenizer_config.json", "chat_templat
 def smollm_files(folder: Path) -> dict[str, bytes]:
     """SmolLM2-135M-Instruct's tokenizer (transformers' conversion of the GGUF, saved with ``save_pretrained``) and a
     config.json whose ``max_position_embeddings`` is the GGUF's context length."""
-    from needlebench.evaluation.model_tokenizer import gguf_context_length, load_tokenizer, resolve_source
+    from needlebench.evaluation.runner.model_tokenizer import gguf_context_length, load_tokenizer, resolve_source
 
     gguf = gguf_path()
     load_tokenizer(str(gguf)).save_pretrained(str(folder))
@@ -187,8 +187,8 @@ def test_unknown_window_names_the_model_arg_and_no_length_check(
     assert "pass max_length=N in --model_args, or --no-length-check to skip the check" in line
     # vLLM's window is max_model_len (a folder whose config gives none, read in this process: no vLLM needed)
     from needlebench.errors import NeedlebenchError
-    from needlebench.evaluation.eval_args import parse_eval
-    from needlebench.evaluation.eval_guard import model_window
+    from needlebench.evaluation.runner.guard import model_window
+    from needlebench.evaluation.runner.options import parse_eval
 
     folder = tmp_path / "no-window"
     folder.mkdir()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from needlebench.evaluation import harness
+from needlebench.evaluation.harness import tasks as harness
 from needlebench.evaluation.report import figures as report_figures
 from needlebench.evaluation.report.load import load_results
 from support import atc_rows, build_data, single_row, write_samples

@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation import harness, report
+from needlebench.evaluation import report
+from needlebench.evaluation.harness import tasks as harness
 from needlebench.evaluation.report import figures as report_figures
 from support import (
     atc_rows,

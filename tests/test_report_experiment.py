@@ -20,9 +20,9 @@ from PIL import Image
 
 from needlebench.dataset.experiment import build_experiment
 from needlebench.evaluation import report
-from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
+from needlebench.evaluation.harness.task_export import write_task_folder
 from needlebench.evaluation.report import figures as report_figures
-from needlebench.evaluation.task_export import write_task_folder
+from needlebench.evaluation.runner.evaluate import ORACLE_MODEL, run_eval
 from test_experiment_tasks import INSPECT_STYLE
 
 NAME = INSPECT_STYLE["name"]
@@ -103,7 +103,7 @@ def _write_judged(samples: Path, records: list[dict]) -> Path:
     only a judged file whose tag verifies)."""
     import hashlib
 
-    from needlebench.evaluation.judge_files import TAG_SUFFIX, judged_tag
+    from needlebench.evaluation.judge.files import TAG_SUFFIX, judged_tag
 
     judged = _write(samples.parent, "judged_" + samples.name, records)
     digests = [hashlib.sha256(path.read_bytes()).digest() for path in (samples, judged)]

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from needlebench.evaluation import harness, report
-from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
+from needlebench.evaluation import report
+from needlebench.evaluation.harness import tasks as harness
 from needlebench.evaluation.report import figures as report_figures
+from needlebench.evaluation.runner.evaluate import ORACLE_MODEL, run_eval
 from support import build_data
 
 V2_CONFIGS = ["v2_single_en_4k", "v2_multi_retrieval_zh_4k", "v2_multi_reasoning_en_4k", "v2_atc_zh"]

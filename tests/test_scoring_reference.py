@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from needlebench.evaluation import harness
+from needlebench.evaluation.harness import tasks as harness
 from needlebench.evaluation.scoring import (
     extract_option,
     notebook_counting_stars_score,
@@ -27,7 +27,7 @@ from needlebench.evaluation.scoring import (
     star_scores,
 )
 from needlebench.evaluation.scoring.reference import NOTEBOOK_KEYS
-from needlebench.evaluation.thinking import reference_text
+from needlebench.evaluation.scoring.thinking import reference_text
 from support import fixture_row
 from support.scoring_fuzz import outputs
 

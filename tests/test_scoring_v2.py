@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from needlebench.evaluation import harness, report
+from needlebench.evaluation import report
+from needlebench.evaluation.harness import tasks as harness
 from needlebench.evaluation.report.aggregate import headline_metric
 from needlebench.evaluation.scoring import v2
 from needlebench.evaluation.scoring.overall import NEEDLEBENCH_WEIGHTS, OVERALL_WEIGHTS, overall_score

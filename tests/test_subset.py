@@ -7,9 +7,9 @@ import json
 import pytest
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.eval_args import parse_eval
-from needlebench.evaluation.evaluate import project_tasks_kept
-from needlebench.evaluation.subset import coverage, parse_subset, stratified_indices
+from needlebench.evaluation.harness.subset import coverage, parse_subset, stratified_indices
+from needlebench.evaluation.runner.evaluate import project_tasks_kept
+from needlebench.evaluation.runner.options import parse_eval
 from needlebench.tasks.grid import get_config
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from needlebench.evaluation import harness
-from needlebench.evaluation.evaluate import ORACLE_MODEL, run_eval
+from needlebench.evaluation.harness import tasks as harness
 from needlebench.evaluation.report import HEALTH
+from needlebench.evaluation.runner.evaluate import ORACLE_MODEL, run_eval
 from support import build_data
 
 V2_CONFIGS = ["v2_single_en_4k", "v2_multi_retrieval_zh_4k", "v2_multi_reasoning_en_4k", "v2_atc_zh"]

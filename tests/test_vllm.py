@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from needlebench.evaluation import harness
+from needlebench.evaluation.harness import tasks as harness
 from support import build_data, results_with_health
 from support.smollm import smollm_dir
 
@@ -365,7 +365,7 @@ def test_judge_against_vllm_serve_writes_scores_beside_the_samples_and_resumes(s
     """`needlebench judge` with SmolLM2 behind `vllm serve` as the judge, over the completions run's samples: a
     judged file beside every samples file, a judge record on every row (a 1-10 score, or None with the raw reply
     kept), and a rerun answered from the cache without a request reaching the server."""
-    from needlebench.evaluation.judge import CACHE_NAME, JudgeConfig, judge_results, parse_rating, sample_files
+    from needlebench.evaluation.judge.command import CACHE_NAME, JudgeConfig, judge_results, parse_rating, sample_files
 
     originals = sample_files(completions_run)
     assert originals

@@ -322,7 +322,7 @@ def eval(ctx: typer.Context) -> None:  # the command is called eval (shadows the
     """Run lm-eval with needlebench's models (incl. the oracle) registered; arguments pass through."""
     import contextlib
 
-    from needlebench.evaluation.evaluate import run_eval  # deferred: lm-eval, numpy; list and --help need none
+    from needlebench.evaluation.runner.evaluate import run_eval  # deferred: lm-eval, numpy; list and --help need none
 
     listing = list(ctx.args)[:1] == ["ls"]  # `eval ls tasks` indexes every lm-eval task for a minute or more
     with working("lm-eval is indexing its tasks (a minute or more)") if listing else contextlib.nullcontext():
@@ -340,7 +340,9 @@ def tasks(
     ),
 ) -> None:
     """Write lm-eval tasks (needlebench_<config>) for every config of a dataset folder, and a group per experiment."""
-    from needlebench.evaluation.task_export import write_task_folder  # deferred: pyarrow; list, --help need none
+    from needlebench.evaluation.harness.task_export import (  # deferred: pyarrow; list, --help need none
+        write_task_folder,
+    )
 
     files = write_task_folder(folder, out)
     say(f"wrote {len(files)} files to {out}; run: lm_eval --include_path {out} --tasks needlebench_<config> ...")
@@ -361,7 +363,7 @@ def export_tasks(
 ) -> None:
     """Write the task folder in lm-eval's in-tree form: every config's task and the groups reading REPO at REVISION,
     with a self-contained utils.py (the package's scorers, copied by source) and a README."""
-    from needlebench.evaluation.upstream import (  # deferred: pyarrow, yaml; list and --help need none
+    from needlebench.evaluation.harness.upstream import (  # deferred: pyarrow, yaml; list and --help need none
         TASK_REQUIREMENTS,
         write_export,
     )
@@ -398,7 +400,10 @@ def judge(
     only for them."""
     import os
 
-    from needlebench.evaluation.judge import JudgeConfig, judge_results  # deferred: asyncio, http client (0.1 s)
+    from needlebench.evaluation.judge.command import (  # deferred: asyncio, http client (0.1 s)
+        JudgeConfig,
+        judge_results,
+    )
 
     config = JudgeConfig(base_url, model, os.environ.get(api_key_env) or None, concurrency, retries, timeout)
     counts = judge_results(results, config)
@@ -440,7 +445,7 @@ def show(
     sample log leaves out, recovered from the pinned dataset."""
     import json
 
-    from needlebench.evaluation.lean_samples import (  # deferred: pyarrow, numpy (0.3 s); list, --help need none
+    from needlebench.evaluation.runner.lean_samples import (  # deferred: pyarrow, numpy (0.3 s); list, --help need none
         PROMPT_CHARS_KEY,
         PROMPT_HASH_KEY,
         find_row,
@@ -495,7 +500,10 @@ def budget(
 ) -> None:
     """Which prompts would not fit a model's context (lm-eval would silently left-truncate): a table per config
     and length; exit status 1 when some row does not fit."""
-    from needlebench.evaluation.budget import budget_report, format_budget  # deferred: numpy; list, --help need none
+    from needlebench.evaluation.runner.budget import (  # deferred: numpy; list, --help need none
+        budget_report,
+        format_budget,
+    )
     from needlebench.tasks.grid import match_configs  # deferred: config registry (5 ms); --help needs none
 
     names_list = [spec.name for spec in match_configs(configs)]

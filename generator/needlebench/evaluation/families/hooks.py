@@ -2,7 +2,7 @@
 ``process_results`` hook scores, the reference-twin naming and the generic aggregation.
 
 Hooks are module-level functions of the family modules (lm-eval names them ``!function utils.<hook>`` and
-``needlebench export-tasks`` copies them by source, :mod:`needlebench.evaluation.bundle`); a template holds the
+``needlebench export-tasks`` copies them by source, :mod:`needlebench.evaluation.harness.bundle`); a template holds the
 functions themselves, so their names and modules are read from them, never listed twice.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from needlebench.evaluation.thinking import reference_text, strip_reasoning
+from needlebench.evaluation.scoring.thinking import reference_text, strip_reasoning
 
 #: A ``process_results`` hook: (row, lm-eval's results) -> metrics of the row.
 Hook = Callable[[Mapping[str, Any], Sequence[Any]], dict[str, Any]]
@@ -74,13 +74,13 @@ def output_text(results: Sequence[Any]) -> str:
 
 def prediction(results: Sequence[Any]) -> str:
     """The text the default metrics score: the output with its reasoning (``<think>...</think>``) stripped, see
-    :func:`needlebench.evaluation.thinking.strip_reasoning`."""
+    :func:`needlebench.evaluation.scoring.thinking.strip_reasoning`."""
     return strip_reasoning(output_text(results))
 
 
 def reference_prediction(results: Sequence[Any]) -> str:
     """The text the ``*_reference`` metrics score: what OpenCompass's reasoning-model configs hand the evaluators
-    (:func:`needlebench.evaluation.thinking.reference_text`; the raw output when it has no reasoning marker)."""
+    (:func:`needlebench.evaluation.scoring.thinking.reference_text`; the raw output when it has no reasoning marker)."""
     return reference_text(output_text(results))
 
 

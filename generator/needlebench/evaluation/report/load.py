@@ -38,7 +38,7 @@ from needlebench.dataset.verify import MANIFEST_NAME, read_manifest
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import eval_family
 from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
-from needlebench.evaluation.judge_files import TAG_SUFFIX, read_lines, verified_judged
+from needlebench.evaluation.judge.files import TAG_SUFFIX, read_lines, verified_judged
 from needlebench.evaluation.report.safety import (
     MAX_JSON_BYTES,
     MAX_MAGNITUDE,
@@ -467,7 +467,7 @@ def read_samples(
     off: list[tuple[str, int, str]] | None = None,
 ) -> list[Sample]:
     """The samples of one ``samples_*.jsonl`` (or ``judged_samples_*.jsonl``) file, read line by line (each line at
-    most :data:`~needlebench.evaluation.judge_files.MAX_SAMPLES_LINE` bytes; the file is never held whole). With
+    most :data:`~needlebench.evaluation.judge.files.MAX_SAMPLES_LINE` bytes; the file is never held whole). With
     `expect` (a sha256), a file whose bytes read differ from it is a one-line error.
 
     ``lookup`` finds a config by name (default: the built-in registry). Rows of a config it does not know are
@@ -727,7 +727,7 @@ def valid_text(text: str) -> str:
 def _judged_or_samples(path: Path, ignored: list[Path]) -> tuple[Path, bytes | None]:
     """The file to read for the samples file `path` (or a ``judged_samples_*`` file given alone), and the sha256 its
     bytes must have: the judged file beside the samples file when its tag verifies
-    (:func:`~needlebench.evaluation.judge_files.verified_judged`), else the samples file (a judged file there is added
+    (:func:`~needlebench.evaluation.judge.files.verified_judged`), else the samples file (a judged file there is added
     to `ignored`). A judged file given alone whose tag does not verify is read as its samples file, which must then
     be there."""
     if path.name.startswith(JUDGED_PREFIX):

@@ -7,7 +7,7 @@ ones:
 * NeedleBench v1 S-RT, M-RT, M-RS and v2 S-RT, M-RT, M-RS, ATC: the pure scorers already equal OpenCompass's
   evaluators (``opencompass/datasets/needlebench/{origin,parallel,multi}.py``,
   ``opencompass/datasets/needlebench_v2/{origin,atc_elder_only}.py``); only the text they see differs (see
-  :func:`needlebench.evaluation.thinking.reference_text`).
+  :func:`needlebench.evaluation.scoring.thinking.reference_text`).
 * v1 multiple-choice ATC: :func:`opencompass_first_option`, the answer extraction of OpenCompass's
   ``first_option_postprocess`` (``opencompass/utils/text_postprocessors.py``) with ``options='ABCD'`` as the ATC
   configs pass it (``opencompass/configs/datasets/needlebench/atc/atc_choice*.py``), then CircularEval.

@@ -7,7 +7,8 @@ oracle answers) is asked of the family objects (:mod:`needlebench.evaluation.fam
   source: ``data_dir`` (a local folder built by ``needlebench build``), ``data_repo`` + ``data_revision`` (a Hub
   dataset), or neither (rows are built on the fly from the pinned release seed). ``context_lengths`` keeps only
   rows of the given grid lengths; ``subset`` keeps that many rows stratified over the grid (see
-  :mod:`needlebench.evaluation.subset`). The Hub keys carry a ``data_`` prefix because model args share the namespace
+  :mod:`needlebench.evaluation.harness.subset`). The Hub keys carry a ``data_`` prefix because model args share the
+  namespace
   (``hf`` and ``vllm`` take ``pretrained`` and ``revision``).
 * :func:`hooks` maps every name the task YAMLs call (``!function utils.<name>``) to its function: the loader, each
   family's ``process_*`` hooks, returning the metrics of one row (the default metrics and, beside each, its
@@ -33,8 +34,8 @@ from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import EVAL_FAMILIES, eval_family
 from needlebench.evaluation.families.base import EvalFamily
 from needlebench.evaluation.families.hooks import MEAN, REFERENCE_SUFFIX, TaskTemplate, reference_metric
-from needlebench.evaluation.subset import SUBSET_KEY, parse_subset, select_subset
-from needlebench.evaluation.task_yaml import dump_yaml, function
+from needlebench.evaluation.harness.subset import SUBSET_KEY, parse_subset, select_subset
+from needlebench.evaluation.harness.task_yaml import dump_yaml, function
 from needlebench.tasks.grid import SIZES, ConfigSpec, get_config, registry
 
 __all__ = [

@@ -17,7 +17,8 @@ from pathlib import Path
 from needlebench.dataset.build import register_experiments
 from needlebench.dataset.verify import read_manifest
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.harness import (
+from needlebench.evaluation.harness.task_yaml import dump_yaml
+from needlebench.evaluation.harness.tasks import (
     base_template_config,
     base_template_filename,
     family_group_metrics,
@@ -26,18 +27,17 @@ from needlebench.evaluation.harness import (
     task_name,
     template_of,
 )
-from needlebench.evaluation.task_yaml import dump_yaml
 from needlebench.safe_fs import Folder
 from needlebench.tasks.grid import get_config
 
 
 def utils_py() -> str:
     """The hooks module every task YAML refers to: a thin wrapper of the library (each ``!function utils.<name>``
-    is :func:`needlebench.evaluation.harness.hooks`' function of that name)."""
+    is :func:`needlebench.evaluation.harness.tasks.hooks`' function of that name)."""
     return (
         '"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by `needlebench tasks`)."""\n\n'
-        "from needlebench.evaluation import harness\n\n"
-        "globals().update(harness.hooks())\n"
+        "from needlebench.evaluation.harness import tasks\n\n"
+        "globals().update(tasks.hooks())\n"
     )
 
 

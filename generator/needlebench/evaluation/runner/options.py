@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.eval_guard import WINDOWLESS_MODELS, EvalArgs, needlebench_configs
-from needlebench.evaluation.harness import TASK_PREFIX, all_group_names, all_task_names
-from needlebench.evaluation.subset import SUBSET_KEY, parse_subset
-from needlebench.evaluation.thinking import UNCLOSED_CHOICES
+from needlebench.evaluation.harness.subset import SUBSET_KEY, parse_subset
+from needlebench.evaluation.harness.tasks import TASK_PREFIX, all_group_names, all_task_names
+from needlebench.evaluation.runner.guard import WINDOWLESS_MODELS, EvalArgs, needlebench_configs
+from needlebench.evaluation.scoring.thinking import UNCLOSED_CHOICES
 
 #: lm-eval's sub-commands (``lm-eval run|ls|validate``); a command line starting with an option is a ``run``.
 SUBCOMMANDS = ("run", "ls", "validate")
@@ -512,7 +512,8 @@ def check_lm_eval(namespace: argparse.Namespace) -> None:
 
 def check_model(args: EvalArgs) -> None:
     """``--model`` must be a name in lm-eval's model registry (``lm_eval.api.registry.model_registry``, with
-    needlebench's models registered: :func:`needlebench.evaluation.evaluate.register_models`), with a did-you-mean."""
+    needlebench's models registered: :func:`needlebench.evaluation.runner.evaluate.register_models`), with a
+    did-you-mean."""
     from lm_eval.api.registry import model_registry
 
     model = args.value("model")
@@ -526,8 +527,8 @@ def check_model(args: EvalArgs) -> None:
 
 def check_backend(args: EvalArgs) -> None:
     """The ``--model`` backend's packages are installed, and it takes every ``--model_args`` key and the model
-    folder it is given (:mod:`needlebench.evaluation.backends`: read from its source, nothing imported)."""
-    from needlebench.evaluation.backends import (  # deferred: reads lm-eval's sources; eval --help needs none
+    folder it is given (:mod:`needlebench.evaluation.runner.backends`: read from its source, nothing imported)."""
+    from needlebench.evaluation.runner.backends import (  # deferred: reads lm-eval's sources; eval --help needs none
         check_installed,
         check_model_args,
         check_model_folder,

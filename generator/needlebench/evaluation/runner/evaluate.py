@@ -2,7 +2,7 @@
 
 lm-eval has no plugin discovery for models, so a model registered in another package is unknown to the plain
 ``lm_eval`` command. :func:`run_eval` registers ``needlebench-oracle``, parses the arguments with lm-eval's own
-parser (plus needlebench's options, :mod:`needlebench.evaluation.eval_args`) and runs lm-eval's own command on
+parser (plus needlebench's options, :mod:`needlebench.evaluation.runner.options`) and runs lm-eval's own command on
 them; when no ``--include_path`` is given (on the command line or in a ``--config`` YAML) it adds the task folder
 (:func:`needlebench.resources.tasks_path`), else it keeps that folder indexed beside the user's.
 
@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation import run_output
-from needlebench.evaluation.chunked import ChunkOptions, chunk_store, chunked_evaluation
-from needlebench.evaluation.eval_args import check_run, known_tasks, parse_eval, unknown_task_message
-from needlebench.evaluation.eval_guard import prepare, write_health
-from needlebench.evaluation.harness import loaded_rows, oracle_answer
-from needlebench.evaluation.quiet import lm_eval_output
-from needlebench.evaluation.servers import model_classes
+from needlebench.evaluation.harness.tasks import loaded_rows, oracle_answer
+from needlebench.evaluation.runner import run_output
+from needlebench.evaluation.runner.chunked import ChunkOptions, chunk_store, chunked_evaluation
+from needlebench.evaluation.runner.guard import prepare, write_health
+from needlebench.evaluation.runner.options import check_run, known_tasks, parse_eval, unknown_task_message
+from needlebench.evaluation.runner.quiet import lm_eval_output
+from needlebench.evaluation.runner.servers import model_classes
 from needlebench.resources import tasks_path
 from needlebench.safe_fs import Folder
 from needlebench.terminal import printable
@@ -61,8 +61,8 @@ def run_eval(argv: list[str]) -> int:
     exit status.
 
     The arguments are parsed by lm-eval's own parser with needlebench's options added
-    (:mod:`needlebench.evaluation.eval_args`); a run is checked before it starts (options, task names,
-    ``--metadata`` keys, ``--output_path``, then the length check of :mod:`needlebench.evaluation.eval_guard`),
+    (:mod:`needlebench.evaluation.runner.options`); a run is checked before it starts (options, task names,
+    ``--metadata`` keys, ``--output_path``, then the length check of :mod:`needlebench.evaluation.runner.guard`),
     every refusal one line (:class:`NeedlebenchError`). Then lm-eval's own run command is called with the
     parsed options, the project's task folder included.
     """
@@ -123,7 +123,7 @@ def run_eval(argv: list[str]) -> int:
                 raise
             raise NeedlebenchError(_unknown_tasks(str(error), managers)) from None
         except (TypeError, ModuleNotFoundError) as error:  # a model arg or package only the backend could check
-            from needlebench.evaluation.backends import late_error  # deferred: reads lm-eval's sources
+            from needlebench.evaluation.runner.backends import late_error  # deferred: reads lm-eval's sources
 
             message = late_error(error, str(getattr(namespace, "model", "")), args.model_args if args else {})
             if message is None:
@@ -346,7 +346,8 @@ def _oracle_class() -> type:
 
 
 def register_models() -> None:
-    """Register ``needlebench-oracle`` and the multi-server API models (:mod:`needlebench.evaluation.servers`) with
+    """Register ``needlebench-oracle`` and the multi-server API models (:mod:`needlebench.evaluation.runner.servers`)
+    with
     lm-eval (idempotent); the built-in models stay available."""
     import lm_eval.models  # noqa: F401  (the built-in lazy entries; get_model skips them once ours exists)
     from lm_eval.api.registry import model_registry, register_model

@@ -222,7 +222,7 @@ def load_source(source: TokenizerSource) -> Any:
         tokenizer = _load_gguf(source)
     else:
         tokenizer = load_transformers_tokenizer(source.path, trust_remote_code=source.trust_remote_code)
-    try:  # named in errors of its chat template (see needlebench.evaluation.chat_template)
+    try:  # named in errors of its chat template (see needlebench.evaluation.runner.chat_template)
         tokenizer.needlebench_source = source.describe()
     except (AttributeError, TypeError, ValueError):
         pass

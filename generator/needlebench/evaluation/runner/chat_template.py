@@ -53,7 +53,7 @@ class _TimeUp(Exception):
 
 
 def source_of(tokenizer: Any) -> str:
-    """Where a tokenizer was read from: what :func:`needlebench.evaluation.model_tokenizer.load_source` recorded,
+    """Where a tokenizer was read from: what :func:`needlebench.evaluation.runner.model_tokenizer.load_source` recorded,
     else transformers' ``name_or_path``."""
     for attribute in ("needlebench_source", "name_or_path"):
         try:

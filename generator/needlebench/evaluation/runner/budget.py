@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.harness import max_gen_toks_for
+from needlebench.evaluation.harness.tasks import max_gen_toks_for
 from needlebench.safe_fs import Folder
 from needlebench.tasks.grid import ConfigSpec, get_config
 
@@ -34,8 +34,11 @@ BATCH_CHARS = 16 * 1024 * 1024
 def load_tokenizer(path: str, gguf_file: str | None = None) -> Any:
     """A transformers tokenizer as lm-eval loads it: a local folder, a ``.gguf`` file (or ``path`` plus
     ``gguf_file``), or a Hub model id, whose tokenizer files only are fetched through ``huggingface_hub`` (the
-    cache and ``HF_HUB_OFFLINE`` respected; see :mod:`needlebench.evaluation.model_tokenizer`). Cached per source."""
-    from needlebench.evaluation import model_tokenizer  # deferred: numpy, tokenizer readers; eval --help needs none
+    cache and ``HF_HUB_OFFLINE`` respected; see :mod:`needlebench.evaluation.runner.model_tokenizer`). Cached per
+    source."""
+    from needlebench.evaluation.runner import (  # deferred: numpy, tokenizer readers; eval --help needs none
+        model_tokenizer,
+    )
 
     return model_tokenizer.load_tokenizer(path, gguf_file)
 
@@ -46,7 +49,9 @@ def render_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> str:
         return prompt
     if not getattr(tokenizer, "chat_template", None):
         raise NeedlebenchError("the tokenizer has no chat template; drop --chat-template to count raw prompts")
-    from needlebench.evaluation.chat_template import render  # deferred: a chat template only, as in load_tokenizer
+    from needlebench.evaluation.runner.chat_template import (  # deferred: a chat template only, as in load_tokenizer
+        render,
+    )
 
     # bounded in time and memory, its errors one line: the template comes with the model folder
     return render(tokenizer, [{"role": "user", "content": prompt}], add_generation_prompt=True)

@@ -11,7 +11,7 @@ with :func:`evaluate_in_chunks`:
   cache) and a chunk holds about :data:`CHUNK_TOKENS` context tokens (``--chunk-rows N``: N rows);
 * every chunk is a shallow copy of the task whose dataset is the chunk's rows (``Dataset.select``: Arrow reads
   only those rows), run through lm-eval's own ``evaluate`` with the one model instance;
-* a chunk's logged samples are made lean at once (:mod:`needlebench.evaluation.lean_samples`) and their
+* a chunk's logged samples are made lean at once (:mod:`needlebench.evaluation.runner.lean_samples`) and their
   ``doc_id`` set back to the row's index in the task, then everything the chunk held is released;
 * the per-sample metric values of all chunks, in row order, are aggregated once with lm-eval's own
   ``_process_results`` (the tasks' aggregation functions, ``!function`` ones included, stderr, groups,
@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.eval_guard import CHUNKS_FOLDER, run_key
-from needlebench.evaluation.lean_samples import lean_sample
-from needlebench.evaluation.thinking import think_end_marker, unclosed_policy
+from needlebench.evaluation.runner.guard import CHUNKS_FOLDER, run_key
+from needlebench.evaluation.runner.lean_samples import lean_sample
+from needlebench.evaluation.scoring.thinking import think_end_marker, unclosed_policy
 from needlebench.safe_fs import Folder
 from needlebench.sources.cache import same_tag, sign
 from needlebench.terminal import printable
@@ -68,7 +68,7 @@ LENGTH_COLUMN = "context_length"
 @dataclass
 class ChunkOptions:
     """``--chunk-rows N`` / ``--no-chunk`` / ``--full-samples`` of ``needlebench eval run`` (parsed with the run's
-    other options by :mod:`needlebench.evaluation.eval_args`)."""
+    other options by :mod:`needlebench.evaluation.runner.options`)."""
 
     chunk_rows: int | None = None  # rows per chunk; None: by CHUNK_TOKENS
     chunked: bool = True

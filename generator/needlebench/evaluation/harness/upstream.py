@@ -4,13 +4,13 @@ lm-eval finds tasks only in its own ``lm_eval/tasks/`` tree or an ``--include_pa
 benchmarks users run by name there (``ruler``, ``babilong``, ``longbench``) are folders that read a Hub dataset and
 carry their own ``utils.py``. This module writes such a folder for NeedleBench and Counting-Stars:
 
-* the YAMLs are those of ``harness_tasks/needlebench`` (:func:`needlebench.evaluation.harness.task_files`, the
+* the YAMLs are those of ``harness_tasks/needlebench`` (:func:`needlebench.evaluation.harness.tasks.task_files`, the
   same functions), with the data source replaced: ``dataset_path: ORG/NAME`` and ``dataset_kwargs: {revision:
   ...}`` (the pinned release) in the base templates, ``dataset_name: <config>`` in every task, no
   ``custom_dataset``;
 * ``utils.py`` holds every hook and aggregation the YAMLs name (``!function utils.X``), bundled by source from the
-  modules defining them (the family modules, see :func:`needlebench.evaluation.harness.hooks`;
-  :mod:`needlebench.evaluation.bundle`): scorers, aggregations and ``<think>`` handling, importing nothing of
+  modules defining them (the family modules, see :func:`needlebench.evaluation.harness.tasks.hooks`;
+  :mod:`needlebench.evaluation.harness.bundle`): scorers, aggregations and ``<think>`` handling, importing nothing of
   needlebench;
 * ``README.md`` in the form of lm-eval's task READMEs (paper, homepage, citation, groups and tasks, checklist).
 
@@ -26,11 +26,11 @@ from pathlib import Path
 from needlebench import __version__
 from needlebench.dataset.publish import parse_version, tag_for
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.bundle import bundle, bundled_modules
-from needlebench.evaluation.harness import hooks, task_files
-from needlebench.evaluation.task_export import write_generated_folder
-from needlebench.evaluation.task_yaml import FunctionRef, dump_yaml, function_refs, load_yaml
-from needlebench.evaluation.upstream_readme import NOTE, TASK_REQUIREMENTS, render_readme, requirement_names
+from needlebench.evaluation.harness.bundle import bundle, bundled_modules
+from needlebench.evaluation.harness.task_export import write_generated_folder
+from needlebench.evaluation.harness.task_yaml import FunctionRef, dump_yaml, function_refs, load_yaml
+from needlebench.evaluation.harness.tasks import hooks, task_files
+from needlebench.evaluation.harness.upstream_readme import NOTE, TASK_REQUIREMENTS, render_readme, requirement_names
 
 __all__ = [
     "NOTE",
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: Module whose names the YAMLs' ``!function utils.X`` refer to (the project folder's ``utils.py`` re-exports it).
-HOOKS_MODULE = "needlebench.evaluation.harness"
+HOOKS_MODULE = "needlebench.evaluation.harness.tasks"
 #: Libraries (top-level modules) the bundled code may import beyond the standard library, because lm-eval 0.4.13
 #: depends on them: ``numpy`` directly, ``regex`` through ``sacrebleu`` and ``nltk`` (via ``rouge-score``).
 LM_EVAL_PROVIDES = ("numpy", "regex")

@@ -15,7 +15,7 @@ never gave a usable rating, ``model``, ``reply``, ``endpoint``), with its tag
 ``judged_samples_<task>_<date>.jsonl.tag`` (signed with this user's secret; ``needlebench report`` reads only a
 judged file whose tag verifies). A samples file with a row left without a verdict gets no judged file, and one
 there before (from an earlier run or from the folder's sender) is removed. The results folder may
-come from someone else: every file in it is read and written through :mod:`needlebench.evaluation.judge_files`
+come from someone else: every file in it is read and written through :mod:`needlebench.evaluation.judge.files`
 (no link followed, values read with limits, cache entries signed with this user's secret). Credentials in
 ``--base-url`` (``user:pass@``, a query string) and the API key are never written or printed: the endpoint is
 recorded as ``scheme://host:port/path`` and secrets echoed in a reply are blanked. Ratings are read by
@@ -38,7 +38,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.judge_files import (
+from needlebench.evaluation.judge.files import (
     CACHE_NAME,
     JUDGED_PREFIX,
     SAMPLES_RE,
@@ -313,7 +313,7 @@ async def _post(client, endpoint: Endpoint, config: JudgeConfig, prompt: str) ->
 def _chat_content(body: bytes) -> str | None:
     """``choices[0].message.content`` of a chat-completion body ("" for null), or None when the body is not one:
     not JSON, JSON nested too deep, ``NaN``/``Infinity`` or huge numbers in it (read by
-    :func:`~needlebench.evaluation.judge_files.load_json`), or any of those fields of another type."""
+    :func:`~needlebench.evaluation.judge.files.load_json`), or any of those fields of another type."""
     try:
         reply = load_json(body)
     except ValueError:

@@ -13,12 +13,12 @@
   The run then reads a generated task folder whose YAMLs include ours and override only
   ``generation_kwargs``. ``--think-end MARK`` sets the end-of-reasoning marker stripped before scoring
   (default ``</think>``) and ``--think-unclosed keep|empty`` what the default metrics score of a reasoning block
-  never closed (default ``keep``: the whole output); see :mod:`needlebench.evaluation.thinking`.
+  never closed (default ``keep``: the whole output); see :mod:`needlebench.evaluation.scoring.thinking`.
 * **Resume.** ``--resume`` adds lm-eval's ``--use_cache`` with a database in this user's private cache keyed by
   the output folder, the model and its arguments (lm-eval keys each entry by the request: prompt and generation
   settings), so a killed run, started again with the same command, only computes the rows it had not finished.
 * **Health.** After the run, ``needlebench_health_<date>.json`` beside the ``results_<date>.json`` this run wrote
-  (read from the run's own folder, :mod:`needlebench.evaluation.run_output`, never from other files of the output
+  (read from the run's own folder, :mod:`needlebench.evaluation.runner.run_output`, never from other files of the output
   folder) gives
   every needlebench task ``output_truncated`` (rows whose output used all of ``max_gen_toks``),
   ``no_final_answer`` (share of rows whose reasoning block was never closed) and ``skipped_too_long``, and the
@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.budget import TokenCounter, count_batches, progress_bar, release_mapped_pages
-from needlebench.evaluation.harness import (
+from needlebench.evaluation.harness.task_yaml import dump_yaml
+from needlebench.evaluation.harness.tasks import (
     TASK_PREFIX,
     all_task_names,
     generation_kwargs,
@@ -53,10 +53,15 @@ from needlebench.evaluation.harness import (
     task_groups,
     task_name,
 )
-from needlebench.evaluation.model_tokenizer import TokenizerSource, gguf_context_length, load_source, resolve_source
-from needlebench.evaluation.run_output import RunOutput
-from needlebench.evaluation.task_yaml import dump_yaml
-from needlebench.evaluation.thinking import (
+from needlebench.evaluation.runner.budget import TokenCounter, count_batches, progress_bar, release_mapped_pages
+from needlebench.evaluation.runner.model_tokenizer import (
+    TokenizerSource,
+    gguf_context_length,
+    load_source,
+    resolve_source,
+)
+from needlebench.evaluation.runner.run_output import RunOutput
+from needlebench.evaluation.scoring.thinking import (
     THINK_END_ENV,
     THINK_UNCLOSED_ENV,
     has_final_answer,
@@ -92,7 +97,7 @@ HEALTH_KEYS = ("output_truncated", "no_final_answer", "skipped_too_long")
 @dataclass
 class EvalArgs:
     """A parsed ``needlebench eval`` command: lm-eval's options as lm-eval's own parser read them (``namespace``,
-    see :mod:`needlebench.evaluation.eval_args`) and needlebench's own options."""
+    see :mod:`needlebench.evaluation.runner.options`) and needlebench's own options."""
 
     namespace: argparse.Namespace
     skip_too_long: bool = False
@@ -102,7 +107,7 @@ class EvalArgs:
     think_unclosed: str | None = None  # "keep" or "empty"
     reasoning: str | None = None  # "double" or an integer string
     subset: int | None = None
-    chunk_rows: int | None = None  # --chunk-rows N (see needlebench.evaluation.chunked)
+    chunk_rows: int | None = None  # --chunk-rows N (see needlebench.evaluation.runner.chunked)
     chunked: bool = True  # False: --no-chunk
     full_samples: bool = False
     user_include_path: str | None = None  # the user's own --include_path (ours is added beside it)
@@ -315,7 +320,7 @@ def _subfolder(kind: str, model_args: Mapping[str, Any]) -> str | None:
 def model_window(args: EvalArgs, model_args: Mapping[str, Any]) -> tuple[int, str]:
     """The number of tokens (prompt + generation) the run may use, and where it comes from: the model args
     (``max_model_len`` / ``max_length``), the server (API models), else the model's config (a folder, a GGUF, or a
-    Hub id whose config.json is fetched, see :func:`needlebench.evaluation.model_tokenizer.resolve_source`). When
+    Hub id whose config.json is fetched, see :func:`needlebench.evaluation.runner.model_tokenizer.resolve_source`). When
     it cannot be told, a one-line error names the model arg that sets it and ``--no-length-check``."""
     kind = model_kind(args)
     explicit = model_args.get("max_model_len") or model_args.get("max_length")
@@ -365,7 +370,7 @@ def tokenizer_source(args: EvalArgs, model_args: Mapping[str, Any]) -> Tokenizer
     """Where lm-eval will read the model's tokenizer: the ``tokenizer`` model arg, else ``pretrained`` (with
     ``gguf_file``; ``model`` for the API models), as ``lm_eval/models/huggingface.py`` ``_create_tokenizer``, at
     the same revision (vLLM: ``tokenizer_revision``), with the same token and ``subfolder``; a Hub id gets its
-    tokenizer and config files only (:func:`needlebench.evaluation.model_tokenizer.resolve_source`)."""
+    tokenizer and config files only (:func:`needlebench.evaluation.runner.model_tokenizer.resolve_source`)."""
     kind = model_kind(args)
     common = {"revision": _revision(kind, model_args, tokenizer=True), "token": _token(model_args)}
     common["subfolder"] = _subfolder(kind, model_args)
@@ -440,7 +445,7 @@ def _selected_rows(rows: Any, indices: Sequence[int]) -> Any:
 def preflight(args: EvalArgs) -> Preflight | None:
     """Count the selected rows of every needlebench task against the model's window (see module doc).
 
-    Rows are streamed through one :class:`~needlebench.evaluation.budget.TokenCounter` (the counter of
+    Rows are streamed through one :class:`~needlebench.evaluation.runner.budget.TokenCounter` (the counter of
     ``needlebench budget``), a bounded batch at a time; without ``--skip-too-long`` the count stops after the first
     batch that holds a row that does not fit, and the refusal names those rows."""
     kind = model_kind(args)
@@ -530,7 +535,8 @@ def cache_path(output: Path, args: EvalArgs) -> Path:
     return cache_root() / "responses" / where / run_key(args)
 
 
-#: The output folder's folder of ``--resume``'s finished chunks (:class:`needlebench.evaluation.chunked.ChunkStore`).
+#: The output folder's folder of ``--resume``'s finished chunks
+#: (:class:`needlebench.evaluation.runner.chunked.ChunkStore`).
 CHUNKS_FOLDER = ".needlebench-cache"
 
 
@@ -580,7 +586,9 @@ class PreparedRun:
     cleanup: list[Path] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # one-line messages shown before lm-eval starts
-    run: RunOutput | None = None  # the private folder lm-eval writes into (:mod:`needlebench.evaluation.run_output`)
+    run: RunOutput | None = (
+        None  # the private folder lm-eval writes into (:mod:`needlebench.evaluation.runner.run_output`)
+    )
 
 
 def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
@@ -627,7 +635,8 @@ def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
         if args.value("use_cache"):
             raise NeedlebenchError("give --resume or --use_cache, not both")
         cache = cache_path(output, args)
-        # the chunk store's folders (needlebench.evaluation.chunked.chunk_store), each opened with O_NOFOLLOW before
+        # the chunk store's folders (needlebench.evaluation.runner.chunked.chunk_store), each opened with O_NOFOLLOW
+        # before
         # anything runs: a link planted at .needlebench-cache or at <run>-chunks is refused now, not after a chunk
         with Folder.open(output, create=True) as folder, folder.sub(chunks_folder(args), create=True):
             pass
@@ -708,7 +717,7 @@ def _raw_response(record: Mapping[str, Any]) -> str:
 def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, Any]]:
     """Write ``output_truncated``, ``no_final_answer`` and ``skipped_too_long`` per task into the run-health file
     of the results JSON this run produced (see the module doc), beside it in the run's own folder
-    (:mod:`needlebench.evaluation.run_output`, moved into the output folder with lm-eval's files afterwards): no
+    (:mod:`needlebench.evaluation.runner.run_output`, moved into the output folder with lm-eval's files afterwards): no
     other file of the output folder is read. `started` is kept for callers (the run's folder is new)."""
     del started
     run = prepared.run

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from needlebench.evaluation.harness import TASK_PREFIX
+from needlebench.evaluation.harness.tasks import TASK_PREFIX
 
 #: Per-row lists kept for heatmaps, aggregated by lm-eval only because its metric list is where a task's process
 #: results are declared; a flat mean over stars or needles is not one of the papers' scores.

@@ -1,0 +1,2 @@
+"""``needlebench eval`` and ``needlebench budget`` around lm-eval: options, length checks, chunks, resume, lean
+samples, run folders and health."""
