@@ -291,12 +291,15 @@ def test_a_stale_task_file_is_removed_only_when_it_is_ours(sandbox: Path, honest
     out = sandbox / "work" / "tasks"
     assert run(sandbox, "tasks", str(honest_dataset), "--out", str(out)).returncode == 0
     record = json.loads((out / ".needlebench-written.json").read_text())
-    # an earlier generation wrote gone.yaml (recorded with its hash); this one does not: it is removed
+    # an earlier generation of this user wrote gone.yaml (recorded with its hash, the record signed with the user's
+    # secret); this one does not: it is removed
     (out / "gone.yaml").write_text("# Written by `needlebench tasks`\n")
     from hashlib import sha256
 
+    from needlebench.evaluation.harness.task_export import record_text
+
     record["files"]["gone.yaml"] = sha256((out / "gone.yaml").read_bytes()).hexdigest()
-    (out / ".needlebench-written.json").write_text(json.dumps(record))
+    (out / ".needlebench-written.json").write_text(record_text(record["writer"], record["files"]))
     assert run(sandbox, "tasks", str(honest_dataset), "--out", str(out)).returncode == 0
     assert not (out / "gone.yaml").exists() and (out / "atc_en.yaml").is_file()
 

@@ -676,7 +676,10 @@ def main() -> None:
     """Console-script entry point: one-line errors and exit status 2 for bad input."""
     make_streams_safe()  # any locale: characters it cannot encode are escaped, never a UnicodeEncodeError
     interrupts.install()
+    from needlebench.sources.cache import cache_root  # deferred: hashlib, hmac (4 ms), as in _report_crash
+
     try:
+        cache_root()  # a relative NEEDLEBENCH_CACHE is refused before anything runs, not once a build is under way
         code = app(standalone_mode=False, prog_name="needlebench")
     except KeyboardInterrupt:  # the message was printed when Ctrl-C arrived; the cleanup is done
         interrupts.exit_now()
@@ -704,6 +707,19 @@ def main() -> None:
     except Exception as error:  # a bug: one line and a saved traceback, never a traceback
         _report_crash(error)
         sys.exit(1)
+    except BaseException as error:
+        # the tokenizers library (Rust, through pyo3) panics on some tokenizer.json files a model folder may hold
+        # (a Precompiled normalizer with a bad charsmap, a template naming an unknown token): pyo3's
+        # PanicException derives from BaseException (pyo3 src/panic.rs), so it is the input's fault, said in one line
+        if type(error).__name__ != "PanicException":
+            raise
+        detail = " ".join(str(error).split())[:200]
+        print(
+            f"needlebench: error: the tokenizers library stopped on the tokenizer files given ({printable(detail)}); "
+            "allowed: tokenizer files that transformers loads and encodes with",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     if interrupts.interrupted():  # typer turns KeyboardInterrupt into exit status 130
         interrupts.exit_now()
     status = code if isinstance(code, int) else 0

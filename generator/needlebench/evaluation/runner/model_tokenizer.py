@@ -33,6 +33,7 @@ from needlebench.errors import NeedlebenchError
 from needlebench.sources.cache import cache_folder, cache_root, read_private
 from needlebench.sources.hf_tokenizer import error_summary, load_transformers_tokenizer, transformers_log_held
 from needlebench.sources.hub import check_token, is_model_id, model_small_files
+from needlebench.terminal import notice
 
 #: Files whose presence makes a folder a tokenizer folder (then any ``.gguf`` beside them is not guessed at).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -89,6 +90,10 @@ def resolve_source(
             f"{what} {path!r} is not a local folder nor a model in the local Hugging Face cache, and not a Hub model "
             "id (ORG/NAME) to fetch; give the folder of a model or tokenizer, a .gguf file, or a model id"
         )
+    if is_model_id(path) and not given.is_absolute() and not path.startswith((".", "~")):
+        # transformers and lm-eval take a folder of that name in the current folder before the Hub model: say so,
+        # since the current folder may be one someone else made
+        notice(f"{what} {path!r} is the local folder {given.resolve()} here, not the Hub model of that name")
     if subfolder and given.is_dir():
         given = given / subfolder
     if gguf_file:
