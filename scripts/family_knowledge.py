@@ -60,13 +60,18 @@ def modules_naming(key: str, package: Path = PACKAGE) -> list[str]:
 
 
 def report_modules_naming(names: set[str], package: Path = PACKAGE) -> dict[str, list[str]]:
-    """Report modules of `package` with one of `names` as a string literal (docstrings aside; the words of
+    """Report modules of `package` spelling one of `names` in a string literal (docstrings aside; the words of
     :data:`REPORT_WORDS` allowed), keyed by the module's path relative to the package, each with the names found."""
+    # a name that is one word (``acc``) counts as a whole literal; one spelled with ``_`` or ``-`` (``perf_4``,
+    # ``EN-Direct-CE``) counts within any text too ("ATC perf_4 by needle count")
+    spelled = {name: re.compile(rf"(?<![\w-]){re.escape(name)}(?![\w-])") for name in names if re.search(r"[_-]", name)}
     found = {}
     for path in sorted((package / REPORT).rglob("*.py")):
-        named = sorted((_string_literals(path) & set(names)) - REPORT_WORDS)
+        literals = _string_literals(path)
+        named = (literals & set(names)) - REPORT_WORDS
+        named |= {name for name, pattern in spelled.items() if any(pattern.search(text) for text in literals)}
         if named:
-            found[path.relative_to(package).as_posix()] = named
+            found[path.relative_to(package).as_posix()] = sorted(named)
     return found
 
 

@@ -150,6 +150,10 @@ class Atc(EvalFamily):
     headline = {"v1": "score", "v2": "accuracy"}
     metric_label = {"v1": "ATC perf_4 (CircularEval, 0-100)"}
     value_shapes = {"perf_4": CIRCULAR, "weighted": RELATION_PAIR}
+    explanation = {
+        "v1": "ATC is CircularEval perf_4 per needle count weighted by needle count",
+        "v2": "atc_v2: weighted by relation count",
+    }
     comparison_xlabel = "Needle count"
     comparison_note = "ATC: perf_4 against needle count (n = whole items)"
     #: The metrics of a CircularEval config: the whole-item ``perf_4`` and the per-row accuracy.

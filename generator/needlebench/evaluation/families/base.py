@@ -3,8 +3,10 @@
 
 The build side of a family (its grid, rows and modes) is its object in :mod:`needlebench.tasks.families`; this
 half holds what lm-eval and the report need: the task template (metrics, generation budget, hooks), the
-``process_results`` hook and the oracle answer, then the headline metric per edition, the grid cell of a sample,
-the paper mean, the heatmap points and the table rows.
+``process_results`` hook and the oracle answer, then the headline metric per edition, the shape of logged metrics,
+the grid cell of a sample and a run's coverage, the paper mean, the heatmap points, the models-compared series and
+the family's own tables (built with :mod:`needlebench.evaluation.families.cells`). The report calls these on
+``eval_family(spec)`` and names no family nor family metric.
 """
 
 from __future__ import annotations
@@ -89,6 +91,9 @@ class EvalFamily:
     per_needle_ceiling: tuple[str, ...] = ()
     #: Are a config's grid cells split by needle count (each count a cell of the paper mean)?
     cells_by_needle_count: bool = False
+    #: Per edition: how a report's README says the family's headline numbers are computed (the haystack families'
+    #: are the size tables', which it explains itself); none: not mentioned.
+    explanation: dict[str, str] = {}
     #: x-axis label of its comparison panels (None: context length).
     comparison_xlabel: str | None = None
     #: What the models-compared figure's title says of the family's panels (none: "").

@@ -129,6 +129,7 @@ class CountingStars(EvalFamily):
     paper_mean_name = {"v1": "mean over star x length grid"}
     #: The score of each star, in star order.
     value_shapes = {"per_star": NUMBERS}
+    explanation = {"v1": "Counting-Stars is the mean over the star x length grid"}
     heatmap = True
     heatmap_row_label = "Star index"
     heatmap_vmax = 1.0
