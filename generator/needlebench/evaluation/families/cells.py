@@ -26,10 +26,11 @@ class SampleLike(Protocol):
 
 
 class RunLike(Protocol):
-    """What a family reads of a task run (``report.load.TaskRun``): its samples, the model row it is shown in, and
-    what part of its config it covers (``(complete?, text)``, :meth:`EvalFamily.coverage`)."""
+    """What a family reads of a task run (``report.load.TaskRun``): its config, task name and samples, the model row
+    it is shown in, and what part of its config it covers (``(complete?, text)``, :meth:`EvalFamily.coverage`)."""
 
     spec: Any
+    task: str
     samples: list[Any]
     entity: str
     standard: bool
@@ -147,7 +148,7 @@ def noted(cell: Cell, note: str) -> Cell:
 
 def coverage_text(runs: Sequence[RunLike], expected_configs: Sequence[str] = ()) -> str:
     """``full`` or ``partial: ...`` for a table row built from ``runs``."""
-    notes = [(run.task, *run.coverage) for run in runs]  # type: ignore[attr-defined]
+    notes = [(run.task, *run.coverage) for run in runs]
     present = {run.spec.name for run in runs}
     missing = [config for config in expected_configs if config not in present]
     partial = [f"{task} {text.removeprefix('partial ')}" for task, complete, text in notes if not complete]
