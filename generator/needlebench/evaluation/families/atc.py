@@ -191,9 +191,6 @@ class Atc(EvalFamily):
             by_category[category][num].append((str(item_id), str(rotation), bool(correct)))
         return {category: perf_4_by_needles(rows) for category, rows in by_category.items()}
 
-    # (edition, metric) -> (the paper mean over samples of a config, its name): v1 CircularEval ``perf_4`` per needle
-    # count weighted by needle count (``acc`` has none), the open-ended score per row; v2 weighted by relation count.
-
     def _circular_mean(self, spec, samples, metric: str) -> Cell:
         return category_cell(self.by_category(samples).get(self.category(spec), {}))
 
@@ -206,6 +203,8 @@ class Atc(EvalFamily):
     def _relation_mean(self, spec, samples, metric: str) -> Cell:
         return relation_weighted_cell(samples, metric)
 
+    #: (edition, metric) -> (the paper mean over samples of a config, its name): v1 CircularEval ``perf_4`` per needle
+    #: count weighted by needle count (``acc`` has none), the open-ended score per row; v2 weighted by relation count.
     PAPER_MEANS = {
         ("v1", "perf_4"): (_circular_mean, "perf_4 weighted by needle count"),
         ("v1", "acc"): (_no_mean, "(row accuracy, no paper mean)"),
