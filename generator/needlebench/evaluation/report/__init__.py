@@ -14,7 +14,7 @@ Split by job, on one sample model (:class:`~needlebench.evaluation.report.load.S
 What differs between benchmark families (headline metric per edition, the shape of logged metrics, grid cells and
 coverage, paper mean, heatmap points, comparison series, a family's own tables) is asked of its object,
 ``eval_family(spec)`` (:mod:`needlebench.evaluation.families`; :mod:`needlebench.evaluation.families.cells` holds
-the cells and tables both speak); no family, family metric or table key is named here.
+the cells and tables both speak); no family key nor family metric is spelled here.
 """
 
 from __future__ import annotations
