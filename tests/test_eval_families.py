@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from needlebench.evaluation import scoring
-from needlebench.evaluation.families import EVAL_FAMILIES
+from needlebench.evaluation.families import eval_family
 from needlebench.evaluation.harness import tasks as harness
 from needlebench.evaluation.harness.task_yaml import function_refs, load_yaml
 from needlebench.evaluation.runner.guard import needlebench_configs
@@ -50,7 +50,7 @@ def test_every_templates_oracle_answer_scores_full_marks_through_its_hook():
     covered = set()
     for row in _rows_of_every_template():
         spec = get_config(row["config"])
-        template = EVAL_FAMILIES[spec.family].template(spec)
+        template = eval_family(spec).template(spec)
         covered.add(template.key)
         metrics = template.hook(row, [harness.oracle_answer(row)])
         assert set(metrics) == set(template.metric_names()), template.key

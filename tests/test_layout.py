@@ -258,6 +258,36 @@ def test_a_family_key_is_named_only_by_its_two_family_modules():
     )
 
 
+def test_no_report_module_names_a_family_metric():
+    """The report asks a family's object for its means, tables, series and coverage; it spells none of the names the
+    families declare as theirs (metrics and their twins, ATC's categories and question types), so a family's
+    knowledge cannot creep back into the report."""
+    knowledge = _family_knowledge()
+    names = knowledge.family_report_names()
+    assert {"perf_4", "per_star", "needle_hits", "EN-Direct-CE", "ELDEST_ANCESTOR"} <= names, "the measure sees them"
+    assert knowledge.report_modules_naming(names, ROOT) == {}
+
+
+def test_the_report_asks_a_family_only_what_every_family_answers():
+    """What a report module reads of a family object (``family.<name>``, ``eval_family(...).<name>``) is declared by
+    the base class ``EvalFamily``, with its default; no attribute only ATC or Counting-Stars have."""
+    from needlebench.evaluation.families.base import EvalFamily
+
+    def is_family(node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id == "family"
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "eval_family"
+
+    read = {
+        f"{path.name}: {node.attr}"
+        for path in sorted((ROOT / "evaluation" / "report").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and is_family(node.value)
+    }
+    assert len(read) > 10, "the report reads its families through `family` / `eval_family(...)`"
+    assert [entry for entry in sorted(read) if not hasattr(EvalFamily, entry.split(": ")[1])] == []
+
+
 def test_few_branches_on_a_family_or_an_edition():
     """Branches on a family or an edition (``family ==``, ``family in``, ``is_v2``) in the whole package: at most
     15; a module asks the family object or looks up a table keyed by family or edition instead."""

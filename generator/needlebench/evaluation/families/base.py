@@ -3,19 +3,29 @@
 
 The build side of a family (its grid, rows and modes) is its object in :mod:`needlebench.tasks.families`; this
 half holds what lm-eval and the report need: the task template (metrics, generation budget, hooks), the
-``process_results`` hook and the oracle answer, then the headline metric per edition, the grid cell of a sample,
-the paper mean, the heatmap points and the table rows.
+``process_results`` hook and the oracle answer, then the headline metric per edition, the shape of logged metrics,
+the grid cell of a sample and a run's coverage, the paper mean, the heatmap points, the models-compared series and
+the family's own tables (built with :mod:`needlebench.evaluation.families.cells`). The report calls these on
+``eval_family(spec)`` and names no family nor family metric.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from needlebench.evaluation.families.cells import Cell, RunLike, SampleLike, Table, cell_mean, lengths_part, row_mean
 from needlebench.evaluation.families.hooks import TaskTemplate, reference_metric
 
 if TYPE_CHECKING:
     from needlebench.tasks.grid import ConfigSpec
+
+
+#: How a logged metric's value looks when it is not one number (:attr:`EvalFamily.value_shapes`).
+NUMBERS = "numbers"
+CIRCULAR = "circular"
+RELATION_PAIR = "relation_pair"
 
 
 class EvalFamily:
@@ -64,23 +74,33 @@ class EvalFamily:
         return tuple(reference_metric(metric) for metric in metrics if reference_metric(metric) in reported)
 
     # ------------------------------------------------------------------------------------ report
-    # (headline metric per edition, grid cell key, paper mean, heatmap points, table rows)
+    # (headline metric per edition, the shape of logged values, grid cells and coverage, paper mean, heatmap
+    # points, the series of the models-compared figure and the family's own tables)
 
     #: Per edition (``spec.edition``): the per-row metric the tables, heatmaps and judge scores read.
     headline: dict[str, str] = {}
     #: Per edition: the colorbar / axis label of that metric.
     metric_label: dict[str, str] = {}
-    #: Per edition: the table builder showing it (a key of ``report.tables.TABLE_BUILDERS``); absent: none.
-    table: dict[str, str] = {}
-    #: Per edition: (how its paper mean is computed, a key of ``report.aggregate.PAPER_MEANS``; what the scores
-    #: table calls it).
-    paper_means: dict[str, tuple[str, str]] = {}
-    #: Per edition: the series of the models-compared figure (a key of ``report.figures.SERIES``); absent: none.
-    comparison: dict[str, str] = {}
+    #: Per edition: what the scores table calls the paper mean (:meth:`paper_mean`).
+    paper_mean_name: dict[str, str] = {}
+    #: Logged metrics whose value is not one number, by name (their ``_reference`` twins alike): a list of numbers
+    #: (:data:`NUMBERS`), a CircularEval ``[item_id, rotation, correct]`` (:data:`CIRCULAR`), a ``(relations,
+    #: score)`` pair (:data:`RELATION_PAIR`).
+    value_shapes: Mapping[str, str] = {}
+    #: Metrics a row may log above 100, up to 100 per needle (keyword) of the row.
+    per_needle_ceiling: tuple[str, ...] = ()
+    #: Are a config's grid cells split by needle count (each count a cell of the paper mean)?
+    cells_by_needle_count: bool = False
+    #: Per edition: how a report's README says the family's headline numbers are computed (the haystack families'
+    #: are the size tables', which it explains itself); none: not mentioned.
+    explanation: dict[str, str] = {}
     #: x-axis label of its comparison panels (None: context length).
     comparison_xlabel: str | None = None
-    #: A NeedleBench haystack family (S-RT, M-RT, M-RS): rated by ``needlebench judge``, binned by its rows' own
-    #: lengths and depths when its config is unknown, reported in the experiments table (mean and std over runs).
+    #: What the models-compared figure's title says of the family's panels (none: "").
+    comparison_note: str = ""
+    #: A NeedleBench haystack family (S-RT, M-RT, M-RS): a task of its edition's size table and overall, rated by
+    #: ``needlebench judge``, binned by its rows' own lengths and depths when its config is unknown, reported in
+    #: the experiments table (mean and std over runs).
     haystack: bool = False
     #: Does each of its runs get a heatmap (rows x context length)?
     heatmap: bool = False
@@ -89,20 +109,42 @@ class EvalFamily:
     heatmap_vmax: float = 100.0
     #: Does the heatmap's length axis name the tokenizer the lengths are counted in?
     heatmap_tokens: bool = True
-    #: What a coverage text counts beside rows and cells: keys of ``report.aggregate.COVERAGE_PARTS``, in order.
-    coverage_parts: tuple[str, ...] = ("lengths",)
+
+    def report_names(self) -> set[str]:
+        """The names the family owns in a report: its metrics (with their reference twins) and the other names
+        its tables key on; no report module spells one (``tests/test_layout.py``)."""
+        names = {metric for template in self.templates() for metric in template.metric_names()}
+        return names | set(self.headline.values()) | set(self.value_shapes) | set(self.per_needle_ceiling)
 
     def headline_metric(self, spec) -> str:
         """The per-row metric of a config of this family (its edition's headline)."""
         return self.headline[spec.edition]
 
-    def paper_mean(self, spec, metric: str) -> tuple[str, str]:
-        """(paper mean key, its name in the scores table) of ``metric`` of a config."""
-        return self.paper_means[spec.edition]
+    def paper_mean(self, spec, samples: Sequence[SampleLike], metric: str) -> tuple[Cell, str]:
+        """(the paper mean of ``metric`` over samples of a config, what the scores table calls it): here the mean
+        over grid cells (:func:`~needlebench.evaluation.families.cells.cell_mean`)."""
+        return cell_mean(samples, metric), self.paper_mean_name[spec.edition]
+
+    def lm_eval_mean(self, samples: Sequence[SampleLike], metric: str) -> Cell:
+        """lm-eval's aggregation of ``metric`` recomputed from the samples (for a run whose results file lacks it):
+        here the plain mean over rows."""
+        return row_mean(samples, metric)
 
     def score_metrics(self, spec, scoring: str) -> tuple[str, ...]:
         """The metrics the scores table lists for a config under ``scoring`` (``default`` or ``reference``)."""
         return (self.headline_metric(spec),)
+
+    def required_fields(self, spec, metrics: Mapping[str, Any]) -> tuple[str, ...]:
+        """The dataset-row fields the tables and figures of a config (logging ``metrics``) cannot do without: here
+        the context length of its heatmap and comparison series."""
+        return ("context_length",)
+
+    def off_grid(self, spec, record: Mapping[str, Any]) -> str | None:
+        """What in a logged sample's metrics puts it off its known config's grid (besides language, length and
+        needle count, which the report checks), else None."""
+        return None
+
+    # ------------------------------------------------------------------------------------ coverage
 
     def expected_cells(self, spec) -> set[tuple]:
         """The grid cells of a config, as (length, depth, needle count) with None for what the family does not
@@ -112,6 +154,24 @@ class EvalFamily:
     def observed_cell(self, doc) -> tuple:
         """The grid cell (as in :meth:`expected_cells`) a row falls in."""
         return (doc.get("context_length"), None, None)
+
+    def coverage_parts(self, spec, seen: set[tuple]) -> list[str]:
+        """What a partial run's coverage text says beside rows and cells, from the cells seen: here its lengths."""
+        return [lengths_part(spec, seen)]
+
+    def coverage(self, run: RunLike) -> tuple[bool, str]:
+        """(complete?, text) of what part of its config a task run covers."""
+        spec = run.spec
+        expected = self.expected_cells(spec)
+        seen = {self.observed_cell(sample.doc) for sample in run.samples}
+        cells = len(seen & expected)
+        rows = len(run.samples)
+        if cells >= len(expected) and rows >= spec.num_rows:
+            return True, f"full ({rows} rows)"
+        parts = [f"{rows}/{spec.num_rows} rows", f"{cells}/{len(expected)} cells", *self.coverage_parts(spec, seen)]
+        return False, f"partial ({', '.join(parts)})"
+
+    # ------------------------------------------------------------------------------------ figures and tables
 
     def heatmap_rows(self, spec) -> list:
         """The heatmap rows of a config's whole grid: its depths."""
@@ -129,4 +189,23 @@ class EvalFamily:
         metric = self.headline_metric(spec)
         if metric in metrics and doc.get("depth_percent") is not None:
             return [(float(doc["depth_percent"]), length, float(metrics[metric]))]
+        return []
+
+    def comparison_series(self, run: RunLike) -> list[tuple[Any, float, int]]:
+        """(x, value, n) points of a run in the models-compared figure (none: not drawn): here (length, paper mean
+        of the headline metric at that length, rows)."""
+        by_length: dict[int, list[Any]] = defaultdict(list)
+        for sample in run.samples:
+            by_length[int(sample.doc["context_length"])].append(sample)
+        metric = self.headline_metric(run.spec)
+        series = []
+        for length, samples in sorted(by_length.items()):
+            cell = self.paper_mean(run.spec, samples, metric)[0]
+            if cell.value is not None:
+                series.append((length, cell.value, len(samples)))
+        return series
+
+    def tables(self, runs: Sequence[RunLike], edition: str) -> list[Table]:
+        """The family's own tables from its runs of one edition (models as rows); none here. The haystack
+        families' runs make their edition's size tables in the report, beside the other two tasks."""
         return []

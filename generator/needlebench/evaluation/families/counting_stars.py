@@ -3,21 +3,52 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from needlebench.evaluation import scoring
-from needlebench.evaluation.families.base import EvalFamily
+from needlebench.evaluation.families.base import NUMBERS, EvalFamily
+from needlebench.evaluation.families.cells import (
+    Cell,
+    Table,
+    combined_note,
+    coverage_text,
+    entities,
+    mean_or_none,
+    noted,
+    partial_note,
+    partial_runs,
+)
 from needlebench.evaluation.families.hooks import (
     MEAN,
+    REFERENCE_SUFFIX,
     TaskTemplate,
     agg_flat_mean,
     prediction,
     reference_prediction,
 )
+from needlebench.tasks.grid import SIZES
 
 if TYPE_CHECKING:
     from needlebench.tasks.grid import ConfigSpec
+
+
+# --------------------------------------------------------------------------------------------- report
+
+
+def star_grid_cell(samples: Iterable[Any]) -> Cell:
+    """The notebook's task score: mean over the star x length grid (each cell the mean of its rows; n = rows)."""
+    cells: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+    rows = 0
+    for sample in samples:
+        values = sample.metrics.get("per_star")
+        if not isinstance(values, list):
+            continue
+        rows += 1
+        for index, value in enumerate(values):
+            cells[(sample.doc.get("context_length"), index)].append(float(value))
+    return Cell(mean_or_none(mean_or_none(v) for v in cells.values()), rows)  # type: ignore[misc]
 
 
 # --------------------------------------------------------------------------------------------- lm-eval hooks
@@ -95,9 +126,10 @@ class CountingStars(EvalFamily):
 
     headline = {"v1": "star_score"}
     metric_label = {"v1": "Counting-Stars star score (0-1)"}
-    table = {"v1": "star_grid"}
-    paper_means = {"v1": ("star_grid", "mean over star x length grid")}
-    comparison = {"v1": "length"}
+    paper_mean_name = {"v1": "mean over star x length grid"}
+    #: The score of each star, in star order.
+    value_shapes = {"per_star": NUMBERS}
+    explanation = {"v1": "Counting-Stars is the mean over the star x length grid"}
     heatmap = True
     heatmap_row_label = "Star index"
     heatmap_vmax = 1.0
@@ -109,6 +141,59 @@ class CountingStars(EvalFamily):
         ("reasoning", "zh", "Me-Rea ZH"),
         ("reasoning", "en", "Me-Rea EN"),
     )
+
+    def paper_mean(self, spec, samples, metric: str) -> tuple[Cell, str]:
+        """The notebook's task score (:func:`star_grid_cell`), whatever the metric."""
+        return star_grid_cell(samples), self.paper_mean_name[spec.edition]
+
+    def off_grid(self, spec, record: Mapping[str, Any]) -> str | None:
+        """A row scoring more stars than its config has."""
+        stars = spec.stars
+        for name in ("per_star", "per_star" + REFERENCE_SUFFIX):
+            value = record.get(name)
+            if stars and isinstance(value, list) and len(value) > stars:
+                return f"metric {name} holds {len(value):,} star scores; {spec.name} has {stars} stars"
+        return None
+
+    def tables(self, runs, edition: str) -> list[Table]:
+        """Models x (size, star count) as rows: the notebook's score of each task (mean over the star x length
+        grid) and their mean."""
+        columns = self.TABLE_COLUMNS
+        rows = []
+        keys = sorted(
+            {(run.spec.size, int(run.spec.stars or 0)) for run in runs},
+            key=lambda k: (SIZES.index(k[0]), k[1]),
+        )
+        for entity in entities(runs):
+            for size, stars in keys:
+                mine = [
+                    r for r in runs if r.entity == entity and r.spec.size == size and int(r.spec.stars or 0) == stars
+                ]
+                if not mine:
+                    continue
+                partial = partial_runs(mine)
+                chosen = [[r for r in mine if (r.spec.variant, r.spec.language) == (v, lang)] for v, lang, _ in columns]
+                cells = [
+                    noted(star_grid_cell(s for r in runs_of for s in r.samples), partial_note(runs_of, partial))
+                    for runs_of in chosen
+                ]
+                present = [c.value for c in cells if c.value is not None]
+                average = noted(
+                    Cell(mean_or_none(present) if len(present) == len(columns) else None, sum(c.n for c in cells)),
+                    combined_note(cells),
+                )
+                rows.append([entity, size, stars, *cells, average, coverage_text(mine)])
+        return [
+            Table(
+                self.key,
+                "Counting-Stars (mean over the star x length grid, 0-1)",
+                ["Model", "Size", "Stars", *(header for _v, _l, header in columns), "Avg.", "Coverage"],
+                rows,
+                digits=3,
+                note="n = rows (one prompt of a length). Avg. = mean of the four tasks, only when all four are "
+                "present.",
+            )
+        ]
 
     def heatmap_rows(self, spec) -> list:
         return list(range(1, int(spec.stars or 0) + 1))

@@ -7,6 +7,7 @@ from typing import Any
 
 from needlebench.evaluation import scoring
 from needlebench.evaluation.families.base import EvalFamily
+from needlebench.evaluation.families.cells import depths_part, lengths_part, needle_counts_part
 from needlebench.evaluation.families.hooks import MEAN, TaskTemplate, prediction, reference_prediction
 
 # --------------------------------------------------------------------------------------------- lm-eval hooks
@@ -75,15 +76,13 @@ class MultiReasoning(EvalFamily):
     #: match.
     headline = {"v1": "reference", "v2": "exact"}
     metric_label = {"v1": "M-RS score (0-100)", "v2": "M-RS v2 score (boxed exact match, 0-100)"}
-    table = {"v1": "size", "v2": "size"}
-    paper_means = {
-        "v1": ("grid", "mean over (length, depth, needles) cells"),
-        "v2": ("grid", "v2: mean over (length, depth, needles) cells"),
+    paper_mean_name = {
+        "v1": "mean over (length, depth, needles) cells",
+        "v2": "v2: mean over (length, depth, needles) cells",
     }
-    comparison = {"v1": "length", "v2": "length"}
     haystack = True
     heatmap = True
-    coverage_parts = ("lengths", "depths", "needle_counts")
+    cells_by_needle_count = True
     #: The metrics the scores table lists per edition; ``strict`` has no reference-exact twin, so it is left out
     #: under ``--scoring reference``.
     SCORE_METRICS = {"v1": ("reference", "strict"), "v2": ("exact",)}
@@ -92,6 +91,9 @@ class MultiReasoning(EvalFamily):
     def score_metrics(self, spec, scoring: str) -> tuple[str, ...]:
         listed = self.SCORE_METRICS[spec.edition]
         return tuple(metric for metric in listed if scoring == "default" or metric not in self.DEFAULT_ONLY)
+
+    def coverage_parts(self, spec, seen: set[tuple]) -> list[str]:
+        return [lengths_part(spec, seen), depths_part(spec, seen), needle_counts_part(spec, seen)]
 
     def expected_cells(self, spec) -> set[tuple]:
         return {

@@ -7,6 +7,7 @@ from typing import Any
 
 from needlebench.evaluation import scoring
 from needlebench.evaluation.families.base import EvalFamily
+from needlebench.evaluation.families.cells import depths_part, lengths_part
 from needlebench.evaluation.families.hooks import MEAN, TaskTemplate, prediction, reference_prediction
 
 # --------------------------------------------------------------------------------------------- lm-eval hooks
@@ -68,15 +69,12 @@ class Single(EvalFamily):
 
     headline = {"v1": "score", "v2": "score"}
     metric_label = {"v1": "S-RT score (0-100)", "v2": "S-RT v2 score (keyword match, 0-100)"}
-    table = {"v1": "size", "v2": "size"}
-    paper_means = {
-        "v1": ("grid", "mean over (length, depth) cells"),
-        "v2": ("grid", "v2: mean over (length, depth) cells"),
-    }
-    comparison = {"v1": "length", "v2": "length"}
+    paper_mean_name = {"v1": "mean over (length, depth) cells", "v2": "v2: mean over (length, depth) cells"}
     haystack = True
     heatmap = True
-    coverage_parts = ("lengths", "depths")
+
+    def coverage_parts(self, spec, seen: set[tuple]) -> list[str]:
+        return [lengths_part(spec, seen), depths_part(spec, seen)]
 
     def expected_cells(self, spec) -> set[tuple]:
         return {(length, float(depth), 1) for length in spec.lengths for depth in spec.depths}

@@ -71,7 +71,7 @@ TEMPLATES: dict[str, TaskTemplate] = {
 
 def template_of(spec: ConfigSpec) -> TaskTemplate:
     """The base template a config's YAML includes (its family chooses by edition and variant)."""
-    return eval_family(spec.family).template(spec)
+    return eval_family(spec).template(spec)
 
 
 def template_key(spec: ConfigSpec) -> str:
@@ -81,7 +81,7 @@ def template_key(spec: ConfigSpec) -> str:
 
 def max_gen_toks_for(spec: ConfigSpec) -> int:
     """Generation budget of a config (its family's rule)."""
-    return eval_family(spec.family).max_gen_toks(spec)
+    return eval_family(spec).max_gen_toks(spec)
 
 
 def task_name(config: str) -> str:
@@ -151,7 +151,7 @@ def group_metrics(members: Iterable[EvalFamily], edition: str) -> tuple[str, ...
 
 def family_group_metrics(spec: ConfigSpec) -> tuple[str, ...]:
     """The metrics of the group of ``spec``'s family and edition (also those of an experiment's group)."""
-    return group_metrics([eval_family(spec.family)], spec.edition)
+    return group_metrics([eval_family(spec)], spec.edition)
 
 
 def task_groups() -> dict[str, TaskGroup]:
@@ -324,7 +324,7 @@ def oracle_answer(doc: Mapping[str, Any]) -> str:
     if not config:
         raise NeedlebenchError(f"row {doc.get('id')!r} names no config; an oracle answer needs the row's config")
     spec = get_config(str(config))
-    return eval_family(spec.family).oracle_answer(doc, spec)
+    return eval_family(spec).oracle_answer(doc, spec)
 
 
 # --------------------------------------------------------------------------------------------- YAML rendering

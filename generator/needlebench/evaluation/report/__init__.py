@@ -4,14 +4,17 @@ Split by job, on one sample model (:class:`~needlebench.evaluation.report.load.S
 
 * :mod:`~needlebench.evaluation.report.load`: reading lm-eval results, samples and run health into
   :class:`Sample` / :class:`TaskRun` / :class:`Results` (and ``--scoring``);
-* :mod:`~needlebench.evaluation.report.aggregate`: every mean (v1 and v2 paper means, lm-eval's row mean),
-  cells and coverage;
-* :mod:`~needlebench.evaluation.report.tables`: the tables;
+* :mod:`~needlebench.evaluation.report.aggregate`: the means across families (the per-size overall, the mean and
+  std over runs, lm-eval's row mean);
+* :mod:`~needlebench.evaluation.report.tables`: the size, experiments, scores, health and lm-eval tables, and each
+  family's own;
 * :mod:`~needlebench.evaluation.report.figures`: heatmaps and the model comparison (matplotlib, imported when drawn);
 * :mod:`~needlebench.evaluation.report.write`: Markdown, CSV, HTML and the report folder.
 
-What differs between benchmark families (headline metric per edition, grid cells, paper mean, heatmap points,
-table rows) is asked of each family's object (:mod:`needlebench.evaluation.families`), never branched on here.
+What differs between benchmark families (headline metric per edition, the shape of logged metrics, grid cells and
+coverage, paper mean, heatmap points, comparison series, a family's own tables) is asked of its object,
+``eval_family(spec)`` (:mod:`needlebench.evaluation.families`; :mod:`needlebench.evaluation.families.cells` holds
+the cells and tables both speak); no family key nor family metric is spelled here.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@
   its cells annotated with the number of runs, as Inspect NIAH reports mean and std heatmaps over runs;
 * custom configs (experiment files) are titled by their own names and drawn over their own lengths and depths;
   judged results (``needlebench judge``) are drawn with the judge's rating x 10, each row at its depth;
-* one figure comparing models: the paper score against context length (ATC: perf_4 against needle count), one
-  line per model, a panel per config.
+* one figure comparing models: each config's series (``EvalFamily.comparison_series``: the paper score against
+  context length, or what the family draws instead), one line per model, a panel per config.
 
 200 dpi PNG (and PDF on request); the colour map is viridis (monotonic in lightness, so it reads in grayscale
 and for red-green colour blindness), the lines use the Okabe-Ito palette with distinct markers and dashes.
@@ -23,21 +23,14 @@ import io
 import math
 import textwrap
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import eval_family
-from needlebench.evaluation.report.aggregate import (
-    PAPER_MEANS,
-    atc_by_category,
-    mean_or_none,
-    run_of,
-    sample_std,
-    short_number,
-)
+from needlebench.evaluation.report.aggregate import mean_or_none, run_of, sample_std, short_number
 from needlebench.evaluation.report.load import SCORING_LABEL, Results, Sample, TaskRun, entity_order, is_observed
 from needlebench.evaluation.report.safety import default_style, plain_figure_text, unique_stem
 from needlebench.safe_fs import Folder
@@ -73,7 +66,7 @@ HEATMAP_MEAN_NAME = {"v1": "paper mean", "v2": "mean per cell"}
 
 def metric_label(spec: Any) -> str:
     """The colorbar / axis label of a config's heatmap or length plot."""
-    return eval_family(spec.family).metric_label[spec.edition]
+    return eval_family(spec).metric_label[spec.edition]
 
 
 @dataclass
@@ -115,6 +108,8 @@ class Lines:
     xlabels: dict[str, str] = field(default_factory=dict)
     #: ``default`` or ``reference`` (stated in the title).
     scoring: str = "default"
+    #: What the title says of particular panels (``EvalFamily.comparison_note``), in order.
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -149,7 +144,7 @@ def run_points(spec: Any, samples: Iterable[Sample]) -> list[tuple[Any, Any, flo
     """(row, column, value, run) points: depth x length, or star index x length (the family's
     ``heatmap_points``); judged samples (and M-RT rows of a config known only from its rows) are one point at the
     row's depth."""
-    family = eval_family(spec.family)
+    family = eval_family(spec)
     per_needle = _per_needle(spec)
     return [
         (row, column, value, run_of(sample))
@@ -162,7 +157,7 @@ def _grid(run: TaskRun, cells: Iterable[tuple[Any, Any]]) -> tuple[list[Any], li
     """Rows and columns of a heatmap: the config's own lengths and depths (or star indices), plus any seen."""
     spec = run.spec
     cells = list(cells)
-    rows = sorted(set(eval_family(spec.family).heatmap_rows(spec)) | {row for row, _ in cells})
+    rows = sorted(set(eval_family(spec).heatmap_rows(spec)) | {row for row, _ in cells})
     columns = sorted(set(spec.lengths) | {column for _, column in cells})
     return rows, columns
 
@@ -192,16 +187,14 @@ def _scorer_note(run: TaskRun) -> str:
 def _paper_value(run: TaskRun, samples: Sequence[Sample]) -> Any:
     """The paper mean of the headline metric over ``samples`` of a run (a :class:`Cell`)."""
     spec = run.spec
-    family = eval_family(spec.family)
-    metric = family.headline_metric(spec)
-    key, _name = family.paper_mean(spec, metric)
-    return PAPER_MEANS[key](spec, samples, metric)
+    family = eval_family(spec)
+    return family.paper_mean(spec, samples, family.headline_metric(spec))[0]
 
 
 def build_heatmap(run: TaskRun) -> Heatmap | None:
     """The heatmap of one task run over its config's whole grid, or None for a family without one (ATC)."""
     spec = run.spec
-    family = eval_family(spec.family)
+    family = eval_family(spec)
     if not family.heatmap:
         return None
     cells: dict[tuple[Any, Any], list[float]] = defaultdict(list)
@@ -235,7 +228,7 @@ def build_std_heatmap(run: TaskRun) -> Heatmap | None:
     """The standard deviation over runs per (depth, length) cell (each run's mean in the cell; sample standard
     deviation, n - 1), cells annotated with their number of runs; None unless some cell holds two runs or more."""
     spec = run.spec
-    if not eval_family(spec.family).haystack:
+    if not eval_family(spec).haystack:
         return None
     by_run: dict[tuple[Any, Any], dict[Any, list[float]]] = defaultdict(lambda: defaultdict(list))
     for row, column, value, key in run_points(spec, run.samples):
@@ -272,32 +265,6 @@ def build_std_heatmap(run: TaskRun) -> Heatmap | None:
     )
 
 
-def needle_series(run: TaskRun) -> list[tuple[int, float, int]]:
-    """(needle count, CircularEval perf_4, whole items) of an ATC run (its open-ended variant has no perf_4)."""
-    cells = {n: cell for perf in atc_by_category(run.samples).values() for n, cell in perf.items()}
-    return [(n, cell.value, cell.n) for n, cell in sorted(cells.items()) if cell.value is not None]
-
-
-def length_series(run: TaskRun) -> list[tuple[int, float, int]]:
-    """(length, paper score at that length, rows) for a NeedleBench or Counting-Stars task run."""
-    by_length: dict[int, list[Sample]] = defaultdict(list)
-    for sample in run.samples:
-        by_length[int(sample.doc["context_length"])].append(sample)
-    series = []
-    for length, samples in sorted(by_length.items()):
-        cell = _paper_value(run, samples)
-        if cell.value is not None:
-            series.append((length, cell.value, len(samples)))
-    return series
-
-
-#: The series of the models-compared figure a family can name per edition (``EvalFamily.comparison``).
-SERIES: dict[str, Callable[[TaskRun], list[tuple[int, float, int]]]] = {
-    "length": length_series,
-    "needles": needle_series,
-}
-
-
 def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
     """Every figure of a report (nothing is drawn yet)."""
     if annotate not in ANNOTATE_CHOICES:
@@ -319,18 +286,18 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
     panels: dict[str, dict[str, list[tuple[int, float, int]]]] = defaultdict(dict)
     ylabels: dict[str, str] = {}
     xlabels: dict[str, str] = {}
+    notes: list[str] = []
     for run in results.runs:
-        family = eval_family(run.spec.family)
-        kind = family.comparison.get(run.spec.edition)
-        if kind is None:
-            continue
-        series = SERIES[kind](run)
+        family = eval_family(run.spec)
+        series = family.comparison_series(run)
         if series:
             label = run.model if run.standard else run.entity
             panels[run.spec.name][label] = series
             ylabels[run.spec.name] = JUDGE_LABEL if run.judged else metric_label(run.spec)
             if family.comparison_xlabel:
                 xlabels[run.spec.name] = family.comparison_xlabel
+            if family.comparison_note and family.comparison_note not in notes:
+                notes.append(family.comparison_note)
     if panels:
         ordered = dict(sorted(panels.items()))
         figures.append(
@@ -338,7 +305,7 @@ def plan_figures(results: Results, annotate: str = "counts") -> list[Figure]:
                 "compare_models_by_length",
                 "Models compared: score against context length",
                 "lines",
-                lines=Lines(ordered, ylabels, xlabels, results.scoring),
+                lines=Lines(ordered, ylabels, xlabels, results.scoring, notes),
             )
         )
     return figures
@@ -481,8 +448,8 @@ def _draw_lines(figure: Any, lines: Lines) -> None:
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize=6, loc="best")
     text = "Models compared: paper score against context length, one line per model (n = rows)"
-    if lines.xlabels:
-        text += "; ATC: perf_4 against needle count (n = whole items)"
+    for note in lines.notes:
+        text += f"; {note}"
     text += f"; {SCORING_LABEL[lines.scoring]}"
     figure.suptitle(plain_figure_text(textwrap.fill(text, width=max(40, int(12 * figure.get_figwidth())))), fontsize=10)
 

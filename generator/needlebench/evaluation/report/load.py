@@ -36,7 +36,9 @@ from typing import Any
 
 from needlebench.dataset.verify import MANIFEST_NAME, read_manifest
 from needlebench.errors import NeedlebenchError
-from needlebench.evaluation.families import eval_family
+from needlebench.evaluation.families import eval_family, metric_shape, per_needle_metrics
+from needlebench.evaluation.families.base import CIRCULAR, NUMBERS, RELATION_PAIR
+from needlebench.evaluation.families.cells import entity_order
 from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
 from needlebench.evaluation.judge.files import TAG_SUFFIX, read_lines, verified_judged
 from needlebench.evaluation.report.safety import (
@@ -138,6 +140,11 @@ class TaskRun:
         """Table row label: the model, plus the task name for a custom task."""
         return self.model if self.standard else f"{self.model} ({self.task})"
 
+    @property
+    def coverage(self) -> tuple[bool, str]:
+        """(complete?, text) of what part of its config the run covers (its family's ``coverage``)."""
+        return eval_family(self.spec).coverage(self)
+
 
 @dataclass
 class Results:
@@ -157,11 +164,6 @@ class Results:
 
     def entities(self) -> list[str]:
         return sorted({run.entity for run in self.runs}, key=entity_order(self.runs))
-
-
-def entity_order(runs: Sequence[TaskRun]) -> Callable[[str], tuple[Any, ...]]:
-    standard = {run.entity: run.standard for run in runs}
-    return lambda entity: (not standard.get(entity, True), entity.lower())
 
 
 def _bad(path: Path, line: int, what: str) -> NeedlebenchError:
@@ -184,13 +186,6 @@ def _response_text(record: Mapping[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
-#: Metrics logged as CircularEval tuples ``[item_id, rotation, correct]``.
-CIRCULAR_METRICS = ("perf_4", "perf_4_reference")
-#: Metrics logged as lists of numbers (with their ``_reference`` twins): Counting-Stars' score per star, M-RT's hit
-#: per needle, v2 ATC's ``(relations, score)`` pair. Every other metric is one number.
-LIST_METRICS = ("per_star", "needle_hits", "weighted")
-
-
 def _check_metrics(
     path: Path,
     line: int,
@@ -202,7 +197,8 @@ def _check_metrics(
     ``Infinity``, a score outside 0-100, in a list too) is taken out of ``metrics`` and named in ``left_out`` (the
     means go on without it, never ``nan`` nor one row's outlier)."""
     for name, value in list(metrics.items()):
-        if name in CIRCULAR_METRICS:
+        shape = metric_shape(name)  # a family's (``EvalFamily.value_shapes``); None: one number
+        if shape == CIRCULAR:
             if not (isinstance(value, list) and len(value) == 3):
                 raise _bad(
                     path,
@@ -210,7 +206,7 @@ def _check_metrics(
                     f"metric {name} is {_value(value)}, not [item_id, rotation, correct]",
                 )
             continue
-        listed = name.removesuffix(REFERENCE_SUFFIX) in LIST_METRICS
+        listed = shape in (NUMBERS, RELATION_PAIR)
         if listed != isinstance(value, list):
             raise _bad(
                 path, line, f"metric {name} is {_value(value)}, not {'a list of numbers' if listed else 'a number'}"
@@ -218,7 +214,7 @@ def _check_metrics(
         if isinstance(value, list):
             if not all(isinstance(item, (int, float)) and not isinstance(item, bool) for item in value):
                 raise _bad(path, line, f"metric {name} holds a non-number")
-            finite = all(is_finite_number(item) for item in value) and _in_range(name, value)
+            finite = all(is_finite_number(item) for item in value) and _in_range(shape, value)
         elif not isinstance(value, (int, float)) or isinstance(value, bool):
             raise _bad(path, line, f"metric {name} is {_value(value)}, not a number")
         else:
@@ -233,22 +229,21 @@ def _check_metrics(
 #: Every per-row score the needlebench hooks log is a percentage (evaluation/families/*.py: 100.0 for a hit); a value
 #: outside it (one row's 1e14 would be the headline of its cell) is left out and counted like a NaN.
 SCORE_RANGE = (0.0, 100.0)
-#: The relation count of v2 ATC's ``weighted`` pair: at most the names of the longest chain (atc_*_512).
+#: The relation count of a ``(relations, score)`` pair (v2 ATC): at most the names of the longest chain (atc_*_512).
 MAX_RELATIONS = 100_000
 
 
 def _highs(doc: Mapping[str, Any]) -> dict[str, float]:
-    """Scores a row may log above 100: M-RT's OpenCompass recall divides the hits by the distinct integer depths,
-    so a custom grid whose depths collide gives up to 100 x its needles
-    (:func:`~needlebench.evaluation.scoring.opencompass_parallel_recall`)."""
+    """Scores a row may log above 100: up to 100 per needle (keyword) of the row for the metrics a family says so
+    of (``EvalFamily.per_needle_ceiling``: M-RT's OpenCompass recall on a custom grid whose depths collide)."""
     keywords = doc.get("keywords")
-    return {"recall_reference": 100.0 * len(keywords)} if isinstance(keywords, list) else {}
+    return {name: 100.0 * len(keywords) for name in per_needle_metrics()} if isinstance(keywords, list) else {}
 
 
-def _in_range(name: str, value: list) -> bool:
-    """The items of a list metric within their range: scores per star or needle, or v2 ATC's (relations, score)."""
+def _in_range(shape: str | None, value: list) -> bool:
+    """The items of a list metric within their range: scores per star or needle, or a (relations, score) pair."""
     low, high = SCORE_RANGE
-    if name.removesuffix(REFERENCE_SUFFIX) == "weighted":
+    if shape == RELATION_PAIR:
         return len(value) == 2 and 0 <= value[0] <= MAX_RELATIONS and low <= value[1] <= high
     return all(low <= item <= high for item in value)
 
@@ -319,20 +314,14 @@ def off_grid(spec: ConfigSpec, doc: Mapping[str, Any], record: Mapping[str, Any]
             f"num_needles {_value(needles)} is not one of {spec.name}'s needle counts "
             f"({_grid_values(spec.needle_counts)})"
         )
-    stars = spec.stars
-    for name in ("per_star", "per_star" + REFERENCE_SUFFIX):
-        value = record.get(name)
-        if stars and isinstance(value, list) and len(value) > stars:
-            return f"metric {name} holds {len(value):,} star scores; {spec.name} has {stars} stars"
-    return None
+    return eval_family(spec).off_grid(spec, record)
 
 
 def _by_needle_count(spec: ConfigSpec, record: Mapping[str, Any]) -> bool:
     """Whether the report groups a config's rows by their needle count: M-RS grid cells, v1 ATC's CircularEval
     (weighted by needle count), v2 ATC's relation-weighted mean."""
     metrics = record.get("metrics")
-    cells_by_count = "needle_counts" in eval_family(spec.family).coverage_parts  # M-RS: a cell per needle count
-    return cells_by_count or "num_needles" in _required_fields(
+    return eval_family(spec).cells_by_needle_count or "num_needles" in _required_fields(
         spec, dict.fromkeys(metrics) if isinstance(metrics, list) and all(isinstance(m, str) for m in metrics) else {}
     )
 
@@ -346,16 +335,7 @@ def _check_doc(path: Path, line: int, doc: Mapping[str, Any]) -> None:
 
 def _required_fields(spec: ConfigSpec, metrics: Mapping[str, Any]) -> tuple[str, ...]:
     """The dataset-row fields the tables and figures of a config cannot do without."""
-    family = eval_family(spec.family)
-    needed: tuple[str, ...] = ()
-    if family.heatmap or "length" in family.comparison.values():
-        needed += ("context_length",)
-    table = family.table.get(spec.edition)
-    if (table == "circular_eval" and "perf_4" in metrics) or table == "relation_weighted":
-        needed += ("num_needles",)
-    if table == "relation_weighted":
-        needed += ("question_type",)
-    return needed
+    return eval_family(spec).required_fields(spec, metrics)
 
 
 def is_observed(spec: ConfigSpec) -> bool:
@@ -364,7 +344,7 @@ def is_observed(spec: ConfigSpec) -> bool:
 
 
 #: Task label (a row's ``task``) -> the haystack family whose rows of an unknown config can be binned.
-_FAMILY_OF_LABEL = {spec.task_label: spec.family for spec in registry().values() if eval_family(spec.family).haystack}
+_FAMILY_OF_LABEL = {spec.task_label: spec.family for spec in registry().values() if eval_family(spec).haystack}
 
 
 def _observable(doc: Mapping[str, Any]) -> str | None:
@@ -422,7 +402,7 @@ def observed_spec(name: str, family: str, docs: Sequence[Mapping[str, Any]]) -> 
 
 
 #: Task labels of the families whose rows keep their rule scores in a judged file (ATC, Counting-Stars).
-_RULE_LABELS = {spec.task_label for spec in registry().values() if not eval_family(spec.family).haystack}
+_RULE_LABELS = {spec.task_label for spec in registry().values() if not eval_family(spec).haystack}
 
 
 def scored_by_rule(doc: Mapping[str, Any]) -> bool:
@@ -431,13 +411,13 @@ def scored_by_rule(doc: Mapping[str, Any]) -> bool:
     sends these rows."""
     spec = registry().get(str(doc.get("config")))
     if spec is not None:
-        return not eval_family(spec.family).haystack
+        return not eval_family(spec).haystack
     return str(doc.get("task")) in _RULE_LABELS
 
 
 def _apply_judge(sample: Sample, record: Mapping[str, Any], path: Path, line: int) -> None:
     """Score a sample of a NeedleBench haystack family with its judge rating (1-10, shown as rating x 10)."""
-    family = eval_family(sample.spec.family)
+    family = eval_family(sample.spec)
     if not family.haystack:
         return  # ATC / Counting-Stars keep their rule scores (CircularEval, star lists); the judge never rates them
     judge = record.get("judge")
@@ -1028,15 +1008,15 @@ def _reported_values(
 
 def _reported_range(name: str, value: float, rows: int | None) -> bool:
     """Whether a reported number is one its metric can be: a needlebench metric (the mean of per-row scores) 0-100
-    (M-RT's ``recall_reference`` up to 100 per needle, :func:`_highs`), a run-health count a whole number from 0 to
-    the task's rows (when known), the share ``no_final_answer`` 0-1. Other lm-eval metrics (another task's
+    (a family's per-needle metrics up to 100 per needle, :func:`_highs`), a run-health count a whole number from 0
+    to the task's rows (when known), the share ``no_final_answer`` 0-1. Other lm-eval metrics (another task's
     perplexity) are shown as they are."""
     if name in HEALTH:
         if name == "no_final_answer":
             return 0 <= value <= 1
         return float(value).is_integer() and 0 <= value <= (rows if rows is not None else MAX_MAGNITUDE)
     if name in needlebench_metrics():
-        return SCORE_RANGE[0] <= value <= SCORE_RANGE[1] * (MAX_NUM_NEEDLES if name == "recall_reference" else 1)
+        return SCORE_RANGE[0] <= value <= SCORE_RANGE[1] * (MAX_NUM_NEEDLES if name in per_needle_metrics() else 1)
     return True
 
 
@@ -1044,9 +1024,7 @@ def _reported_range(name: str, value: float, rows: int | None) -> bool:
 def needlebench_metrics() -> frozenset[str]:
     """Every metric a needlebench task reports (the aggregations of each built-in config's lm-eval task)."""
     return frozenset(
-        metric
-        for spec in registry().values()
-        for metric, _aggregation in eval_family(spec.family).template(spec).aggregations
+        metric for spec in registry().values() for metric, _aggregation in eval_family(spec).template(spec).aggregations
     )
 
 
@@ -1074,7 +1052,7 @@ def _reference_twins(sample: Sample) -> dict[str, Any]:
     logged = {name: value for name, value in sample.metrics.items() if name.endswith(REFERENCE_SUFFIX)}
     if logged:
         return logged
-    hook = eval_family(sample.spec.family).template(sample.spec).hook
+    hook = eval_family(sample.spec).template(sample.spec).hook
     try:
         computed = hook(sample.doc, [sample.response])
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:

@@ -1,41 +1,34 @@
-"""The tables of ``needlebench report``: per size and edition, ATC, Counting-Stars, custom configs, per task.
+"""The tables of ``needlebench report``: per size and edition, each family's own, custom configs, per task.
 
-A family names the table builder that shows it per edition (``EvalFamily.table``, a key of :data:`TABLE_BUILDERS`);
-a family's tables are named after its key, the size tables after the size. The NeedleBench haystack families (S-RT,
-M-RT, M-RS) share one size table builder (:func:`size_table`), parametrised by the edition's weights
-(:data:`needlebench.evaluation.scoring.overall.OVERALL_WEIGHTS`) and texts (:data:`SIZE_TABLES`). Every table title
-says which scoring it shows.
+The NeedleBench haystack families (S-RT, M-RT, M-RS; ``EvalFamily.haystack``) share one size table per edition and
+size (:func:`size_table`), parametrised by the edition's weights
+(:data:`needlebench.evaluation.scoring.overall.OVERALL_WEIGHTS`) and texts (:data:`SIZE_TABLES`); the other families
+build their own from their runs of an edition (``EvalFamily.tables``: ATC's CircularEval and v2 tables,
+Counting-Stars'), named after the family's key. Every table title says which scoring it shows.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from needlebench.evaluation.families import eval_family
+from needlebench.evaluation.families import EVAL_FAMILIES, eval_family
+from needlebench.evaluation.families.cells import Table, entities
 from needlebench.evaluation.report.aggregate import (
     Cell,
-    atc_by_category,
-    atc_category_cell,
-    atc_overall_cell,
     cell_mean,
     combined_note,
-    counting_stars_cell,
     coverage_text,
     headline_metric,
     lengths_text,
     lm_eval_row_mean,
-    mean_or_none,
     noted,
     paper_mean,
     partial_note,
     partial_runs,
-    relation_weighted_cell,
-    row_mean,
-    run_coverage,
     runs_summary,
     task_overall,
 )
@@ -43,32 +36,16 @@ from needlebench.evaluation.report.load import HEALTH, SCORING_LABEL, Results, T
 from needlebench.evaluation.scoring.overall import OVERALL_WEIGHTS, overall_formula
 from needlebench.tasks.grid import SIZES, registry
 
-#: Language columns of the tables: (language, header).
-LANGUAGE_COLUMNS = (("zh", "ZH"), ("en", "EN"))
-
-
-@dataclass
-class Table:
-    """A table to write as ``<name>.md``, ``<name>.csv`` and in the HTML page."""
-
-    name: str
-    title: str
-    header: list[str]
-    rows: list[list[Any]]
-    digits: int = 2
-    note: str = ""
-
-
-def _entities(runs: Sequence[TaskRun]) -> list[str]:
-    return sorted({run.entity for run in runs}, key=entity_order(runs))
+__all__ = ["SIZE_TABLES", "Table", "build_tables", "size_table", "size_tables"]
 
 
 @cache
-def _builtin_configs() -> dict[tuple[str | None, str, str | None], list[str]]:
-    """The built-in config names by (table, edition, size): what a standard model's table row expects."""
-    groups: dict[tuple[str | None, str, str | None], list[str]] = defaultdict(list)
+def _size_table_configs() -> dict[tuple[str, str | None], list[str]]:
+    """The built-in configs of the size tables by (edition, size): what a standard model's table row expects."""
+    groups: dict[tuple[str, str | None], list[str]] = defaultdict(list)
     for spec in registry().values():
-        groups[(eval_family(spec.family).table.get(spec.edition), spec.edition, spec.size)].append(spec.name)
+        if eval_family(spec).haystack:
+            groups[(spec.edition, spec.size)].append(spec.name)
     return dict(groups)
 
 
@@ -113,7 +90,7 @@ def size_table(runs: Sequence[TaskRun], edition: str, size: str) -> Table:
         header += [f"{label} ZH", f"{label} EN", label]
     header.append("Coverage")
     rows = []
-    for entity in _entities(runs):
+    for entity in entities(runs):
         mine = [run for run in runs if run.entity == entity]
         partial = partial_runs(mine)
         parts: dict[str, dict[str, Cell]] = {}
@@ -135,7 +112,7 @@ def size_table(runs: Sequence[TaskRun], edition: str, size: str) -> Table:
             cells = {task: parts[task][column] for task in tasks}
             row.append(noted(task_overall(edition, cells), combined_note(list(cells.values()))))
         standard = all(run.standard for run in mine)
-        row.append(coverage_text(mine, _builtin_configs().get(("size", edition, size), []) if standard else []))
+        row.append(coverage_text(mine, _size_table_configs().get((edition, size), []) if standard else []))
         rows.append(row)
     return Table(
         text.name.format(size=size),
@@ -154,169 +131,6 @@ def size_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
     return [size_table(by_size[size], edition, size) for size in SIZES if by_size.get(size)]
 
 
-# --------------------------------------------------------------------------------------------- ATC
-
-
-def atc_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
-    """v1 ATC, models as rows: each CircularEval category (perf_4 per needle count weighted by needle count),
-    ATC-CE-Overall, the open-ended score per language; and perf_4 per needle count (detail table)."""
-    family = eval_family(runs[0].spec.family)
-    circular = [run for run in runs if family.category(run.spec)]
-    main_rows, detail_rows = [], []
-    counts = sorted({int(s.doc["num_needles"]) for run in circular for s in run.samples})
-    extra = [c for c in family.OTHER_CATEGORIES if any(family.category(r.spec) == c for r in circular)]
-    for entity in _entities(runs):
-        mine = [run for run in runs if run.entity == entity]
-        perf = atc_by_category([s for run in mine for s in run.samples])
-        partial = partial_runs(mine)
-        notes = {
-            category: partial_note([r for r in mine if family.category(r.spec) == category], partial)
-            for category in (*family.OVERALL_CATEGORIES, *family.OTHER_CATEGORIES)
-        }
-        categories = {
-            category: noted(atc_category_cell(perf.get(category, {})), notes[category])
-            for category in (*family.OVERALL_CATEGORIES, *extra)
-        }
-        overall = atc_overall_cell(categories, family.OVERALL_CATEGORIES)
-        overall = noted(overall, combined_note(list(categories.values())[: len(family.OVERALL_CATEGORIES)]))
-        row: list[Any] = [entity, *categories.values(), overall]
-        for language in ("en", "zh"):
-            open_runs = [r for r in mine if not family.category(r.spec) and r.spec.language == language]
-            opened = [s for r in open_runs for s in r.samples]
-            row.append(noted(row_mean(opened, family.headline[edition]), partial_note(open_runs, partial)))
-        row.append(coverage_text(mine))
-        main_rows.append(row)
-        for category, by_needles in sorted(perf.items()):
-            detail_rows.append(
-                [entity, category, *[noted(by_needles.get(n, Cell(None, 0)), notes[category]) for n in counts]]
-            )
-    tables = [
-        Table(
-            family.key,
-            "Ancestral Trace Challenge (CircularEval perf_4 per needle count, weighted by needle count; 0-100)",
-            ["Model", *family.OVERALL_CATEGORIES, *extra, "ATC-CE-Overall", "EN-Open", "ZH-Open", "Coverage"],
-            main_rows,
-            note="n = whole items (4 rotations) for CircularEval, rows for open-ended; [partial]: from part of a "
-            "config. ATC-CE-Overall is the plain mean of the four categories.",
-        )
-    ]
-    if detail_rows:
-        tables.append(
-            Table(
-                f"{family.key}_by_needles",
-                "ATC perf_4 by needle count (0-100)",
-                ["Model", "Category", *map(str, counts)],
-                detail_rows,
-                note="n = whole items; [partial]: from part of a config.",
-            )
-        )
-    return tables
-
-
-def atc_v2_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
-    """v2 ATC, models as rows: per language the score weighted by relation count over all question types and per
-    question type; and the mean per relation count (detail table)."""
-    family = eval_family(runs[0].spec.family)
-    metric = family.headline[edition]
-    languages = [lang for lang, _ in LANGUAGE_COLUMNS[::-1] if any(r.spec.language == lang for r in runs)]
-    header = ["Model"]
-    for lang in languages:
-        header += [f"{lang.upper()} weighted", *(f"{lang.upper()} {t}" for t in family.QUESTION_TYPES)]
-    header.append("Coverage")
-    relation_counts = sorted({int(s.doc["num_needles"]) for run in runs for s in run.samples})
-    main_rows, detail_rows = [], []
-    for entity in _entities(runs):
-        mine = [run for run in runs if run.entity == entity]
-        scored = [s for run in mine for s in run.samples if metric in s.metrics]
-        by_language = {lang: [s for s in scored if s.spec.language == lang] for lang in languages}
-        line: list[Any] = [entity]
-        for lang in languages:
-            line.append(relation_weighted_cell(by_language[lang], metric))
-            for question_type in family.QUESTION_TYPES:
-                of_type = [s for s in by_language[lang] if str(s.doc["question_type"]) == question_type]
-                line.append(relation_weighted_cell(of_type, metric))
-        line.append(coverage_text(mine))
-        main_rows.append(line)
-        for lang in languages:
-            if not by_language[lang]:
-                continue
-            by_relations: dict[int, list[float]] = defaultdict(list)
-            for sample in by_language[lang]:
-                by_relations[int(sample.doc["num_needles"])].append(float(sample.metrics[metric]))
-            cells = [Cell(mean_or_none(by_relations.get(n, [])), len(by_relations.get(n, []))) for n in relation_counts]
-            detail_rows.append([entity, lang.upper(), *cells])
-    return [
-        Table(
-            f"{family.key}_v2",
-            "Ancestral Trace Challenge v2 (boxed exact match, mean per relation count weighted by relation count; "
-            "0-100)",
-            header,
-            main_rows,
-            note="n = rows. 'weighted' covers all four question types; each question type is weighted by relation "
-            "count on its own rows.",
-        ),
-        Table(
-            f"{family.key}_v2_by_relations",
-            "ATC v2 mean score by relation count (0-100)",
-            ["Model", "Language", *map(str, relation_counts)],
-            detail_rows,
-            note="n = rows (all question types).",
-        ),
-    ]
-
-
-# --------------------------------------------------------------------------------------------- Counting-Stars
-
-
-def counting_stars_tables(runs: Sequence[TaskRun], edition: str) -> list[Table]:
-    """Models x (size, star count) as rows: the notebook's score of each task (mean over the star x length grid)
-    and their mean."""
-    family = eval_family(runs[0].spec.family)
-    columns = family.TABLE_COLUMNS
-    rows = []
-    keys = sorted(
-        {(run.spec.size, int(run.spec.stars or 0)) for run in runs},
-        key=lambda k: (SIZES.index(k[0]), k[1]),
-    )
-    for entity in _entities(runs):
-        for size, stars in keys:
-            mine = [r for r in runs if r.entity == entity and r.spec.size == size and int(r.spec.stars or 0) == stars]
-            if not mine:
-                continue
-            partial = partial_runs(mine)
-            chosen = [[r for r in mine if (r.spec.variant, r.spec.language) == (v, lang)] for v, lang, _ in columns]
-            cells = [
-                noted(counting_stars_cell(s for r in runs_of for s in r.samples), partial_note(runs_of, partial))
-                for runs_of in chosen
-            ]
-            present = [c.value for c in cells if c.value is not None]
-            average = noted(
-                Cell(mean_or_none(present) if len(present) == len(columns) else None, sum(c.n for c in cells)),
-                combined_note(cells),
-            )
-            rows.append([entity, size, stars, *cells, average, coverage_text(mine)])
-    return [
-        Table(
-            family.key,
-            "Counting-Stars (mean over the star x length grid, 0-1)",
-            ["Model", "Size", "Stars", *(header for _v, _l, header in columns), "Avg.", "Coverage"],
-            rows,
-            digits=3,
-            note="n = rows (one prompt of a length). Avg. = mean of the four tasks, only when all four are present.",
-        )
-    ]
-
-
-#: The table builders a family can name per edition (``EvalFamily.table``), in the order their tables are listed:
-#: each gets the runs of the families naming it for one edition, and that edition.
-TABLE_BUILDERS: dict[str, Callable[[Sequence[TaskRun], str], list[Table]]] = {
-    "size": size_tables,
-    "circular_eval": atc_tables,
-    "relation_weighted": atc_v2_tables,
-    "star_grid": counting_stars_tables,
-}
-
-
 # --------------------------------------------------------------------------------------------- every task
 
 
@@ -324,7 +138,7 @@ def scores_table(results: Results) -> Table:
     """Per task: the paper mean and lm-eval's row mean side by side, with coverage."""
     rows = []
     for run in sorted(results.runs, key=lambda r: (entity_order(results.runs)(r.entity), r.task)):
-        family = eval_family(run.spec.family)
+        family = eval_family(run.spec)
         metrics = (family.headline_metric(run.spec),) if run.judged else family.score_metrics(run.spec, run.scoring)
         for metric in metrics:
             paper, how = paper_mean(run.spec, run.samples, metric)
@@ -337,7 +151,7 @@ def scores_table(results: Results) -> Table:
                     how,
                     lm_eval_row_mean(run, metric),
                     run.scorer,
-                    run_coverage(run)[1],
+                    run.coverage[1],
                 ]
             )
     return Table(
@@ -364,7 +178,7 @@ def scores_table(results: Results) -> Table:
 def experiments_table(results: Results) -> Table | None:
     """Custom configs (experiment files, or configs known only from their samples), each under its own name:
     its grid, the scorer, the mean over grid cells and the standard deviation over runs."""
-    runs = [run for run in results.runs if run.custom and eval_family(run.spec.family).haystack]
+    runs = [run for run in results.runs if run.custom and eval_family(run.spec).haystack]
     if not runs:
         return None
     rows = []
@@ -387,7 +201,7 @@ def experiments_table(results: Results) -> Table | None:
                 std,
                 count,
                 run.unscored,
-                run_coverage(run)[1],
+                run.coverage[1],
             ]
         )
     return Table(
@@ -458,17 +272,22 @@ def health_table(results: Results) -> Table | None:
 
 
 def build_tables(results: Results) -> list[Table]:
-    """All tables with data: per size, ATC, Counting-Stars, custom configs, per-task means, run health, lm-eval's
-    own numbers."""
-    groups: dict[tuple[str, str], list[TaskRun]] = defaultdict(list)
+    """All tables with data: per size, each family's own (ATC, Counting-Stars), custom configs, per-task means, run
+    health, lm-eval's own numbers."""
+    sizes: dict[str, list[TaskRun]] = defaultdict(list)
+    own: dict[tuple[int, str], list[TaskRun]] = defaultdict(list)
+    order = list(EVAL_FAMILIES.values())
     for run in results.runs:
-        name = eval_family(run.spec.family).table.get(run.spec.edition)
-        if name:
-            groups[(name, run.spec.edition)].append(run)
-    order = list(TABLE_BUILDERS)
+        family = eval_family(run.spec)
+        if family.haystack:
+            sizes[run.spec.edition].append(run)
+        else:
+            own[(order.index(family), run.spec.edition)].append(run)
     tables: list[Table] = []
-    for name, edition in sorted(groups, key=lambda key: (order.index(key[0]), key[1])):
-        tables += TABLE_BUILDERS[name](groups[(name, edition)], edition)
+    for edition in sorted(sizes):
+        tables += size_tables(sizes[edition], edition)
+    for index, edition in sorted(own):
+        tables += order[index].tables(own[(index, edition)], edition)
     experiments = experiments_table(results)
     if experiments:
         tables.append(experiments)

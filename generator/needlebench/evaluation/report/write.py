@@ -19,6 +19,7 @@ from typing import Any
 
 from needlebench import __version__
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.families import EVAL_FAMILIES
 from needlebench.evaluation.report import figures as report_figures
 from needlebench.evaluation.report.aggregate import Cell
 from needlebench.evaluation.report.load import (
@@ -142,15 +143,19 @@ _CSS = (
 )
 
 
+def _explained(edition: str) -> str:
+    """What the families with their own tables say of their means in an edition (``EvalFamily.explanation``)."""
+    return "".join(
+        f"; {entry.explanation[edition]}" for entry in EVAL_FAMILIES.values() if edition in entry.explanation
+    )
+
+
 EXPLANATION = (
     "Headline numbers are the papers' means: NeedleBench averages per grid cell (S-RT per length and depth, "
     "M-RT per length, M-RS per length, depth and needle count; each cell the mean of its repeats) and weights the "
-    "per-size overall "
-    f"{overall_formula('v1')}; ATC is CircularEval perf_4 per needle count weighted by "
-    "needle count; Counting-Stars is the mean over the star x length grid. NeedleBench v2 results have their own "
+    f"per-size overall {overall_formula('v1')}{_explained('v1')}. NeedleBench v2 results have their own "
     "tables (needlebench_v2_<size>: each task the mean per grid cell, Overall the plain "
-    f"{overall_formula('v2')}; "
-    "atc_v2: weighted by relation count). lm-eval's own number (the mean over "
+    f"{overall_formula('v2')}{_explained('v2')}). lm-eval's own number (the mean over "
     "rows) is in the 'scores' table under 'lm-eval row mean'. n = samples behind a value; '[partial]' marks values "
     "built from part of a config ('[partial: EN only]': a both-languages value from one language); '–' is no value."
 )
