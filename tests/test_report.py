@@ -356,7 +356,7 @@ def test_two_results_files_of_one_model_keep_both_tasks(tmp_path: Path):
     }
 
 
-def test_newest_file_wins_per_model_and_task(tmp_path: Path):
+def test_newest_file_wins_per_model_and_task(tmp_path: Path, capsys):
     folder = tmp_path / "run"
     doc = single_row(prompt="p")
     old, new = "2025-01-01T00-00-00.000000", "2025-02-01T00-00-00.000000"
@@ -364,6 +364,18 @@ def test_newest_file_wins_per_model_and_task(tmp_path: Path):
     write_samples(folder, "needlebench_single_en_4k", [{"doc": doc, "score": 90.0}], date=new)
     (run,) = report.load_results([tmp_path]).runs
     assert [sample.metrics["score"] for sample in run.samples] == [90.0]
+    # which file won is said in one line, naming it; a date later than now (anyone who can write the folder picks
+    # the date in a file name) is pointed out
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1 and "1 model/task pair(s) have several samples files" in line
+    assert f"samples_needlebench_single_en_4k_{new}.jsonl" in line and "over 1 other(s)" in line
+    assert "later than now" not in line
+    future = "2099-01-01T00-00-00.000000"
+    write_samples(folder, "needlebench_single_en_4k", [{"doc": doc, "score": 0.0}], date=future)
+    report.load_results([tmp_path])
+    line = capsys.readouterr().err
+    assert f"samples_needlebench_single_en_4k_{future}.jsonl" in line and "over 2 other(s)" in line
+    assert "1 of them dated later than now" in line
 
 
 def test_models_side_by_side_named_by_pretrained_or_override(tmp_path: Path):

@@ -919,6 +919,7 @@ def load_results(
                 )
 
     newest: dict[tuple[str, str], TaskRun] = {}
+    dated: dict[tuple[str, str], list[tuple[str, Path]]] = {}
     ignored: list[Path] = []
     off: list[tuple[str, int, str]] = []
     for path in sample_files:
@@ -929,6 +930,7 @@ def load_results(
         source = same[0] if same else (candidates[-1][1] if candidates else None)
         model = model_of(parsed[source] if source else None, path.parent)
         key = (model, task)
+        dated.setdefault(key, []).append((date, path))
         if key in newest and newest[key].date >= date:
             continue
         read, expect = _judged_or_samples(path, ignored)
@@ -946,6 +948,9 @@ def load_results(
         )
     if off:
         warn(off_grid_text(off))
+    superseded = superseded_text(newest, dated)
+    if superseded:
+        warn(superseded)
     if not newest:
         raise NeedlebenchError(
             f"the samples under {', '.join(map(str, paths))} hold no needlebench task rows (rows with a known config)"
@@ -969,6 +974,27 @@ def load_results(
     ]
     runs = sorted(newest.values(), key=lambda run: (run.model.lower(), run.task))
     return Results(runs, rows, paths, left_out=left_out, ignored_judged=len(ignored), off_grid=off)
+
+
+def superseded_text(newest: Mapping[tuple[str, str], TaskRun], dated: Mapping[tuple[str, str], list]) -> str | None:
+    """The one warning line when a (model, task) has several samples files: the report takes the newest by the date
+    in its name, which whoever can write the results folder chooses (a file dated 2099 wins over the user's own
+    run), so the line names the file taken, and says so when its date is later than now."""
+    import datetime
+
+    several = sorted(key for key, files in dated.items() if len(files) > 1 and key in newest)
+    if not several:
+        return None
+    model, task = several[0]
+    run = newest[(model, task)]
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%S")
+    future = [key for key in several if newest[key].date[:19] > now]
+    later = f"; {len(future):,} of them dated later than now (first: {shown(newest[future[0]].path)})" if future else ""
+    return (
+        f"{len(several):,} model/task pair(s) have several samples files; the newest by the date in its name is "
+        f"reported (first: {model} {task}: {shown(run.path)}, over {len(dated[(model, task)]) - 1:,} other(s))"
+        f"{later}"
+    )
 
 
 def off_grid_text(off: Sequence[tuple[str, int, str]]) -> str:
