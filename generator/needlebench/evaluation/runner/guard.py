@@ -61,11 +61,7 @@ from needlebench.evaluation.runner.model_tokenizer import (
     resolve_source,
 )
 from needlebench.evaluation.runner.run_output import RunOutput
-from needlebench.evaluation.scoring.thinking import (
-    THINK_END_ENV,
-    THINK_UNCLOSED_ENV,
-    has_final_answer,
-)
+from needlebench.evaluation.scoring.thinking import has_final_answer, policy_from
 from needlebench.safe_fs import Folder
 from needlebench.sources.cache import cache_folder, cache_root
 from needlebench.tasks.grid import get_config, registry
@@ -584,7 +580,6 @@ class PreparedRun:
     preflight: Preflight | None
     args: EvalArgs
     cleanup: list[Path] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # one-line messages shown before lm-eval starts
     run: RunOutput | None = (
         None  # the private folder lm-eval writes into (:mod:`needlebench.evaluation.runner.run_output`)
@@ -599,10 +594,6 @@ def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
     output = Path(str(args.value("output_path"))) if args.value("output_path") else None
     check = preflight(args)
     prepared = PreparedRun(namespace, output, check, args)
-    if args.think_end is not None:
-        prepared.env[THINK_END_ENV] = args.think_end
-    if args.think_unclosed is not None:
-        prepared.env[THINK_UNCLOSED_ENV] = args.think_unclosed
     if check is not None and check.too_long:
         dropped = check.dropped
         samples = {task: indices for task, indices in check.keep.items() if task not in dropped}
@@ -747,7 +738,7 @@ def _write_health(prepared: PreparedRun, folder: Folder) -> dict[str, dict[str, 
             tokenizer = load_source(tok_source) if tok_source is not None else None
         except NeedlebenchError:
             tokenizer = None
-    end = args.think_end if args.think_end is not None else os.environ.get(THINK_END_ENV, "</think>")
+    end = policy_from({**args.model_args, **args.metadata}).end  # the metadata lm-eval handed the tasks
     skipped = prepared.preflight.too_long if prepared.preflight else {}
     health: dict[str, dict[str, Any]] = {}
     not_run: dict[str, dict[str, int]] = {}
