@@ -43,6 +43,14 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.harness.lm_eval_files import (
+    RESULTS_PREFIX,
+    SAMPLES_FILE_RE,
+    SAMPLES_SUFFIX,
+    health_path,
+    raw_response,
+    samples_prefix,
+)
 from needlebench.evaluation.harness.task_yaml import dump_yaml
 from needlebench.evaluation.harness.tasks import (
     TASK_PREFIX,
@@ -669,11 +677,9 @@ def _run_files(folder: Folder, prefix: str, suffix: str, inside: str = "", depth
 def _samples_file(folder: Folder, inside: str, task: str) -> str | None:
     """The newest ``samples_<task>_<date>.jsonl`` of exactly ``task`` in the folder `inside` of the run's folder
     (``..._128k`` must not match ``..._128k_m64``)."""
-    from needlebench.evaluation.report import SAMPLES_FILE_RE  # deferred: the report loads dataset (0.15 s)
-
     names = [
         name
-        for name in _run_files(folder, f"samples_{task}_", ".jsonl")
+        for name in _run_files(folder, samples_prefix(task), SAMPLES_SUFFIX)
         if name.rpartition("/")[0] == inside
         and (match := SAMPLES_FILE_RE.match(name.rpartition("/")[2]))
         and match.group("task") == task
@@ -694,15 +700,8 @@ def _responses(folder: Folder, name: str) -> list[str]:
             except (ValueError, RecursionError):
                 continue
             if isinstance(record, dict):
-                responses.append(_raw_response(record))
+                responses.append(raw_response(record))
     return responses
-
-
-def _raw_response(record: Mapping[str, Any]) -> str:
-    value: Any = record.get("resps") or ""
-    while isinstance(value, list) and value:
-        value = value[0]
-    return value if isinstance(value, str) else ""
 
 
 def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, Any]]:
@@ -719,7 +718,7 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
 
 
 def _write_health(prepared: PreparedRun, folder: Folder) -> dict[str, dict[str, Any]]:
-    results = sorted(_run_files(folder, "results_", ".json"), key=lambda name: name.rpartition("/")[2])
+    results = sorted(_run_files(folder, RESULTS_PREFIX, ".json"), key=lambda name: name.rpartition("/")[2])
     if not results:
         return {}
     results_name = results[-1]
@@ -762,8 +761,6 @@ def _write_health(prepared: PreparedRun, folder: Folder) -> dict[str, dict[str, 
         health[task] = entry
     leaf = results_name.rpartition("/")[2]
     record = {"results_file": leaf, "tasks": health, "not_run": not_run}
-    from needlebench.evaluation.report import health_path  # deferred: the report loads dataset (0.15 s)
-
     target = health_path(Path(results_name))
     text = json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n"
     folder.write_text(target.as_posix(), text)  # the run's own folder, by descriptors
