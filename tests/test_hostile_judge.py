@@ -29,7 +29,7 @@ CACHE = ".needlebench-judge-cache.jsonl"
 API_KEY = "sk-hostile-judge-key"
 JUDGE_SOURCES = [
     Path(__file__).resolve().parents[1] / "generator" / "needlebench" / "evaluation" / name
-    for name in ("judge.py", "judge_files.py")
+    for name in ("judge/command.py", "judge/files.py", "harness/lm_eval_files.py")
 ]
 
 

@@ -288,9 +288,11 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
     policy = policy_from(metadata)
     source = resolve_source(metadata)
     if source["data_dir"] is not None:
-        from needlebench.dataset.build import read_manifest, register_experiments  # deferred: card, builders (0.2 s)
+        from needlebench.dataset.build import register_experiments  # deferred: card, builders (0.2 s)
+        from needlebench.dataset.manifest import read_manifest  # deferred: as the line above
 
-        register_experiments(read_manifest(Path(source["data_dir"])))  # its experiment configs, looked up by name
+        # its experiment configs, looked up by name
+        register_experiments(read_manifest(Path(source["data_dir"]), missing_ok=True))
     spec = get_config(str(config))
     lengths = _context_length_filter(metadata.get("context_lengths"), spec)
     from needlebench.dataset.load import load_split  # deferred: the builders (0.2 s); lm-eval imports us per task

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from needlebench.dataset.verify import MANIFEST_NAME, read_manifest
+from needlebench.dataset.manifest import read_manifest
+from needlebench.dataset.verify import MANIFEST_NAME
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import eval_family
 from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
