@@ -28,8 +28,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from needlebench.errors import NeedlebenchError
 
@@ -44,9 +43,11 @@ UNCLOSED_CHOICES = ("keep", "empty")
 DEFAULT_UNCLOSED = "keep"
 
 
-@dataclass(frozen=True)
-class ThinkPolicy:
-    """What the default metrics score of a reasoning output: the end marker and the rule for an unclosed block."""
+class ThinkPolicy(NamedTuple):
+    """What the default metrics score of a reasoning output: the end marker and the rule for an unclosed block.
+
+    (A named tuple, not a dataclass: ``needlebench export-tasks`` copies this module into a ``utils.py`` that lm-eval
+    loads from its file without registering it in ``sys.modules``, where a dataclass cannot be made.)"""
 
     end: str = DEFAULT_THINK_END
     unclosed: str = DEFAULT_UNCLOSED
