@@ -49,7 +49,7 @@ from rich.console import Console
 from rich.table import Table
 
 import needlebench
-from needlebench.dataset.build import read_manifest
+from needlebench.dataset.manifest import read_manifest
 from needlebench.dataset.options import BuildOptions
 from needlebench.sources.corpus import default_english
 from needlebench.sources.haystacks import corpus_for

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
 from needlebench.evaluation.harness import tasks as harness
+from needlebench.evaluation.scoring.thinking import ThinkPolicy, set_policy
 
 NEEDLES = [
     ("The secret password of the Pellanlin Order is Brelvane Chalice.", "Brelvane Chalice"),
@@ -216,8 +216,14 @@ def star_rows(count: int, rng: random.Random, language: str) -> list[tuple[str, 
 # --------------------------------------------------------------------------------------------- counting
 
 
-def measure(rows: int, seed: int) -> list[tuple[str, str, int, int]]:
-    """(family, style, rows or items of that style, how many changed)."""
+#: The ``config`` of the generated rows: the hooks score them under the policy recorded for it.
+CONFIG = "scoring_differences"
+
+
+def measure(rows: int, seed: int, unclosed: str = "keep") -> list[tuple[str, str, int, int]]:
+    """(family, style, rows or items of that style, how many changed), the default metrics scoring an unclosed
+    reasoning block under ``unclosed`` (``keep`` or ``empty``, ``--think-unclosed`` of ``needlebench eval``)."""
+    set_policy(CONFIG, ThinkPolicy(unclosed=unclosed))
 
     rng = random.Random(seed)
     tally: dict[tuple[str, str], Counter] = defaultdict(Counter)
@@ -228,11 +234,11 @@ def measure(rows: int, seed: int) -> list[tuple[str, str, int, int]]:
     }
     for family, style, doc, output in srt_rows(rows, rng) + v2_mrs_rows(rows, rng) + open_atc_rows(rows, rng):
         hook, metric = hooks[family]
-        result = hook(doc, [output])
+        result = hook({**doc, "config": CONFIG}, [output])
         tally[(family, style)].update(total=1, changed=result[metric] != result[f"{metric}_reference"])
     for language in ("en", "zh"):
         for family, style, docs, outputs in atc_items(rows // 4 or 1, rng, language):
-            results = [harness.process_atc(doc, [output]) for doc, output in zip(docs, outputs)]
+            results = [harness.process_atc({**doc, "config": CONFIG}, [output]) for doc, output in zip(docs, outputs)]
             default = all(result["perf_4"][2] for result in results)
             reference = all(result["perf_4_reference"][2] for result in results)
             tally[(family, style)].update(total=1, changed=default != reference)
@@ -240,7 +246,7 @@ def measure(rows: int, seed: int) -> list[tuple[str, str, int, int]]:
                 total=len(results), changed=sum(r["acc"] != r["acc_reference"] for r in results)
             )
         for family, style, doc, output in star_rows(rows, rng, language):
-            result = harness.process_counting_stars(doc, [output])
+            result = harness.process_counting_stars({**doc, "config": CONFIG}, [output])
             tally[(family, style)].update(total=1, changed=result["star_score"] != result["star_score_reference"])
     return [(family, style, counts["total"], counts["changed"]) for (family, style), counts in tally.items()]
 
@@ -284,8 +290,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.rows < 4:
         parser.error(f"--rows {args.rows} is below 4; allowed: 4 or more")
-    os.environ["NEEDLEBENCH_THINK_UNCLOSED"] = args.think_unclosed
-    print(format_table(measure(args.rows, args.seed), args.markdown))
+    print(format_table(measure(args.rows, args.seed, args.think_unclosed), args.markdown))
 
 
 if __name__ == "__main__":

@@ -36,3 +36,12 @@ def chinese_corpus(cl100k):
     from needlebench.sources.haystacks import tokenized_for
 
     return tokenized_for(None, "zh", "cl100k_base", 0)
+
+
+@pytest.fixture(autouse=True)
+def _default_think_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no recorded reasoning policy: a task loaded by an earlier test (``load_dataset`` with a
+    ``think_end``/``think_unclosed`` in its metadata) does not decide how a later test's hooks score."""
+    from needlebench.evaluation.scoring import thinking
+
+    monkeypatch.setattr(thinking, "_POLICIES", {})

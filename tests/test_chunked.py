@@ -234,7 +234,7 @@ def test_resume_runs_a_chunk_again_when_scoring_options_change(
 
     assert run() == (0, 3)
     assert run() == (3, 0)
-    # --think-end and --think-unclosed reach the scorers through the environment: stored chunks were scored without
+    # --think-end and --think-unclosed reach the scorers as task metadata: stored chunks were scored without them
     assert run("--think-end", "is") == (0, 3)
     assert run("--think-end", "is") == (3, 0)  # same options: every chunk read back
     assert run("--think-end", "is", "--think-unclosed", "empty") == (0, 3)

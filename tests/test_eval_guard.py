@@ -33,6 +33,7 @@ from needlebench.evaluation.report import write_report
 from needlebench.evaluation.runner.evaluate import run_eval
 from needlebench.evaluation.runner.guard import needlebench_configs
 from needlebench.evaluation.runner.options import parse_eval
+from needlebench.evaluation.scoring import thinking
 from needlebench.evaluation.scoring.thinking import has_final_answer, reference_text, strip_reasoning
 from support import build_data, results_with_health, single_row
 from support.smollm import smollm_dir
@@ -351,7 +352,7 @@ def test_unclosed_reasoning_keep_or_empty_and_the_reference_report(data_dir: Pat
     ]
 
 
-def test_reasoning_is_stripped_before_scoring(monkeypatch: pytest.MonkeyPatch):
+def test_reasoning_is_stripped_before_scoring():
     row = single_row()
     answer = "Hidden on Emerald Island is the legendary Stardust Shard."
     closed = harness.process_single(row, [f"<think>Is it the Crimson Lotus?</think>\n{answer}"])
@@ -362,24 +363,21 @@ def test_reasoning_is_stripped_before_scoring(monkeypatch: pytest.MonkeyPatch):
     assert wrong["score"] < 20.0 and wrong["score_reference"] < 20.0
     unclosed = "<think>maybe the Stardust Shard"
     # default (keep, the OpenCompass way): an unclosed block is scored on its text
-    monkeypatch.delenv("NEEDLEBENCH_THINK_UNCLOSED", raising=False)
     assert harness.process_single(row, [unclosed]) == {"score": 100.0, "score_reference": 100.0}
-    # empty: no final answer, no credit from the default metric; the reference twin still reads the text
-    monkeypatch.setenv("NEEDLEBENCH_THINK_UNCLOSED", "empty")
+    # empty: no final answer, no credit from the default metric; the reference twin still reads the text. The policy
+    # is the task metadata's, which the loader records for the config's rows
+    thinking.set_policy(row["config"], thinking.policy_from({"think_unclosed": "empty"}))
     result = harness.process_single(row, [unclosed])
     assert result["score"] < 100.0 and result["score_reference"] == 100.0
-    monkeypatch.setenv("NEEDLEBENCH_THINK_UNCLOSED", "drop")
-    with pytest.raises(
-        NeedlebenchError, match="NEEDLEBENCH_THINK_UNCLOSED 'drop' is not allowed; allowed: keep, empty"
-    ):
-        harness.process_single(row, [unclosed])
-    monkeypatch.delenv("NEEDLEBENCH_THINK_UNCLOSED")
+    assert harness.process_single({**row, "config": "other"}, [unclosed])["score"] == 100.0  # another config: keep
+    with pytest.raises(NeedlebenchError, match="metadata think_unclosed 'drop' is not allowed; allowed: keep, empty"):
+        thinking.policy_from({"think_unclosed": "drop"})
+    with pytest.raises(NeedlebenchError, match="metadata think_end 3 is not a string"):
+        thinking.policy_from({"think_end": 3})
     assert not has_final_answer("<think>maybe") and has_final_answer("plain answer")
-    monkeypatch.setenv("NEEDLEBENCH_THINK_END", "[/REASON]")
-    assert strip_reasoning("[REASON]x[/REASON] final") == "final"
-    assert strip_reasoning("<think>a</think>b") == "<think>a</think>b"
-    monkeypatch.setenv("NEEDLEBENCH_THINK_END", "")
-    assert strip_reasoning("<think>a</think>b") == "<think>a</think>b"
+    assert strip_reasoning("[REASON]x[/REASON] final", "[/REASON]") == "final"
+    assert strip_reasoning("<think>a</think>b", "[/REASON]") == "<think>a</think>b"
+    assert strip_reasoning("<think>a</think>b", "") == "<think>a</think>b"
 
 
 def test_reference_text_is_opencompass_extract_non_reasoning_content():

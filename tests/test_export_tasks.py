@@ -146,11 +146,12 @@ def test_export_writes_the_in_tree_folder(exported: Path):
         "### Checklist",
     ):
         assert heading in readme
-    # the README states the scoring the exported hooks apply: the default unclosed-reasoning policy, the
-    # environment variables, and the reference twins to quote beside published numbers
+    # the README states the scoring the exported hooks apply: the default unclosed-reasoning policy, where another
+    # policy is chosen, and the reference twins to quote beside published numbers
     from needlebench.evaluation.scoring import thinking
 
-    assert thinking.THINK_END_ENV in readme and thinking.THINK_UNCLOSED_ENV in readme
+    assert f"`{thinking.THINK_END_KEY}`" in readme and f"`{thinking.THINK_UNCLOSED_KEY}`" in readme
+    assert "NEEDLEBENCH_THINK" not in readme
     assert "scored on its whole text" in readme and thinking.DEFAULT_UNCLOSED == "keep"
     assert "quote the `*_reference` metrics" in readme
     # the declared requirements are the package's own, with its bounds

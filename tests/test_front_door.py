@@ -373,7 +373,7 @@ def test_every_cell_loads_with_datasets(cell: tuple[Build, str], built: dict[str
     import datasets
 
     build, config = cell
-    from needlebench.dataset.verify import read_manifest
+    from needlebench.dataset.manifest import read_manifest
 
     split = datasets.load_dataset(str(built[build.id]), config, split="test")
     spec = spec_of(config)

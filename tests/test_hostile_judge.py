@@ -28,8 +28,8 @@ DATE = "2026-01-01T00-00-00.000000"
 CACHE = ".needlebench-judge-cache.jsonl"
 API_KEY = "sk-hostile-judge-key"
 JUDGE_SOURCES = [
-    Path(__file__).resolve().parents[1] / "generator" / "needlebench" / "evaluation" / "judge" / name
-    for name in ("command.py", "files.py")
+    Path(__file__).resolve().parents[1] / "generator" / "needlebench" / "evaluation" / name
+    for name in ("judge/command.py", "judge/files.py", "harness/lm_eval_files.py")
 ]
 
 

@@ -25,6 +25,7 @@ from needlebench.evaluation.scoring import (
     notebook_star_scores,
     opencompass_first_option,
     star_scores,
+    thinking,
 )
 from needlebench.evaluation.scoring.reference import NOTEBOOK_KEYS
 from needlebench.evaluation.scoring.thinking import reference_text
@@ -56,14 +57,15 @@ def _atc_row(answer_letter: str = "A", language: str = "zh") -> dict:
 # --------------------------------------------------------------------------------------------- <think>
 
 
-def test_unclosed_think_block_issue_example(monkeypatch: pytest.MonkeyPatch):
+def test_unclosed_think_block_issue_example():
     """The issue's example: the keyword inside a block never closed. The reference (raw text, or OpenCompass's
     extract_non_reasoning_content, which keeps an unclosed block) finds the keyword: 100."""
     output = f"<think>I recall that {NEEDLE} so the answer"
-    monkeypatch.setenv("NEEDLEBENCH_THINK_UNCLOSED", "empty")
-    assert harness.process_single(_srt_row(), [output]) == {"score": 0.0, "score_reference": 100.0}
-    monkeypatch.setenv("NEEDLEBENCH_THINK_UNCLOSED", "keep")
-    assert harness.process_single(_srt_row(), [output]) == {"score": 100.0, "score_reference": 100.0}
+    row = _srt_row()
+    thinking.set_policy(row["config"], thinking.ThinkPolicy(unclosed="empty"))
+    assert harness.process_single(row, [output]) == {"score": 0.0, "score_reference": 100.0}
+    thinking.set_policy(row["config"], thinking.ThinkPolicy(unclosed="keep"))
+    assert harness.process_single(row, [output]) == {"score": 100.0, "score_reference": 100.0}
 
 
 def test_closed_think_block_is_removed_for_both():
@@ -74,10 +76,10 @@ def test_closed_think_block_is_removed_for_both():
     assert result["score"] == result["score_reference"] < 20.0
 
 
-def test_v2_boxed_answer_inside_an_unclosed_block(monkeypatch: pytest.MonkeyPatch):
+def test_v2_boxed_answer_inside_an_unclosed_block():
     row = fixture_row("v2_multi_reasoning_en_4k", answer="Carol Adams")
     output = "<think>so the eldest is \\boxed{Carol Adams}"
-    monkeypatch.setenv("NEEDLEBENCH_THINK_UNCLOSED", "empty")
+    thinking.set_policy(row["config"], thinking.ThinkPolicy(unclosed="empty"))
     assert harness.process_multi_reasoning_v2(row, [output]) == {"exact": 0.0, "exact_reference": 100.0}
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from hub_server import make_dataset_folder
 from needlebench.dataset import build, verify, writer
-from needlebench.dataset.verify import read_manifest, verify_folder
+from needlebench.dataset.manifest import read_manifest
+from needlebench.dataset.verify import verify_folder
 from needlebench.errors import NeedlebenchError
 
 REAL_CONFIG = "single_en_4k"
@@ -133,15 +134,32 @@ def test_bad_manifests_are_one_line_errors(folder: Path, change, needle: str) ->
     assert needle in str(excinfo.value) and "\n" not in str(excinfo.value)
 
 
-def test_manifest_reading_is_the_builders(folder: Path) -> None:
+def test_one_manifest_reader_for_every_folder_reader(folder: Path, tmp_path: Path) -> None:
+    """``read_manifest`` is the one reader (build, verify, publish, report, eval): a malformed manifest is the same
+    one-line error whether a missing manifest is allowed or not; only a folder without one differs (None or an
+    error)."""
+    for reader in (build, verify):  # the modules read through it, keeping no reader of their own
+        assert not hasattr(reader, "read_manifest") or reader.read_manifest is read_manifest
     path = folder / "needlebench.json"
-    for text in ("{not json", '{"format": "other"}', "[1, 2]"):
+    good = path.read_text()
+    recipe = json.loads(good)
+    recipe["recipe"]["release_seed"] = "one"
+    for text in ("{not json", '{"format": "other"}', "[1, 2]", json.dumps(recipe)):
         path.write_text(text)
-        with pytest.raises(NeedlebenchError) as ours:
+        with pytest.raises(NeedlebenchError) as required:
             read_manifest(folder)
-        with pytest.raises(NeedlebenchError) as builders:
-            build.read_manifest(folder)
-        assert str(ours.value) == str(builders.value) and "\n" not in str(ours.value)
+        with pytest.raises(NeedlebenchError) as optional:
+            read_manifest(folder, missing_ok=True)
+        assert str(required.value) == str(optional.value) and "\n" not in str(required.value)
+        assert str(path) in str(required.value)
+    path.write_text(good)
+    assert read_manifest(folder) == read_manifest(folder, missing_ok=True) == json.loads(good)
+    for empty in (tmp_path / "empty", tmp_path / "absent"):
+        if empty.name == "empty":
+            empty.mkdir()
+        assert read_manifest(empty, missing_ok=True) is None
+        with pytest.raises(NeedlebenchError, match="needlebench build|not a needlebench dataset"):
+            read_manifest(empty)
     path.write_bytes(b'{"format": "needlebench-dataset", "x": "\xff"}')
     with pytest.raises(NeedlebenchError) as excinfo:
         read_manifest(folder)

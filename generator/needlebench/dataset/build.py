@@ -25,10 +25,11 @@ from tqdm import tqdm
 from needlebench import __version__, interrupts
 from needlebench.dataset import replace
 from needlebench.dataset.card import warm_up
+from needlebench.dataset.manifest import read_manifest
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.replace import CARD, recover, report_foreign
 from needlebench.dataset.rows import iter_rows
-from needlebench.dataset.safe_folder import FORMAT, MANIFEST, check_no_links, read_manifest_file
+from needlebench.dataset.safe_folder import FORMAT, MANIFEST, check_no_links
 from needlebench.dataset.size_guard import check_size
 from needlebench.dataset.writer import (
     ShardStats,
@@ -52,7 +53,7 @@ FORMAT_VERSION = 1
 KILL_WORKER_ENV = "NEEDLEBENCH_TEST_KILL_WORKER"
 _CHARS_PER_TOKEN = {"en": 4, "zh": 2}
 
-__all__ = ["BuildOptions", "build_dataset", "fingerprint_files", "read_manifest", "register_experiments", "shard_plan"]
+__all__ = ["BuildOptions", "build_dataset", "fingerprint_files", "register_experiments", "shard_plan"]
 
 
 @dataclass(frozen=True)
@@ -128,13 +129,6 @@ def _build_shard(shard: Shard, options: BuildOptions, folder: Folder | str, over
     return write_shard(rows, spec.schema_family, path, group_rows, options.compression, overlap=overlap)
 
 
-def read_manifest(folder: Path) -> dict | None:
-    """The folder's manifest, or None when it has none; a manifest that is not needlebench's, a malformed one
-    (checked field by field) or one naming a file outside the folder or through a link is a one-line error
-    (:mod:`.safe_folder`). Its experiment configs are not registered: :func:`register_experiments` does that."""
-    return read_manifest_file(Path(folder))
-
-
 def register_experiments(manifest: dict | None, keep: Iterable[str] = ()) -> None:
     """Make the experiment configs a manifest records resolvable by name (:func:`get_config`); the configs named
     in `keep` stay as registered (a build writing a new version of an experiment the folder holds)."""
@@ -157,7 +151,7 @@ def _check_out_dir(out: Folder, options: BuildOptions, overwrite: bool) -> dict 
     if out.is_file(CARD) and not out.exists(MANIFEST) and ours:
         recover(out)  # a first build into the folder was killed after its commit: finish it
         ours = set(replace.leftover_names(out))
-    manifest = read_manifest(out_dir)
+    manifest = read_manifest(out_dir, missing_ok=True)
     if manifest is None:
         others = [name for name in out.listdir() if name not in ours]
         if others:
@@ -168,7 +162,7 @@ def _check_out_dir(out: Folder, options: BuildOptions, overwrite: bool) -> dict 
         recover(out)
         return None
     recover(out)
-    manifest = read_manifest(out_dir)
+    manifest = read_manifest(out_dir, missing_ok=True)
     if overwrite:
         return manifest
     recorded = {key: value for key, value in manifest.get("recipe", {}).items() if key != "corpora"}

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from needlebench.dataset.build import register_experiments
 from needlebench.dataset.card import ordered_configs, render_card
+from needlebench.dataset.manifest import read_manifest
 from needlebench.dataset.replace import recover_before_reading
 from needlebench.dataset.safe_folder import FORMAT, MAX_MANIFEST_BYTES, check_targets, parse_json
 from needlebench.dataset.verify import (
@@ -38,7 +39,6 @@ from needlebench.dataset.verify import (
     check_files,
     check_repo_id,
     file_difference,
-    read_manifest,
 )
 from needlebench.errors import NeedlebenchError
 from needlebench.markdown import md_escape

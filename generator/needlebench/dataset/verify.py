@@ -35,11 +35,10 @@ from typing import IO, Any
 
 from needlebench.dataset.build import MANIFEST as MANIFEST_NAME
 from needlebench.dataset.build import BuildOptions, build_dataset, register_experiments
-from needlebench.dataset.build import read_manifest as read_build_manifest
 from needlebench.dataset.card import data_files_pattern, is_loaded_file
-from needlebench.dataset.options import RecipeError, check_recipe
+from needlebench.dataset.manifest import read_manifest
+from needlebench.dataset.options import RecipeError
 from needlebench.dataset.replace import recover_before_reading
-from needlebench.dataset.safe_folder import check_manifest
 from needlebench.dataset.writer import fingerprint_files
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder, opened
@@ -55,35 +54,9 @@ __all__ = [
     "check_repo_id",
     "fingerprint_files",
     "loaded_files",
-    "read_manifest",
     "verify_folder",
     "verify_repo",
 ]
-
-
-def validate_manifest(manifest: Mapping[str, Any], where: str, root: Path | None = None) -> dict[str, Any]:
-    """Check a needlebench manifest: its schema field by field and its file names
-    (:func:`needlebench.dataset.safe_folder.check_manifest`, against the folder `root` when given), then its recipe.
-    """
-    check_manifest(manifest, where, root)
-    try:
-        check_recipe(manifest.get("recipe", {}))
-    except RecipeError as error:
-        raise NeedlebenchError(f"{where} is invalid: {error}") from None
-    return dict(manifest)
-
-
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """The validated manifest of a dataset folder; a one-line error when the folder is not a needlebench dataset.
-    Its experiment configs are not registered (:func:`needlebench.dataset.build.register_experiments`)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise NeedlebenchError(f"dataset folder {folder} does not exist; give a folder written by `needlebench build`")
-    path = folder / MANIFEST_NAME
-    manifest = read_build_manifest(folder)
-    if manifest is None:
-        raise NeedlebenchError(f"{folder} is not a needlebench dataset: it has no {MANIFEST_NAME}")
-    return validate_manifest(manifest, str(path), folder)
 
 
 def select_configs(manifest: Mapping[str, Any], configs: Iterable[str] | None, where: str) -> list[str]:

@@ -7,11 +7,13 @@ reaches a config's evaluation half through :func:`eval_family`.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from needlebench.evaluation.families import atc, counting_stars, multi_reasoning, multi_retrieval, single
 from needlebench.evaluation.families.base import EvalFamily
 from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
+from needlebench.tasks.grid import registry
 
 if TYPE_CHECKING:
     from needlebench.tasks.grid import ConfigSpec
@@ -42,3 +44,19 @@ def _value_shapes() -> dict[str, str]:
 def per_needle_metrics() -> frozenset[str]:
     """Metrics a row may log up to 100 per needle (``EvalFamily.per_needle_ceiling``)."""
     return frozenset(name for entry in EVAL_FAMILIES.values() for name in entry.per_needle_ceiling)
+
+
+@functools.cache
+def _rule_labels() -> frozenset[str]:
+    """Task labels of the families whose rows keep their rule scores in a judged file (ATC, Counting-Stars)."""
+    return frozenset(spec.task_label for spec in registry().values() if not eval_family(spec).haystack)
+
+
+def scored_by_rule(doc: Mapping[str, Any]) -> bool:
+    """Whether a logged row keeps its rule score whatever a judge says of it: a row of an ATC or Counting-Stars
+    config (built in, or labelled so in its ``task`` column). ``needlebench judge`` never sends these rows and
+    ``needlebench report`` never applies a judge rating to them."""
+    spec = registry().get(str(doc.get("config")))
+    if spec is not None:
+        return not eval_family(spec).haystack
+    return str(doc.get("task")) in _rule_labels()

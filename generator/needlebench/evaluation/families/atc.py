@@ -36,8 +36,8 @@ def process_atc(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any
     """Multiple-choice ATC: per-row accuracy (0/100) and the CircularEval tuple ``(item_id, rotation, correct)``;
     the ``_reference`` twins read the option with OpenCompass's ``first_option_postprocess``."""
     item, rotation = str(doc["item_id"]), str(doc["rotation"])
-    correct = atc_choice_correct(doc, prediction(results))
-    reference = scoring.atc_reference_correct(reference_prediction(results), str(doc["answer_letter"]))
+    correct = atc_choice_correct(doc, prediction(doc, results))
+    reference = scoring.atc_reference_correct(reference_prediction(doc, results), str(doc["answer_letter"]))
     return {
         "acc": 100.0 if correct else 0.0,
         "perf_4": (item, rotation, correct),
@@ -50,16 +50,16 @@ def process_atc_open(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str
     """Open-ended ATC: 100 when the extracted final name is the eldest ancestor, else 0; the reference twin is the
     S-RT evaluator with the name as needle and keyword."""
     return {
-        "score": scoring.open_answer_score(prediction(results), doc["answer"]),
-        "score_reference": scoring.open_atc_reference_score(reference_prediction(results), str(doc["answer"])),
+        "score": scoring.open_answer_score(prediction(doc, results), doc["answer"]),
+        "score_reference": scoring.open_atc_reference_score(reference_prediction(doc, results), str(doc["answer"])),
     }
 
 
 def process_atc_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
     """v2 ATC: boxed exact match (0/100) and the ``(relations, score)`` pair of the relation-weighted score."""
     relations = int(doc["num_needles"])
-    score = scoring.boxed_exact_score(prediction(results), doc["answer"])
-    reference = scoring.boxed_exact_score(reference_prediction(results), doc["answer"])
+    score = scoring.boxed_exact_score(prediction(doc, results), doc["answer"])
+    reference = scoring.boxed_exact_score(reference_prediction(doc, results), doc["answer"])
     return {
         "accuracy": score,
         "weighted": (relations, score),

@@ -75,8 +75,8 @@ def counting_stars_reference_scores(doc: Mapping[str, Any], text: str) -> list[f
 def process_counting_stars(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
     """Counting-Stars: the row score (mean over stars, 0..1) and the per-star scores kept for heatmaps, and
     their reference twins (the notebook's parse-and-score rule)."""
-    stars = counting_stars_star_scores(doc, prediction(results))
-    reference = counting_stars_reference_scores(doc, reference_prediction(results))
+    stars = counting_stars_star_scores(doc, prediction(doc, results))
+    reference = counting_stars_reference_scores(doc, reference_prediction(doc, results))
     return {
         "star_score": math.fsum(stars) / len(stars) if stars else 0.0,
         "per_star": stars,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from needlebench.evaluation.scoring.thinking import reference_text, strip_reasoning
+from needlebench.evaluation.scoring.thinking import policy_for, reference_text, strip_reasoning
 
 #: A ``process_results`` hook: (row, lm-eval's results) -> metrics of the row.
 Hook = Callable[[Mapping[str, Any], Sequence[Any]], dict[str, Any]]
@@ -72,16 +72,19 @@ def output_text(results: Sequence[Any]) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def prediction(results: Sequence[Any]) -> str:
-    """The text the default metrics score: the output with its reasoning (``<think>...</think>``) stripped, see
-    :func:`needlebench.evaluation.scoring.thinking.strip_reasoning`."""
-    return strip_reasoning(output_text(results))
+def prediction(doc: Mapping[str, Any], results: Sequence[Any]) -> str:
+    """The text the default metrics score: the output with its reasoning (``<think>...</think>``) stripped under the
+    row's policy (the task metadata's ``think_end``/``think_unclosed``), see
+    :func:`needlebench.evaluation.scoring.thinking.strip_reasoning` and ``policy_for``."""
+    policy = policy_for(doc)
+    return strip_reasoning(output_text(results), policy.end, policy.unclosed)
 
 
-def reference_prediction(results: Sequence[Any]) -> str:
+def reference_prediction(doc: Mapping[str, Any], results: Sequence[Any]) -> str:
     """The text the ``*_reference`` metrics score: what OpenCompass's reasoning-model configs hand the evaluators
-    (:func:`needlebench.evaluation.scoring.thinking.reference_text`; the raw output when it has no reasoning marker)."""
-    return reference_text(output_text(results))
+    (:func:`needlebench.evaluation.scoring.thinking.reference_text` with the row's end marker; the raw output when it
+    has no reasoning marker)."""
+    return reference_text(output_text(results), policy_for(doc).end)
 
 
 def agg_flat_mean(items: Iterable[Sequence[float]]) -> float:

@@ -16,20 +16,20 @@ from needlebench.evaluation.families.hooks import MEAN, TaskTemplate, prediction
 def process_multi_reasoning(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
     """M-RS: the reference keyword score and the strict (whole answer contained) score, both 0..100, and the
     keyword score on the reference's text (``reference_reference``)."""
-    text = prediction(results)
+    text = prediction(doc, results)
     answer, language = doc["answer"], doc["language"]
     return {
         "reference": scoring.reasoning_reference_score(text, answer, language),
         "strict": scoring.reasoning_strict_score(text, answer, language),
-        "reference_reference": scoring.reasoning_reference_score(reference_prediction(results), answer, language),
+        "reference_reference": scoring.reasoning_reference_score(reference_prediction(doc, results), answer, language),
     }
 
 
 def process_multi_reasoning_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
     """v2 M-RS: 100 when the last ``\\boxed{}`` of the prediction, cleaned, is the eldest name."""
     return {
-        "exact": scoring.boxed_exact_score(prediction(results), doc["answer"]),
-        "exact_reference": scoring.boxed_exact_score(reference_prediction(results), doc["answer"]),
+        "exact": scoring.boxed_exact_score(prediction(doc, results), doc["answer"]),
+        "exact_reference": scoring.boxed_exact_score(reference_prediction(doc, results), doc["answer"]),
     }
 
 

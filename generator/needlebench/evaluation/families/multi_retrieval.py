@@ -28,7 +28,7 @@ def process_multi_retrieval(doc: Mapping[str, Any], results: Sequence[Any]) -> d
     reference twins (the recall as OpenCompass averages it: per distinct integer depth of the row's requested
     depths, :func:`~needlebench.evaluation.scoring.opencompass_parallel_recall`; rows without them, plain recall)."""
     keywords = list(doc["keywords"])
-    text, reference = prediction(results), reference_prediction(results)
+    text, reference = prediction(doc, results), reference_prediction(doc, results)
     depths = doc.get("requested_depths")
     if depths is not None and len(depths) == len(keywords):
         recall_reference = scoring.opencompass_parallel_recall(reference, keywords, depths)

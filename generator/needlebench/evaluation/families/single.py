@@ -18,8 +18,8 @@ def process_single(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, 
     needle = doc["needles"][0] if doc["needles"] else ""
     keyword = doc["keywords"][0] if doc["keywords"] else ""
     return {
-        "score": scoring.single_retrieval_score(prediction(results), needle, keyword),
-        "score_reference": scoring.single_retrieval_score(reference_prediction(results), needle, keyword),
+        "score": scoring.single_retrieval_score(prediction(doc, results), needle, keyword),
+        "score_reference": scoring.single_retrieval_score(reference_prediction(doc, results), needle, keyword),
     }
 
 
@@ -27,8 +27,8 @@ def process_single_v2(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[st
     """v2 S-RT: 100 when the answer keyword is in the prediction, else 0 (and its reference twin)."""
     keyword = doc["keywords"][0] if doc["keywords"] else ""
     return {
-        "score": scoring.single_retrieval_v2_score(prediction(results), keyword),
-        "score_reference": scoring.single_retrieval_v2_score(reference_prediction(results), keyword),
+        "score": scoring.single_retrieval_v2_score(prediction(doc, results), keyword),
+        "score_reference": scoring.single_retrieval_v2_score(reference_prediction(doc, results), keyword),
     }
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from needlebench.dataset.build import register_experiments
-from needlebench.dataset.verify import read_manifest
+from needlebench.dataset.manifest import read_manifest
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness.task_yaml import dump_yaml
 from needlebench.evaluation.harness.tasks import (

@@ -7,9 +7,10 @@ oracle answers) is asked of the family objects (:mod:`needlebench.evaluation.fam
   source: ``data_dir`` (a local folder built by ``needlebench build``), ``data_repo`` + ``data_revision`` (a Hub
   dataset), or neither (rows are built on the fly from the pinned release seed). ``context_lengths`` keeps only
   rows of the given grid lengths; ``subset`` keeps that many rows stratified over the grid (see
-  :mod:`needlebench.evaluation.harness.subset`). The Hub keys carry a ``data_`` prefix because model args share the
-  namespace
-  (``hf`` and ``vllm`` take ``pretrained`` and ``revision``).
+  :mod:`needlebench.evaluation.harness.subset`); ``think_end`` and ``think_unclosed`` choose how reasoning is
+  stripped before scoring (:mod:`needlebench.evaluation.scoring.thinking`: the loader records the policy for the
+  hooks). The Hub keys carry a ``data_`` prefix because model args share the namespace (``hf`` and ``vllm`` take
+  ``pretrained`` and ``revision``).
 * :func:`hooks` maps every name the task YAMLs call (``!function utils.<name>``) to its function: the loader, each
   family's ``process_*`` hooks, returning the metrics of one row (the default metrics and, beside each, its
   reference-exact twin ``<metric>_reference``, the row scored as the reference code scores it, see
@@ -36,6 +37,7 @@ from needlebench.evaluation.families.base import EvalFamily
 from needlebench.evaluation.families.hooks import MEAN, REFERENCE_SUFFIX, TaskTemplate, reference_metric
 from needlebench.evaluation.harness.subset import SUBSET_KEY, parse_subset, select_subset
 from needlebench.evaluation.harness.task_yaml import dump_yaml, function
+from needlebench.evaluation.scoring.thinking import policy_from, set_policy
 from needlebench.tasks.grid import SIZES, ConfigSpec, get_config, registry
 
 __all__ = [
@@ -273,7 +275,9 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
     """lm-eval ``custom_dataset`` hook: ``{"test": rows of the task's config}``.
 
     ``metadata`` is the task metadata (``needlebench_config``, ``version``) merged with ``--metadata`` and
-    ``--model_args``; see :func:`resolve_source` for the data-source keys.
+    ``--model_args``; see :func:`resolve_source` for the data-source keys. The reasoning policy of the metadata
+    (``think_end``, ``think_unclosed``) is recorded for the config's rows, which the ``process_results`` hooks
+    score under it (:func:`needlebench.evaluation.scoring.thinking.policy_for`).
     """
     config = metadata.get("needlebench_config")
     if not config:
@@ -281,11 +285,14 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
             "task metadata has no needlebench_config; use the YAMLs of harness_tasks/needlebench "
             "(regenerate them with scripts/gen_harness_tasks.py)"
         )
+    policy = policy_from(metadata)
     source = resolve_source(metadata)
     if source["data_dir"] is not None:
-        from needlebench.dataset.build import read_manifest, register_experiments  # deferred: card, builders (0.2 s)
+        from needlebench.dataset.build import register_experiments  # deferred: card, builders (0.2 s)
+        from needlebench.dataset.manifest import read_manifest  # deferred: as the line above
 
-        register_experiments(read_manifest(Path(source["data_dir"])))  # its experiment configs, looked up by name
+        # its experiment configs, looked up by name
+        register_experiments(read_manifest(Path(source["data_dir"]), missing_ok=True))
     spec = get_config(str(config))
     lengths = _context_length_filter(metadata.get("context_lengths"), spec)
     from needlebench.dataset.load import load_split  # deferred: the builders (0.2 s); lm-eval imports us per task
@@ -294,6 +301,7 @@ def load_dataset(**metadata: Any) -> dict[str, Any]:
     if lengths is not None:
         split = split.filter(lambda row: int(row["context_length"]) in lengths)
     split = select_subset(split, parse_subset(metadata.get(SUBSET_KEY)), spec.name)
+    set_policy(spec.name, policy)
     remember_split(split)
     return {"test": split}
 

@@ -171,10 +171,11 @@ def render_readme(repo: str, revision: str, yamls: Mapping[str, Mapping[str, Any
         "",
         "NeedleBench metrics are on 0-100 like the reference implementation, Counting-Stars metrics on 0-1 like the"
         " paper. Reasoning (`<think> ... </think>`) is stripped before scoring: the default metrics score the text"
-        f" after the last `{thinking.DEFAULT_THINK_END}`; the environment variable `{thinking.THINK_END_ENV}` names"
-        " another end marker, and an empty value turns this off. An output that opened a reasoning block and never"
-        f" closed it is scored on {_UNCLOSED_TEXT[thinking.DEFAULT_UNCLOSED]} by default"
-        f" (`{thinking.THINK_UNCLOSED_ENV}`: {', '.join(f'`{c}`' for c in thinking.UNCLOSED_CHOICES)}).",
+        f" after the last `{thinking.DEFAULT_THINK_END}`, and an output that opened a reasoning block and never"
+        f" closed it is scored on {_UNCLOSED_TEXT[thinking.DEFAULT_UNCLOSED]}. lm-eval's `think_end_token` model"
+        " argument (`hf`, `vllm`, API models) strips at another marker inside the model. The needlebench package's"
+        f" own task folder reads the policy from the task metadata (`--metadata` keys `{thinking.THINK_END_KEY}`,"
+        f" `{thinking.THINK_UNCLOSED_KEY}`: {', '.join(f'`{c}`' for c in thinking.UNCLOSED_CHOICES)}).",
         "",
         "Every metric has a reference-exact twin `<metric>_reference`, scored as the reference code scores"
         " (OpenCompass's NeedleBench evaluators and postprocessors, with closed `<think>` blocks removed as its"

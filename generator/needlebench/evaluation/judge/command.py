@@ -8,7 +8,7 @@ retried with bounded exponential backoff. Every reply of the judge model is a ve
 (``.needlebench-judge-cache.jsonl`` in the results folder, keyed by judge model and the three texts), so an
 interrupted run resumes where it stopped; a request that never got a reply is not cached, its row stays unjudged
 and a rerun asks again. ATC and Counting-Stars rows are never sent: the report keeps their rule scores whatever a
-judge says (:func:`needlebench.evaluation.report.load.scored_by_rule`). For each ``samples_<task>_<date>.jsonl`` with
+judge says (:func:`needlebench.evaluation.families.scored_by_rule`). For each ``samples_<task>_<date>.jsonl`` with
 rows to judge, all with a verdict, the judged samples are written beside it as
 ``judged_samples_<task>_<date>.jsonl``: the original record plus ``judge`` (``score`` 1-10 or null when the judge
 never gave a usable rating, ``model``, ``reply``, ``endpoint``), with its tag
@@ -38,10 +38,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.families import scored_by_rule
+from needlebench.evaluation.harness.lm_eval_files import JUDGED_PREFIX, SAMPLES_RE, response_text
 from needlebench.evaluation.judge.files import (
     CACHE_NAME,
-    JUDGED_PREFIX,
-    SAMPLES_RE,
     JudgeCache,
     find_samples,
     iter_samples,
@@ -352,16 +352,6 @@ async def _ask(client, endpoint: Endpoint, config: JudgeConfig, prompt: str) -> 
     raise failure
 
 
-def _answer_of(sample: dict) -> str:
-    for key in ("filtered_resps", "resps"):
-        value = sample.get(key)
-        while isinstance(value, list) and value:
-            value = value[0]
-        if isinstance(value, str):
-            return value
-    return ""
-
-
 def _cache_key(model: str, question: str, reference: str, answer: str) -> str:
     payload = json.dumps([model, question, reference, answer], ensure_ascii=False)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
@@ -446,14 +436,12 @@ def _judge_folder(root: Folder, config: JudgeConfig, progress: bool) -> dict:
 def _texts(sample: dict) -> tuple[str, str, str]:
     """The question, reference answer and model answer of a logged sample."""
     doc = sample.get("doc", {})
-    return str(doc.get("question", "")), str(doc.get("answer", "")), _answer_of(sample)
+    return str(doc.get("question", "")), str(doc.get("answer", "")), response_text(sample)
 
 
 def _row_key(sample: dict, model: str) -> str | None:
     """The cache key of a row to judge, None for a row the report scores by rule whatever a judge says
-    (:func:`needlebench.evaluation.report.load.scored_by_rule`: ATC and Counting-Stars rows)."""
-    from needlebench.evaluation.report.load import scored_by_rule  # deferred: the report's reader (registry)
-
+    (:func:`needlebench.evaluation.families.scored_by_rule`: ATC and Counting-Stars rows)."""
     if scored_by_rule(sample.get("doc") or {}):
         return None
     return _cache_key(model, *_texts(sample))

@@ -32,14 +32,13 @@ from typing import Any
 
 from needlebench import safe_json
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.harness.lm_eval_files import JUDGED_PREFIX, SAMPLES_RE, TAG_SUFFIX
 from needlebench.safe_fs import Folder
 from needlebench.sources.cache import same_tag, sign
 from needlebench.terminal import printable as shown  # a path or name in a message: its control characters escaped
 from needlebench.terminal import warn
 
-SAMPLES_RE = re.compile(r"^samples_.+\.jsonl$")
 CACHE_NAME = ".needlebench-judge-cache.jsonl"
-JUDGED_PREFIX = "judged_"
 
 #: Deepest nesting of a JSON value read (lm-eval samples nest about 5 deep; a judge reply 4).
 MAX_JSON_DEPTH = 64
@@ -60,8 +59,6 @@ _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 #: Longest line of a samples file read (bytes). lm-eval logs the whole prompt in each row: a 1M-token row is a few
 #: MB; a longer line is refused after this many bytes, never held whole.
 MAX_SAMPLES_LINE = 256 << 20
-#: The name of a judged file's tag: ``judged_<samples name>`` + this.
-TAG_SUFFIX = ".tag"
 #: Largest tag file read (one short JSON line).
 MAX_TAG_BYTES = 4096
 #: What the tag of a judged file signs first (keeps these tags apart from the cache entries' and any other).

@@ -26,7 +26,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import stat
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -34,13 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from needlebench.dataset.verify import MANIFEST_NAME, read_manifest
+from needlebench.dataset.manifest import read_manifest
+from needlebench.dataset.verify import MANIFEST_NAME
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.families import eval_family, metric_shape, per_needle_metrics
 from needlebench.evaluation.families.base import CIRCULAR, NUMBERS, RELATION_PAIR
 from needlebench.evaluation.families.cells import entity_order
 from needlebench.evaluation.families.hooks import REFERENCE_SUFFIX
-from needlebench.evaluation.judge.files import TAG_SUFFIX, read_lines, verified_judged
+from needlebench.evaluation.harness.lm_eval_files import (
+    JUDGED_PREFIX,
+    RESULTS_FILE_RE,
+    SAMPLES_FILE_RE,
+    TAG_SUFFIX,
+    health_path,
+    response_text,
+)
+from needlebench.evaluation.judge.files import read_lines, verified_judged
 from needlebench.evaluation.report.safety import (
     MAX_JSON_BYTES,
     MAX_MAGNITUDE,
@@ -58,15 +66,6 @@ from needlebench.safe_json import JSONLimitError
 from needlebench.tasks.experiment import experiment_from_record, experiment_spec
 from needlebench.tasks.grid import ConfigSpec, Grid, registry
 from needlebench.terminal import printable, warn
-
-SAMPLES_FILE_RE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
-
-
-#: ``needlebench judge`` writes ``judged_samples_<task>_<date>.jsonl`` beside each samples file.
-JUDGED_PREFIX = "judged_"
-
-
-RESULTS_FILE_RE = re.compile(r"^results_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.json$")
 
 
 @dataclass
@@ -178,12 +177,6 @@ def _value(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _response_text(record: Mapping[str, Any]) -> str:
-    """The filtered model output of a logged sample (lm-eval nests it in lists)."""
-    value: Any = record.get("filtered_resps") or record.get("resps") or ""
-    while isinstance(value, list) and value:
-        value = value[0]
-    return value if isinstance(value, str) else ""
 
 
 def _check_metrics(
@@ -401,20 +394,6 @@ def observed_spec(name: str, family: str, docs: Sequence[Mapping[str, Any]]) -> 
     return ConfigSpec(name, family, str(first.get("language") or ""), "custom", grid=grid)
 
 
-#: Task labels of the families whose rows keep their rule scores in a judged file (ATC, Counting-Stars).
-_RULE_LABELS = {spec.task_label for spec in registry().values() if not eval_family(spec).haystack}
-
-
-def scored_by_rule(doc: Mapping[str, Any]) -> bool:
-    """Whether the report keeps a logged row's rule score whatever a judge says of it (:func:`_apply_judge`): a row of
-    an ATC or Counting-Stars config (built in, or labelled so in its ``task`` column). ``needlebench judge`` never
-    sends these rows."""
-    spec = registry().get(str(doc.get("config")))
-    if spec is not None:
-        return not eval_family(spec).haystack
-    return str(doc.get("task")) in _RULE_LABELS
-
-
 def _apply_judge(sample: Sample, record: Mapping[str, Any], path: Path, line: int) -> None:
     """Score a sample of a NeedleBench haystack family with its judge rating (1-10, shown as rating x 10)."""
     family = eval_family(sample.spec)
@@ -560,7 +539,7 @@ def _sample(
     for key in _required_fields(spec, metrics):
         if doc.get(key) is None:
             raise _bad(path, number, f"doc {key} is missing; a {spec.name} row needs it")
-    sample = Sample(spec, doc, metrics, _response_text(record))
+    sample = Sample(spec, doc, metrics, response_text(record))
     if judged:
         _apply_judge(sample, record, path, number)
     return sample
@@ -587,16 +566,6 @@ def _read_json(path: Path) -> Any:
         raise _bad(path, error.lineno, f"not valid JSON ({error.msg})") from None
     except JSONLimitError as error:
         raise _bad(path, 1, str(error)) from None
-
-
-#: Run health ``needlebench eval`` writes beside lm-eval's ``results_<date>.json`` (same date).
-HEALTH_FILE_PREFIX = "needlebench_health_"
-
-
-def health_path(results_path: Path) -> Path:
-    """The run-health file of a ``results_<date>.json``: ``needlebench_health_<date>.json`` beside it."""
-    date = results_path.name.removeprefix("results_").removesuffix(".json")
-    return results_path.with_name(f"{HEALTH_FILE_PREFIX}{date}.json")
 
 
 def read_health(results_path: Path) -> dict[str, Any]:

@@ -320,11 +320,11 @@ _COLUMNS = ["id", "config", "context_length", "depth_percent", "prompt"]
 def split_rows(config: str, data_dir: str | None) -> Iterable[Mapping[str, Any]]:
     """The rows of ``config`` (its budget columns), streamed from the Parquet files a needlebench manifest lists
     (``data_dir``, or the on-the-fly build); any other folder is read with `datasets` (`load_split`)."""
-    from needlebench.dataset.build import read_manifest  # deferred: card, builders (0.2 s); eval --help needs none
-    from needlebench.dataset.load import ensure_built, load_split  # deferred: as the line above
+    from needlebench.dataset.load import ensure_built, load_split  # deferred: builders (0.2 s); eval --help needs none
+    from needlebench.dataset.manifest import read_manifest  # deferred: as the line above
 
     folder = Path(data_dir).expanduser().resolve() if data_dir else ensure_built(config)
-    manifest = read_manifest(folder) if folder.is_dir() else None
+    manifest = read_manifest(folder, missing_ok=True)
     files = ((manifest or {}).get("configs", {}).get(config) or {}).get("files")
     if not files:
         return load_split(config, data_dir=data_dir)

@@ -20,7 +20,7 @@ with :func:`evaluate_in_chunks`:
 With ``--resume`` every finished chunk is saved (lean samples, which carry the metric values) under the output
 folder; a run started again with the same command reads finished chunks instead of running them. A chunk is found
 again only under the same key: model class, chat and system settings, the task's config, the think-end marker and
-unclosed policy (``--think-end`` / ``--think-unclosed``, read by the hooks from the environment),
+unclosed policy (``--think-end`` / ``--think-unclosed``, which reach the hooks as the task's metadata),
 ``--full-samples`` and a digest of the chunk's rows (positions and content), so a changed option or a rebuilt
 data dir runs the chunk again.
 
@@ -51,7 +51,7 @@ from typing import Any
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.runner.guard import CHUNKS_FOLDER, run_key
 from needlebench.evaluation.runner.lean_samples import lean_sample
-from needlebench.evaluation.scoring.thinking import think_end_marker, unclosed_policy
+from needlebench.evaluation.scoring.thinking import policy_from
 from needlebench.safe_fs import Folder
 from needlebench.sources.cache import same_tag, sign
 from needlebench.terminal import printable
@@ -198,22 +198,20 @@ class ChunkStore:
         self.docs_by_task = docs_by_task  # task name -> its evaluated docs (rows are hashed from them)
         self._digests: dict[tuple[str, tuple[int, ...]], str] = {}
         model = getattr(lm, "lm", lm)  # lm-eval's CachingLM wraps the model
-        self.base = {
-            "model": type(model).__name__,
-            **settings,
-            "think_end": think_end_marker(),
-            "think_unclosed": unclosed_policy(),
-        }
+        self.base = {"model": type(model).__name__, **settings}
 
     def _path(self, task: Any, positions: Sequence[int]) -> Path:
         cached = (task.task_name, tuple(positions))
         if cached not in self._digests:
             self._digests[cached] = _rows_digest(self.docs_by_task[task.task_name], positions)
+        config = task.dump_config()
+        # the policy the task's loader read from the same metadata (needlebench.evaluation.harness.tasks.load_dataset)
+        policy = policy_from(config.get("metadata") or {})
         key = json.dumps(
             [
-                self.base,
+                {**self.base, "think_end": policy.end, "think_unclosed": policy.unclosed},
                 task.task_name,
-                task.dump_config(),
+                config,
                 list(positions),
                 self._digests[cached],
             ],

@@ -66,7 +66,6 @@ def run_eval(argv: list[str]) -> int:
     every refusal one line (:class:`NeedlebenchError`). Then lm-eval's own run command is called with the
     parsed options, the project's task folder included.
     """
-    import os
     import time
 
     if _lm_eval_missing():
@@ -91,10 +90,8 @@ def run_eval(argv: list[str]) -> int:
     if prepared is not None:  # the chunked runner (issue 24): lm-eval's evaluate runs in chunks below
         chunking = ChunkOptions(chunk_rows=args.chunk_rows, chunked=args.chunked, full_samples=args.full_samples)
         chunking.store = chunk_store(prepared)
-    env = prepared.env if prepared is not None else {}
     for note in prepared.notes if prepared is not None else []:
         print(f"needlebench: {printable(note)}", file=sys.stderr)
-    saved_env = {key: os.environ.get(key) for key in env}
     started = time.time()
     status = 0
     managers: list[Any] = []
@@ -105,7 +102,6 @@ def run_eval(argv: list[str]) -> int:
     try:
         if prepared is not None and prepared.run is not None:
             run_output.check_named_model_folder(prepared.run, getattr(namespace, "model_args", None))
-        os.environ.update(env)
         try:
             setup_logging()
             defaults = args is None or not _only_known_tasks(args)
@@ -130,11 +126,6 @@ def run_eval(argv: list[str]) -> int:
                 raise
             raise NeedlebenchError(message) from None
         finally:
-            for key, value in saved_env.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
             for path in prepared.cleanup if prepared is not None else []:
                 _remove_folder(path)
         if prepared is not None and status == 0:

@@ -43,6 +43,14 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.harness.lm_eval_files import (
+    RESULTS_PREFIX,
+    SAMPLES_FILE_RE,
+    SAMPLES_SUFFIX,
+    health_path,
+    raw_response,
+    samples_prefix,
+)
 from needlebench.evaluation.harness.task_yaml import dump_yaml
 from needlebench.evaluation.harness.tasks import (
     TASK_PREFIX,
@@ -61,11 +69,7 @@ from needlebench.evaluation.runner.model_tokenizer import (
     resolve_source,
 )
 from needlebench.evaluation.runner.run_output import RunOutput
-from needlebench.evaluation.scoring.thinking import (
-    THINK_END_ENV,
-    THINK_UNCLOSED_ENV,
-    has_final_answer,
-)
+from needlebench.evaluation.scoring.thinking import has_final_answer, policy_from
 from needlebench.safe_fs import Folder
 from needlebench.sources.cache import cache_folder, cache_root
 from needlebench.tasks.grid import get_config, registry
@@ -584,7 +588,6 @@ class PreparedRun:
     preflight: Preflight | None
     args: EvalArgs
     cleanup: list[Path] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # one-line messages shown before lm-eval starts
     run: RunOutput | None = (
         None  # the private folder lm-eval writes into (:mod:`needlebench.evaluation.runner.run_output`)
@@ -599,10 +602,6 @@ def prepare(args: EvalArgs, include_path: Path | None) -> PreparedRun:
     output = Path(str(args.value("output_path"))) if args.value("output_path") else None
     check = preflight(args)
     prepared = PreparedRun(namespace, output, check, args)
-    if args.think_end is not None:
-        prepared.env[THINK_END_ENV] = args.think_end
-    if args.think_unclosed is not None:
-        prepared.env[THINK_UNCLOSED_ENV] = args.think_unclosed
     if check is not None and check.too_long:
         dropped = check.dropped
         samples = {task: indices for task, indices in check.keep.items() if task not in dropped}
@@ -678,11 +677,9 @@ def _run_files(folder: Folder, prefix: str, suffix: str, inside: str = "", depth
 def _samples_file(folder: Folder, inside: str, task: str) -> str | None:
     """The newest ``samples_<task>_<date>.jsonl`` of exactly ``task`` in the folder `inside` of the run's folder
     (``..._128k`` must not match ``..._128k_m64``)."""
-    from needlebench.evaluation.report import SAMPLES_FILE_RE  # deferred: the report loads dataset (0.15 s)
-
     names = [
         name
-        for name in _run_files(folder, f"samples_{task}_", ".jsonl")
+        for name in _run_files(folder, samples_prefix(task), SAMPLES_SUFFIX)
         if name.rpartition("/")[0] == inside
         and (match := SAMPLES_FILE_RE.match(name.rpartition("/")[2]))
         and match.group("task") == task
@@ -703,15 +700,8 @@ def _responses(folder: Folder, name: str) -> list[str]:
             except (ValueError, RecursionError):
                 continue
             if isinstance(record, dict):
-                responses.append(_raw_response(record))
+                responses.append(raw_response(record))
     return responses
-
-
-def _raw_response(record: Mapping[str, Any]) -> str:
-    value: Any = record.get("resps") or ""
-    while isinstance(value, list) and value:
-        value = value[0]
-    return value if isinstance(value, str) else ""
 
 
 def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, Any]]:
@@ -728,7 +718,7 @@ def write_health(prepared: PreparedRun, started: float) -> dict[str, dict[str, A
 
 
 def _write_health(prepared: PreparedRun, folder: Folder) -> dict[str, dict[str, Any]]:
-    results = sorted(_run_files(folder, "results_", ".json"), key=lambda name: name.rpartition("/")[2])
+    results = sorted(_run_files(folder, RESULTS_PREFIX, ".json"), key=lambda name: name.rpartition("/")[2])
     if not results:
         return {}
     results_name = results[-1]
@@ -747,7 +737,7 @@ def _write_health(prepared: PreparedRun, folder: Folder) -> dict[str, dict[str, 
             tokenizer = load_source(tok_source) if tok_source is not None else None
         except NeedlebenchError:
             tokenizer = None
-    end = args.think_end if args.think_end is not None else os.environ.get(THINK_END_ENV, "</think>")
+    end = policy_from({**args.model_args, **args.metadata}).end  # the metadata lm-eval handed the tasks
     skipped = prepared.preflight.too_long if prepared.preflight else {}
     health: dict[str, dict[str, Any]] = {}
     not_run: dict[str, dict[str, int]] = {}
@@ -771,8 +761,6 @@ def _write_health(prepared: PreparedRun, folder: Folder) -> dict[str, dict[str, 
         health[task] = entry
     leaf = results_name.rpartition("/")[2]
     record = {"results_file": leaf, "tasks": health, "not_run": not_run}
-    from needlebench.evaluation.report import health_path  # deferred: the report loads dataset (0.15 s)
-
     target = health_path(Path(results_name))
     text = json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n"
     folder.write_text(target.as_posix(), text)  # the run's own folder, by descriptors

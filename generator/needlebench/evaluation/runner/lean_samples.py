@@ -62,9 +62,10 @@ def is_lean(sample: Mapping[str, Any]) -> bool:
 
 
 def _configs_of(folder: Path) -> list[str]:
-    from needlebench.dataset.build import read_manifest, register_experiments  # deferred: only `show` (0.15 s)
+    from needlebench.dataset.build import register_experiments  # deferred: only `show` (0.15 s)
+    from needlebench.dataset.manifest import read_manifest  # deferred: as the line above
 
-    manifest = read_manifest(folder)
+    manifest = read_manifest(folder, missing_ok=True)
     if manifest is None:
         raise NeedlebenchError(f"{str(folder)!r} is not a dataset folder built by `needlebench build` (no manifest)")
     register_experiments(manifest)  # its experiment configs are looked up by name

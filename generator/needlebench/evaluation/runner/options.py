@@ -29,13 +29,23 @@ from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness.subset import SUBSET_KEY, parse_subset
 from needlebench.evaluation.harness.tasks import TASK_PREFIX, all_group_names, all_task_names
 from needlebench.evaluation.runner.guard import WINDOWLESS_MODELS, EvalArgs, needlebench_configs
-from needlebench.evaluation.scoring.thinking import UNCLOSED_CHOICES
+from needlebench.evaluation.scoring.thinking import THINK_END_KEY, THINK_UNCLOSED_KEY, UNCLOSED_CHOICES, policy_from
 
 #: lm-eval's sub-commands (``lm-eval run|ls|validate``); a command line starting with an option is a ``run``.
 SUBCOMMANDS = ("run", "ls", "validate")
 #: The ``--metadata`` keys the needlebench tasks read (``harness.load_dataset``; ``repo_id`` is refused there
 #: with the name of its replacement).
-METADATA_KEYS = ("data_dir", "data_repo", "data_revision", "release_seed", "context_lengths", "subset", "repo_id")
+METADATA_KEYS = (
+    "data_dir",
+    "data_repo",
+    "data_revision",
+    "release_seed",
+    "context_lengths",
+    "subset",
+    THINK_END_KEY,
+    THINK_UNCLOSED_KEY,
+    "repo_id",
+)
 #: Hint appended to every parse error.
 HELP_HINT = "see `needlebench eval run --help`"
 
@@ -240,7 +250,8 @@ def parse_eval(argv: Sequence[str]) -> tuple[str, argparse.Namespace | None, Eva
     """Parse ``needlebench eval ARGS``: (sub-command, lm-eval's namespace, the run's :class:`EvalArgs`).
 
     The namespace is None after help was printed; EvalArgs is None unless the command is ``run``.
-    ``--subset N`` is merged into ``--metadata`` (as lm-eval merges its own ``--metadata`` occurrences)."""
+    ``--subset N``, ``--think-end`` and ``--think-unclosed`` are merged into ``--metadata`` (as lm-eval merges its own
+    ``--metadata`` occurrences): the tasks read them there, as they do in a plain ``lm_eval`` run."""
     args = list(argv)
     if args and args[0] not in (*SUBCOMMANDS, "-h", "--help"):
         args.insert(0, "run")  # lm-eval's legacy form: options without a sub-command run
@@ -266,6 +277,7 @@ def parse_eval(argv: Sequence[str]) -> tuple[str, argparse.Namespace | None, Eva
     if getattr(namespace, "config", None):
         fill_from_config(namespace)
     subset = merge_subset(namespace, own["subset"])
+    merge_thinking(namespace, own["think_end"], own["think_unclosed"])
     if own["chunk_rows"] is not None and not own["chunked"]:
         raise NeedlebenchError("give --chunk-rows or --no-chunk, not both")
     parsed = EvalArgs(
@@ -376,6 +388,26 @@ def merge_subset(namespace: argparse.Namespace, given: int | None) -> int | None
     return subset
 
 
+def merge_thinking(namespace: argparse.Namespace, end: str | None, unclosed: str | None) -> None:
+    """``--think-end`` / ``--think-unclosed`` into ``--metadata`` as ``think_end`` / ``think_unclosed``, the keys the
+    task loader reads (:func:`needlebench.evaluation.scoring.thinking.policy_from`); a ``--metadata`` giving another
+    value for the same key is refused."""
+    given = [(option, key, value) for option, key, value in (
+        ("--think-end", THINK_END_KEY, end),
+        ("--think-unclosed", THINK_UNCLOSED_KEY, unclosed),
+    ) if value is not None]  # fmt: skip
+    if not given:
+        return
+    metadata = dict(namespace.metadata) if isinstance(namespace.metadata, dict) else {}
+    for option, key, value in given:
+        if key in metadata and metadata[key] != value:
+            raise NeedlebenchError(
+                f"{option} {value!r} and --metadata {key}={metadata[key]!r} disagree; pass only one of them"
+            )
+        metadata[key] = value
+    namespace.metadata = metadata
+
+
 # --------------------------------------------------------------------------------------------- checks before a run
 
 
@@ -463,6 +495,7 @@ def check_metadata(args: EvalArgs) -> None:
     """``--metadata`` keys the needlebench tasks do not read are refused (only when every task is a needlebench
     one: other tasks read keys of their own). The keys lm-eval merges in from ``--model_args`` are not checked."""
     written = dict(args.metadata)
+    policy_from(written, "--metadata")  # a bad think_end / think_unclosed: one line before anything runs
     if args.subset is not None:
         written.pop("subset", None)
     if not written or not args.tasks:
