@@ -200,3 +200,47 @@ def test_a_config_of_many_lengths_is_summarised_in_bins(tmp_path: Path, monkeypa
     assert f"atc_en: {len(lengths)} lengths, in bins" in text
     listed = budget.format_budget(report, rows=True)
     assert all(row["id"] in listed for row in report.over)
+
+
+@pytest.mark.slow
+def test_budget_finds_an_experiment_config_of_the_data_dir(tmp_path: Path):
+    """``needlebench budget EXPCONFIG --data-dir DIR``: the folder's experiment configs are looked up by name (as
+    ``show`` and ``tasks`` do), so the prompts built from the experiment are counted."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    spec = {
+        "name": "myexp",
+        "kind": "single",
+        "language": "en",
+        "lengths": [1000],
+        "depths": [10, 50],
+        "needles": [{"needle": "The vault code is 4711.", "question": "What is the vault code?", "keyword": "4711"}],
+    }
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    cli = [sys.executable, "-c", "from needlebench.cli import main; main()"]
+    built = subprocess.run(
+        [*cli, "build", "--experiment", str(tmp_path / "exp.yaml"), "--out", str(tmp_path / "ds")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    from needlebench.dataset.manifest import read_manifest
+
+    (config,) = read_manifest(tmp_path / "ds")["configs"]
+    args = [
+        "budget",
+        config,
+        "--tokenizer",
+        str(smollm_dir()),
+        "--max-length",
+        "8192",
+        "--data-dir",
+        str(tmp_path / "ds"),
+    ]
+    result = subprocess.run([*cli, *args], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert config in result.stdout and "unknown config" not in result.stderr

@@ -506,6 +506,13 @@ def budget(
     )
     from needlebench.tasks.grid import match_configs  # deferred: config registry (5 ms); --help needs none
 
+    if data_dir is not None:  # the folder's experiment configs are looked up by name, as `show` and `tasks` do
+        from needlebench.dataset.build import register_experiments  # deferred: card, builders (0.2 s)
+        from needlebench.dataset.manifest import read_manifest  # deferred: as the line above
+
+        manifest = read_manifest(Path(data_dir), missing_ok=True)
+        if manifest is not None:
+            register_experiments(manifest)
     names_list = [spec.name for spec in match_configs(configs)]
     report = budget_report(
         tokenizer,

@@ -100,9 +100,11 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
 def match_configs(patterns: list[str] | tuple[str, ...]) -> list[ConfigSpec]:
-    """Configs matching names or shell globs, in registry order; an unmatched pattern is an error."""
+    """Configs matching names or shell globs, in registry order, then the run-time configs (experiments) named
+    exactly, in the order given; an unmatched pattern is an error."""
     names = list(registry())
     chosen: set[str] = set()
+    registered: dict[str, ConfigSpec] = {}
     for pattern in patterns:
         hits = fnmatch.filter(names, pattern)
         if not hits and _GLOB_CHARS.search(pattern):
@@ -111,6 +113,7 @@ def match_configs(patterns: list[str] | tuple[str, ...]) -> list[ConfigSpec]:
                 "(globs use * and ?, e.g. 'single_*_4k')"
             )
         if not hits:
-            get_config(pattern)  # raises the one-line error (with a did-you-mean)
+            spec = get_config(pattern)  # raises the one-line error (with a did-you-mean)
+            registered.setdefault(spec.name, spec)
         chosen.update(hits)
-    return [registry()[name] for name in names if name in chosen]
+    return [registry()[name] for name in names if name in chosen] + list(registered.values())
