@@ -218,6 +218,7 @@ class FakeTerminal:
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tty", [True, False])
 def test_progress_bar_only_on_a_terminal_and_only_when_the_count_takes_long(tty: bool, monkeypatch: pytest.MonkeyPatch):
     import time
