@@ -75,6 +75,7 @@ def test_rows_are_pulled_in_batches_bounded_by_rows_and_characters(monkeypatch: 
     assert tokenizer.calls == [1200, 21]
 
 
+@pytest.mark.slow
 def test_memo_is_bounded_by_characters_and_counts_stay_exact(monkeypatch: pytest.MonkeyPatch):
     tokenizer = budget.load_tokenizer(str(smollm_dir()))
     texts = [
