@@ -143,6 +143,7 @@ def test_builtin_names_are_distinct_and_parse_as_names():
     assert not {c for name in builtin_names("zh") for c in name} & _ZH_TEMPLATE_CHARS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ATC_CONFIGS)
 def test_every_item_is_answerable(all_rows, name):
     spec = get_config(name)

@@ -15,16 +15,7 @@ from needlebench.dataset import build
 from needlebench.dataset.build import BuildOptions, build_dataset
 from needlebench.dataset.verify import verify_folder
 from needlebench.errors import NeedlebenchError
-
-ENGLISH = [
-    {"needle": "Hidden on Red Island is the Blue Gem.", "arg1": "Red Island", "arg2": "Blue Gem", "language": "English",
-     "retrieval_question": "What is hidden on Red Island? "
-                           "Please answer in the format 'The item hidden on Red Island is ______.'"},
-    {"needle": "Hidden on Green Island is the Gold Cup.", "arg1": "Green Island", "arg2": "Gold Cup",
-     "language": "English",
-     "retrieval_question": "What is hidden on Green Island? "
-                           "Please answer in the format 'The item hidden on Green Island is ______.'"},
-]  # fmt: skip
+from support.needles import ENGLISH_NEEDLES as ENGLISH
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -53,6 +44,7 @@ def write_jsonl(path: Path, records: list[dict]) -> Path:
 # ----------------------------------------------------------------------------------------------- --out
 
 
+@pytest.mark.slow
 def test_out_on_a_filesystem_that_refuses_writes(tmp_path: Path) -> None:
     target = Path("/proc") / f"needlebench-{os.getpid()}"
     result = run("build", "atc_en", "--out", str(target))
@@ -63,6 +55,7 @@ def test_out_on_a_filesystem_that_refuses_writes(tmp_path: Path) -> None:
     assert not target.exists()
 
 
+@pytest.mark.slow
 def test_out_below_a_file(tmp_path: Path) -> None:
     blocker = tmp_path / "notes.txt"
     blocker.write_text("mine")
@@ -97,6 +90,7 @@ def test_out_checked_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyP
 # ----------------------------------------------------------------------------------------------- verify
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [
@@ -129,6 +123,7 @@ def test_verify_fails_after_rows_is_edited(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------------------- --needles
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
@@ -149,6 +144,7 @@ def test_unanswerable_needles_are_rejected(tmp_path: Path, change: dict, expecte
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_too_few_needles_names_the_option_and_file(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "needles.jsonl", ENGLISH)
     out = tmp_path / "out"
@@ -183,6 +179,7 @@ def test_num_proc_is_capped_at_the_shards(tmp_path: Path, monkeypatch: pytest.Mo
     assert manifest["configs"]["atc_en"]["rows"] == 720
 
 
+@pytest.mark.slow
 def test_num_proc_above_one_shard_builds_in_process(tmp_path: Path) -> None:
     result = run("build", "atc_en", "--num-proc", "999", "--out", str(tmp_path / "ds"))
     assert result.returncode == 0, result.stderr
@@ -192,6 +189,7 @@ def test_num_proc_above_one_shard_builds_in_process(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------------------- warnings
 
 
+@pytest.mark.slow
 def test_haystack_script_and_cycling_warnings(tmp_path: Path) -> None:
     """Chinese text as the English haystack, and a haystack shorter than the window: one line each, build goes on."""
     chinese = tmp_path / "sanguo.txt"

@@ -47,6 +47,7 @@ def test_format_budget_summarises_per_config():
     assert "1 row(s) would be left-truncated" in text and "single_en_4k" in text and "only" in text
 
 
+@pytest.mark.slow
 def test_bad_input_is_a_user_error(tmp_path: Path):
     with pytest.raises(NeedlebenchError, match="not a local folder nor a model in the local"):
         budget.run_budget(
@@ -91,6 +92,7 @@ def srt_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_data(["single_en_4k"], tmp_path_factory.mktemp("budget") / "needlebench")
 
 
+@pytest.mark.slow
 def test_smollm_tokenizer_flags_rows_a_small_window_would_cut(srt_data: Path):
     model = str(smollm_dir())
     flagged = budget.run_budget(
@@ -128,6 +130,7 @@ def _tricky_texts() -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_counter_is_exact_under_the_smollm_tokenizer(srt_data: Path):
     """The chunked count equals encoding the whole rendered prompt, on sampled rows and tricky texts."""
     import random

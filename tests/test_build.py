@@ -27,6 +27,7 @@ def built(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_layout_and_load_dataset(built):
     from datasets import load_dataset
 

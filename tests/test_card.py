@@ -100,6 +100,7 @@ def test_changelog_entries_are_rendered_newest_first(folder: Path) -> None:
     assert text.index("**v2.0.0**: added atc_en") < text.index("**v1.0.0**: first")
 
 
+@pytest.mark.slow
 def test_load_dataset_reads_the_folder_offline(folder: Path) -> None:
     client = client_env("http://127.0.0.1:9", folder.parent / "hf") | {"HF_HUB_OFFLINE": "1"}  # no Hub at all
     calls = [

@@ -128,6 +128,7 @@ def _leaned(samples: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str
     return samples
 
 
+@pytest.mark.slow
 def test_chunked_run_equals_unchunked_run_on_every_metric(runs: dict[str, Path]):
     chunked, whole = _results(runs["chunked"]), _results(runs["whole"])
     assert chunked == whole  # results, groups, stderr, n-samples, configs, versions, task hashes
@@ -144,6 +145,7 @@ def test_chunked_run_equals_unchunked_run_on_every_metric(runs: dict[str, Path])
     assert _samples(runs["chunked"]) == _leaned(_samples(runs["whole"]))
 
 
+@pytest.mark.slow
 def test_lean_logs_keep_no_prompt_and_show_recovers_it(runs: dict[str, Path], data_dir: Path):
     lean = _samples(runs["chunked"])["needlebench_single_en_4k"]
     full = {sample["doc"]["id"]: sample for sample in _samples(runs["whole"])["needlebench_single_en_4k"]}
@@ -169,6 +171,7 @@ def test_lean_logs_keep_no_prompt_and_show_recovers_it(runs: dict[str, Path], da
     ]
 
 
+@pytest.mark.slow
 def test_report_reads_lean_and_full_logs_alike(runs: dict[str, Path], tmp_path: Path):
     write_report(runs["chunked"], tmp_path / "lean", figures=False)
     write_report(runs["whole"], tmp_path / "full", figures=False)
@@ -181,6 +184,7 @@ def test_report_reads_lean_and_full_logs_alike(runs: dict[str, Path], tmp_path: 
             ), name
 
 
+@pytest.mark.slow
 def test_resume_reads_finished_chunks(data_dir: Path, group_dir: Path, tmp_path: Path):
     log = tmp_path / "requests.log"
     model_args = f"wrong=0.3,request_log={log}"
@@ -194,6 +198,7 @@ def test_resume_reads_finished_chunks(data_dir: Path, group_dir: Path, tmp_path:
     assert _results(tmp_path / "out") == before
 
 
+@pytest.mark.slow
 def test_resume_never_takes_chunks_this_user_did_not_write(data_dir: Path, group_dir: Path, tmp_path: Path):
     """A results folder from someone else (copied here), its resume store pre-filled with perfect answers (an honest
     run's chunk files, samples edited, one with its tag removed) and a response database of lm-eval's beside them:
@@ -221,6 +226,7 @@ def test_resume_never_takes_chunks_this_user_did_not_write(data_dir: Path, group
     assert not list((tmp_path / "theirs").rglob("*.db"))  # lm-eval's response database is never in the output
 
 
+@pytest.mark.slow
 def test_resume_runs_a_chunk_again_when_scoring_options_change(
     data_dir: Path, group_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
@@ -242,6 +248,7 @@ def test_resume_runs_a_chunk_again_when_scoring_options_change(
     assert "prompt" in _samples(tmp_path / "out")["needlebench_single_en_4k"][0]["doc"]
 
 
+@pytest.mark.slow
 def test_cache_requests_with_chunks_scores_like_an_unchunked_run(data_dir: Path, tmp_path: Path):
     cache = tmp_path / "request-cache"
     env = {"LM_HARNESS_CACHE_PATH": str(cache)}
@@ -293,6 +300,7 @@ def test_chunk_options_and_plans():
     assert plan_chunks([5, 6], [CHUNK_TOKENS * 2, 10], None) == [[5], [6]]  # a row larger than a chunk: alone
 
 
+@pytest.mark.slow
 def test_bad_chunk_option_is_one_line_through_the_cli():
     done = _cli("eval", "run", "--model", ORACLE_MODEL, "--tasks", "needlebench_single_en_4k", "--chunk-rows", "x")
     assert done.returncode == 2

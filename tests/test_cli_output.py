@@ -32,6 +32,7 @@ def run(*args: str, env: dict | None = None, cwd: Path | None = None) -> subproc
 # ----------------------------------------------------------------------------------------------- list
 
 
+@pytest.mark.slow
 def test_list_piped_is_plain_one_config_a_line() -> None:
     result = run("list")
     assert result.returncode == 0, result.stderr
@@ -42,6 +43,7 @@ def test_list_piped_is_plain_one_config_a_line() -> None:
     assert "counting_stars_acquisition_en_1000k\tCounting-Stars\ten\t1000k\t32\t" in result.stdout
 
 
+@pytest.mark.slow
 def test_list_shows_the_tokens_of_atc_as_a_build_writes_them(tmp_path: Path) -> None:
     """Every config has a token count (ATC too, no "-"), and ATC's is what a default build records."""
     result = run("list", "atc_*", "v2_atc_*")
@@ -70,6 +72,7 @@ def test_list_on_a_terminal_never_cuts_a_name(width: int, monkeypatch: pytest.Mo
 # ----------------------------------------------------------------------------------------------- help
 
 
+@pytest.mark.slow
 def test_help_is_whole_at_80_columns() -> None:
     result = run("build", "--help", env={"COLUMNS": "80"})
     assert result.returncode == 0
@@ -85,6 +88,7 @@ def test_help_is_whole_at_80_columns() -> None:
     assert all(len(line) <= 80 for line in result.stdout.splitlines() + top.stdout.splitlines())
 
 
+@pytest.mark.slow
 def test_no_arguments_prints_help_without_an_empty_error() -> None:
     result = run()
     assert result.returncode == 2
@@ -96,6 +100,7 @@ def test_no_arguments_prints_help_without_an_empty_error() -> None:
 # ----------------------------------------------------------------------------------------------- typos
 
 
+@pytest.mark.slow
 def test_typo_gets_did_you_mean_and_glob_says_glob(tmp_path: Path) -> None:
     result = run("build", "singel_en_4k", "--out", str(tmp_path / "x"))
     assert result.returncode == 2
@@ -113,6 +118,7 @@ def test_typo_gets_did_you_mean_and_glob_says_glob(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------------------- locale
 
 
+@pytest.mark.slow
 def test_ascii_locale_build_and_verify_print_cleanly(tmp_path: Path) -> None:
     env = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
     out = os.fsencode(tmp_path) + "/dätä".encode()  # a non-ASCII folder name, undecodable in the C locale

@@ -11,28 +11,10 @@ import pytest
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.rows import iter_rows
 from needlebench.tasks.grid import get_config
+from support.needles import ENGLISH_NEEDLES as NEEDLES
+from support.needles import write_needles
 
 DOCS = ["Alpha beta gamma.", "Delta epsilon.", "Zeta eta theta."]
-NEEDLES = [
-    {
-        "needle": "Hidden on Red Island is the Blue Gem.",
-        "arg1": "Red Island",
-        "arg2": "Blue Gem",
-        "language": "English",
-        "retrieval_question": (
-            "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'"
-        ),
-    },
-    {
-        "needle": "Hidden on Green Island is the Gold Cup.",
-        "arg1": "Green Island",
-        "arg2": "Gold Cup",
-        "language": "English",
-        "retrieval_question": (
-            "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'"
-        ),
-    },
-]
 FRAME = (
     "You are an intelligent AI assistant skilled in answering user questions.\n"
     "Please keep your answers concise and clear. Do not talk about irrelevant topics or repeat your answers.\n"
@@ -48,8 +30,7 @@ GUIDED = (
 def options(tmp_path):
     haystack = tmp_path / "haystack.jsonl"
     haystack.write_text("".join(json.dumps({"text": d, "title": str(i)}) + "\n" for i, d in enumerate(DOCS)))
-    needles = tmp_path / "needles.jsonl"
-    needles.write_text("".join(json.dumps(n) + "\n" for n in NEEDLES))
+    needles = write_needles(tmp_path / "needles.jsonl", NEEDLES)
     return BuildOptions(compat="opencompass", haystack_en=str(haystack), needles=str(needles))
 
 
@@ -128,6 +109,7 @@ def test_unicode_line_separators_inside_json_strings_are_not_line_breaks(tmp_pat
     assert "Red Island\u2028is the Blue Gem." in row["prompt"]
 
 
+@pytest.mark.slow
 def test_the_command_line_writes_the_hand_checked_prompts(options, tmp_path):
     """The front door: `needlebench build --compat opencompass` from the same files (the writer checks each row
     against its family's schema), `needlebench verify`, `datasets.load_dataset`: the hand-checked prompts."""

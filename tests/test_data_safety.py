@@ -68,6 +68,7 @@ def references(scenarios) -> tuple[Path, Path]:
     return scenarios("overwrite")
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_only_what_the_manifest_lists(references):
     old, new = references
     before, after = _files(old), _files(new)
@@ -81,6 +82,7 @@ def test_overwrite_replaces_only_what_the_manifest_lists(references):
     assert not (new / "data" / "atc_zh").exists()  # emptied of the files the manifest listed: removed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_a_foreign_folder_is_never_modified(tmp_path, overwrite):
     folder = tmp_path / "mine"
@@ -148,6 +150,7 @@ def _killed_child(folder: str, step: int, scenario: str, new: Path) -> None:
     os._exit(0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_a_kill_at_any_step_leaves_one_whole_dataset(scenarios, tmp_path, scenario):
     """Kill the build (os._exit) at each of its steps in turn: the folder always loads as the old or the new
@@ -349,6 +352,7 @@ def _stderr_lines(err: bytes) -> list[str]:
     return [part for part in parts if part.strip() and not part.startswith("building:")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("presses", [1, 2])
 def test_ctrl_c_exits_130_quickly_with_one_line_and_no_leftovers(tmp_path, presses, references):
     if presses == 1:

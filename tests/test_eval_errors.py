@@ -49,22 +49,26 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # --------------------------------------------------------------------------------------------- eval: options
 
 
+@pytest.mark.slow
 def test_task_typo_says_did_you_mean():
     line = one_error(run(*ORACLE, "--tasks", "needlebench_singel_en_4k"))
     assert "unknown task 'needlebench_singel_en_4k'; did you mean needlebench_single_en_4k?" in line
 
 
+@pytest.mark.slow
 def test_broken_metadata_json_is_one_line():
     line = one_error(run(*ORACLE, "--tasks", "needlebench_single_en_4k", "--metadata", "{data_dir: x}"))
     assert "--metadata" in line and "'{data_dir: x}' is not valid JSON" in line and "double quotes" in line
 
 
+@pytest.mark.slow
 def test_unknown_metadata_key_is_refused_with_the_allowed_keys():
     line = one_error(run(*ORACLE, "--tasks", "needlebench_single_en_4k", "--metadata", '{"dir": "x"}'))
     assert "--metadata key 'dir'" in line
     assert "allowed: data_dir, data_repo, data_revision, release_seed, context_lengths, subset" in line
 
 
+@pytest.mark.slow
 def test_model_args_keys_are_not_metadata_keys(data_dir: Path, tmp_path: Path):
     """lm-eval merges --model_args into the tasks' metadata; only keys the user wrote in --metadata are checked."""
     done = run(*ORACLE, "--model_args", "delay=0", "--tasks", "needlebench_atc_en", "--subset", "4",
@@ -73,6 +77,7 @@ def test_model_args_keys_are_not_metadata_keys(data_dir: Path, tmp_path: Path):
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_output_path_that_is_a_file_is_one_line(tmp_path: Path):
     existing = tmp_path / "results.txt"
     existing.write_text("mine\n", encoding="utf-8")
@@ -81,6 +86,7 @@ def test_output_path_that_is_a_file_is_one_line(tmp_path: Path):
     assert existing.read_text(encoding="utf-8") == "mine\n"
 
 
+@pytest.mark.slow
 def test_unknown_option_and_bad_values_are_one_line():
     assert "unrecognized arguments: --sbuset" in one_error(
         run(*ORACLE, "--tasks", "needlebench_atc_en", "--sbuset", "4")
@@ -93,12 +99,14 @@ def test_unknown_option_and_bad_values_are_one_line():
     assert "Specify --output_path if providing --log_samples" in line
 
 
+@pytest.mark.slow
 def test_model_typo_says_did_you_mean():
     line = one_error(run("eval", "run", "--model", "hff", "--tasks", "needlebench_single_en_4k"))
     assert "unknown model 'hff'; did you mean hf? allowed: " in line
     assert "needlebench-oracle" in line and "vllm" in line
 
 
+@pytest.mark.slow
 def test_subset_edge_cases_are_one_line():
     line = one_error(run(*ORACLE, "--tasks", "needlebench_atc_en", "--subset", "0"))
     assert "--subset" in line and "'0' is not a positive number of rows per task" in line
@@ -120,6 +128,7 @@ def _config(tmp_path: Path, **settings: object) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_config_yaml_is_checked_like_the_command_line(tmp_path: Path):
     """A --config YAML's tasks, metadata and keys get the same checks as the command line's, before lm-eval runs."""
     line = one_error(run("eval", "run", "--config", _config(tmp_path, tasks=["needlebench_singel_en_4k"])))
@@ -137,6 +146,7 @@ def test_config_yaml_is_checked_like_the_command_line(tmp_path: Path):
     assert "--config" in line and "Config file not found" in line
 
 
+@pytest.mark.slow
 def test_config_yaml_include_path_gets_the_projects_tasks_beside_it(tmp_path: Path):
     """The project's task folder is added beside a YAML include_path, which the task-name check reads too."""
     mine = tmp_path / "mytasks"
@@ -150,6 +160,7 @@ def test_config_yaml_include_path_gets_the_projects_tasks_beside_it(tmp_path: Pa
     assert "did you mean needlebench_single_en_4k?" in one_error(run("eval", "run", "--config", config))
 
 
+@pytest.mark.slow
 def test_run_help_lists_needlebench_options_first():
     done = run("eval", "run", "--help")
     assert done.returncode == 0, done.stderr
@@ -290,6 +301,7 @@ def test_backend_keys_are_read_from_lm_evals_source():
 # --------------------------------------------------------------------------------------------- eval: runs
 
 
+@pytest.mark.slow
 def test_subset_merges_into_metadata(data_dir: Path, tmp_path: Path):
     out = tmp_path / "out"
     done = run(*ORACLE, "--tasks", "needlebench_single_en_4k,needlebench_atc_en", "--subset", "4",
@@ -302,6 +314,7 @@ def test_subset_merges_into_metadata(data_dir: Path, tmp_path: Path):
     assert results["config"]["model"] == "needlebench-oracle"
 
 
+@pytest.mark.slow
 def test_subset_keeps_the_config_yaml_metadata(data_dir: Path, tmp_path: Path):
     """--subset adds to a --config YAML's metadata instead of replacing it (lm-eval replaces whole keys): its
     data_dir is used, not data built on the fly."""
@@ -319,6 +332,7 @@ def test_subset_keeps_the_config_yaml_metadata(data_dir: Path, tmp_path: Path):
     assert results["n-samples"]["needlebench_single_en_4k"]["effective"] == 4
 
 
+@pytest.mark.slow
 def test_gguf_model_is_length_checked_as_lm_eval_reads_it(data_dir: Path, tmp_path: Path):
     """The README's model args (pretrained=DIR,gguf_file=NAME): the check reads the GGUF's tokenizer and, with a
     window too small for the 4k rows, refuses before loading the model (one line naming the rows)."""
@@ -344,6 +358,7 @@ def test_gguf_model_is_length_checked_as_lm_eval_reads_it(data_dir: Path, tmp_pa
 # --------------------------------------------------------------------------------------------- budget
 
 
+@pytest.mark.slow
 def test_budget_reads_gguf_forms(data_dir: Path, tmp_path: Path):
     gguf = gguf_path()
     env = {"NEEDLEBENCH_CACHE": str(tmp_path / "cache")}
@@ -367,6 +382,7 @@ def test_budget_reads_gguf_forms(data_dir: Path, tmp_path: Path):
 # --------------------------------------------------------------------------------------------- report
 
 
+@pytest.mark.slow
 def test_report_name_matching_nothing_is_refused(data_dir: Path, tmp_path: Path):
     out = tmp_path / "results"
     done = run(*ORACLE, "--tasks", "needlebench_atc_en", "--subset", "4",

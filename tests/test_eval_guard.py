@@ -144,6 +144,7 @@ def _server_run(data_dir: Path, output: Path, urls: str, *extra: str, concurrent
 # --------------------------------------------------------------------------------------------- tests
 
 
+@pytest.mark.slow
 def test_too_long_rows_refuse_with_one_line(data_dir: Path):
     """Counting-Stars rows 2 and 3 (8,097 and 12,097 cl100k tokens) do not fit SmolLM2's 8192 window."""
     command = [
@@ -167,6 +168,7 @@ def test_too_long_rows_refuse_with_one_line(data_dir: Path):
     assert "needlebench_single_en_4k" not in lines[0] and "--skip-too-long" in lines[0]
 
 
+@pytest.mark.slow
 def test_skip_too_long_leaves_out_a_task_none_of_whose_rows_fit(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
@@ -232,6 +234,7 @@ def test_skip_too_long_leaves_out_a_task_none_of_whose_rows_fit(
     assert not (tmp_path / "none").exists()
 
 
+@pytest.mark.slow
 def test_requests_spread_over_two_servers_and_health_is_reported(data_dir: Path, tmp_path: Path):
     # one server closes its reasoning, the other never does (no final answer)
     with (
@@ -253,6 +256,7 @@ def test_requests_spread_over_two_servers_and_health_is_reported(data_dir: Path,
     assert "| fake | needlebench_single_en_4k | 6 | 0 | 0 | 50.0 |" in health
 
 
+@pytest.mark.slow
 def test_reasoning_doubles_or_sets_max_gen_toks(data_dir: Path, tmp_path: Path):
     with FakeOpenAI("x") as server:
         assert _server_run(data_dir, tmp_path / "a", server.url, "--limit", "2", "--reasoning") == 0
@@ -260,6 +264,7 @@ def test_reasoning_doubles_or_sets_max_gen_toks(data_dir: Path, tmp_path: Path):
     assert [request["max_tokens"] for request in server.requests] == [512, 512, 300, 300]
 
 
+@pytest.mark.slow
 def test_output_that_uses_all_of_max_gen_toks_is_counted(data_dir: Path, tmp_path: Path):
     with FakeOpenAI(" apple" * 40) as server:  # 40 tokens in SmolLM2's tokenizer
         assert _server_run(data_dir, tmp_path / "t", server.url, "--limit", "3", "--gen_kwargs", "max_gen_toks=40") == 0
@@ -267,6 +272,7 @@ def test_output_that_uses_all_of_max_gen_toks_is_counted(data_dir: Path, tmp_pat
     assert result["output_truncated,none"] == 3
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_without_recomputing_finished_rows(data_dir: Path, tmp_path: Path):
     log = tmp_path / "requests.log"
     output = tmp_path / "out"
@@ -310,6 +316,7 @@ def _report_csv(folder: Path, name: str) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_unclosed_reasoning_keep_or_empty_and_the_reference_report(data_dir: Path, tmp_path: Path):
     """The issue's example end to end: an output that names the keyword inside a ``<think>`` block it never closes."""
     rows = harness.load_dataset(needlebench_config="single_en_4k", data_dir=str(data_dir))["test"]
@@ -404,6 +411,7 @@ def test_own_options_are_taken_out_and_groups_expand():
     assert needlebench_configs("needlebench_atc_en,needlebench_atc_en") == ["atc_en"]
 
 
+@pytest.mark.slow
 def test_eval_without_lm_eval_says_how_to_install(tmp_path: Path):
     """A Python that cannot import lm_eval: one line naming the extra, exit 2."""
     blocker = tmp_path / "block"
@@ -425,6 +433,7 @@ def test_eval_without_lm_eval_says_how_to_install(tmp_path: Path):
     ]
 
 
+@pytest.mark.slow
 def test_library_never_imports_vllm():
     """vLLM stays optional: importing every needlebench module (incl. the eval and server code) loads no vllm."""
     code = (

@@ -123,6 +123,7 @@ def test_inspect_defaults_give_225_rows_and_build_exactly(cl100k):
         assert "Dolores Park" in row["prompt"]
 
 
+@pytest.mark.slow
 def test_cdme_zh_8k_builds_exactly_and_verify_rebuilds_it(tmp_path, cl100k):
     out = tmp_path / "ds"
     result = run("build", "--experiment", str(EXPERIMENTS / "cdme_zh_8k.yaml"), "--out", str(out))
@@ -161,6 +162,7 @@ def test_cdme_multi_needle_places_the_chain_every_diff_percent(cl100k):
         assert row["haystack_tokens"] == 4800
 
 
+@pytest.mark.slow
 def test_beside_builtin_configs_in_one_folder_and_byte_identical(tmp_path):
     out = tmp_path / "ds"
     assert run("build", "single_en_4k", "--out", str(out)).returncode == 0
@@ -178,6 +180,7 @@ def test_beside_builtin_configs_in_one_folder_and_byte_identical(tmp_path):
     assert len(rows_of(out, "my_test")) == 2 * 3 * 2
 
 
+@pytest.mark.slow
 def test_an_experiment_rebuilt_under_its_name_writes_the_new_rows_and_verifies(tmp_path):
     """Building a changed experiment file into the folder holding its earlier version writes the new rows (not
     those of the version the folder's manifest records), and `verify` rebuilds them."""
@@ -291,6 +294,7 @@ def test_bad_keys_are_one_line_errors(tmp_path, change, words):
         assert word in message, message
 
 
+@pytest.mark.slow
 def test_cli_bad_experiment_exits_2_and_writes_nothing(tmp_path):
     out = tmp_path / "ds"
     for text in ("kind: [unclosed", "- a\n- list\n", yaml.safe_dump(small(kind="weird"))):

@@ -11,7 +11,7 @@ import yaml
 from needlebench.dataset.experiment import build_experiment
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness.task_export import write_task_folder
-from needlebench.evaluation.runner.evaluate import ORACLE_MODEL, run_eval
+from support.oracle import latest_results, run_oracle
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,26 +118,13 @@ def test_tasks_folder_lists_every_config_and_a_group_per_experiment(folder, tmp_
     assert (tasks / "mine.txt").read_text() == "user file"
 
 
+@pytest.mark.slow
 def test_oracle_scores_full_marks_on_experiments_through_lm_eval(folder, tmp_path):
     tasks = tmp_path / "tasks"
     write_task_folder(folder, tasks)
-    output = tmp_path / "oracle"
-    status = run_eval(
-        [
-            "run",
-            "--model",
-            ORACLE_MODEL,
-            "--include_path",
-            str(tasks),
-            "--tasks",
-            "needlebench_experiment_inspect_style_3x7x3,needlebench_experiment_chain_zh,needlebench_experiment_three_facts_en",
-            "--output_path",
-            str(output),
-            "--log_samples",
-        ]
-    )
-    assert status == 0
-    results = json.loads(sorted(output.rglob("results_*.json"))[-1].read_text(encoding="utf-8"))
+    names = ("inspect_style_3x7x3", "chain_zh", "three_facts_en")
+    output = run_oracle(tmp_path / "oracle", (f"needlebench_experiment_{name}" for name in names), include_path=tasks)
+    results = latest_results(output)
     single = results["results"]["needlebench_inspect_style_3x7x3"]
     chain = results["results"]["needlebench_chain_zh"]
     assert single["score,none"] == pytest.approx(100.0)
@@ -153,6 +140,7 @@ def test_oracle_scores_full_marks_on_experiments_through_lm_eval(folder, tmp_pat
     assert results["n-samples"]["needlebench_three_facts_en"]["effective"] == 4
 
 
+@pytest.mark.slow
 def test_tasks_cli_writes_the_folder_and_refuses_a_non_dataset(folder, tmp_path):
     import subprocess
     import sys
@@ -172,6 +160,7 @@ def test_tasks_cli_writes_the_folder_and_refuses_a_non_dataset(folder, tmp_path)
     assert result.returncode == 2 and "not a needlebench dataset" in result.stderr and not (tmp_path / "u").exists()
 
 
+@pytest.mark.slow
 def test_show_prints_an_experiment_row_of_the_folder(folder):
     """`needlebench show DIR ID` finds an experiment's row: the folder's experiment configs are looked up by name."""
     import subprocess

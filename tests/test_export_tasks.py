@@ -102,6 +102,7 @@ def _load_utils(folder: Path):
 # --------------------------------------------------------------------------------------------- the folder
 
 
+@pytest.mark.slow
 def test_export_writes_the_in_tree_folder(exported: Path):
     from needlebench.evaluation.harness.upstream import load_yaml
     from needlebench.tasks.grid import registry
@@ -166,6 +167,7 @@ def _function_refs(text: str) -> list[str]:
     return [line.split("!function", 1)[1].strip() for line in text.splitlines() if "!function" in line]
 
 
+@pytest.mark.slow
 def test_export_refuses_bad_arguments_and_foreign_folders(tmp_path: Path):
     cases = [
         (
@@ -216,6 +218,7 @@ def _fuzz_docs() -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.slow
 def test_exported_hooks_equal_the_package_hooks_on_a_fuzz_set(exported: Path):
     from needlebench.evaluation.harness.tasks import TEMPLATES, template_key
     from needlebench.tasks.grid import get_config
@@ -307,6 +310,7 @@ def _results(output: Path) -> dict[str, Any]:
     return json.loads(sorted(output.rglob("results_*.json"))[-1].read_text(encoding="utf-8"))["results"]
 
 
+@pytest.mark.slow
 def test_lm_eval_runs_the_tasks_by_name_without_needlebench(
     hub: HubServer, release: Path, installed: Path, lm_eval_venv: Path, tmp_path: Path
 ):
@@ -344,6 +348,7 @@ def _perturbed(output: str, index: int, noise: str) -> str:
     ][index % 6]
 
 
+@pytest.mark.slow
 def test_exported_folder_scores_equal_the_project_folder_on_the_same_outputs(
     hub: HubServer, release: Path, installed: Path, lm_eval_venv: Path, tmp_path: Path
 ):

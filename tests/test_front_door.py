@@ -32,6 +32,7 @@ from needlebench.evaluation.report import HEALTH
 from needlebench.tasks.experiment import load_experiment, register_experiment
 from needlebench.tasks.grid import COMPAT_MODES, ConfigSpec, registry
 from needlebench.tasks.schema import features_dict
+from support.needles import write_needles
 from support.smollm import smollm_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,6 +167,7 @@ def test_the_matrix_covers_every_family_variant_language_and_mode():
         assert expected in cells, expected
 
 
+@pytest.mark.slow
 def test_every_mode_a_config_does_not_declare_is_refused_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ):
@@ -222,33 +224,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         )
         files[f"slice_{language}"] = folder / f"{language}_slice.txt"
         files[f"slice_{language}"].write_text(text[: 100 * size], encoding="utf-8")
-    needles = [
-        (
-            "Hidden on Red Island is the Blue Gem.",
-            "Red Island",
-            "Blue Gem",
-            "English",
-            "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'",
-        ),
-        (
-            "Hidden on Green Island is the Gold Cup.",
-            "Green Island",
-            "Gold Cup",
-            "English",
-            "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'",
-        ),
-        ("红岛上藏着蓝宝石。", "红岛", "蓝宝石", "Chinese", "红岛上藏着什么？请按照'红岛上藏着______。'的格式回答。"),
-        ("绿岛上藏着金杯。", "绿岛", "金杯", "Chinese", "绿岛上藏着什么？请按照'绿岛上藏着______。'的格式回答。"),
-    ]
-    files["needles"] = folder / "needles.jsonl"
-    files["needles"].write_text(
-        "".join(
-            json.dumps(dict(zip(("needle", "arg1", "arg2", "language", "retrieval_question"), n)), ensure_ascii=False)
-            + "\n"
-            for n in needles
-        ),
-        encoding="utf-8",
-    )
+    files["needles"] = write_needles(folder / "needles.jsonl")
     # ATC chains of up to 512 relations need 513 distinct names per language
     given = [
         "Ann",
@@ -357,6 +333,7 @@ def built(inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
     return folders
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build", BUILDS, ids=[build.id for build in BUILDS])
 def test_every_build_verifies(build: Build, built: dict[str, Path], inputs: dict[str, Path]):
     options = mode_options(build, inputs, smollm_dir())
@@ -368,6 +345,7 @@ def test_every_build_verifies(build: Build, built: dict[str, Path], inputs: dict
     assert "all configs match their fingerprints" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell", CELLS, ids=[cell_id(cell) for cell in CELLS])
 def test_every_cell_loads_with_datasets(cell: tuple[Build, str], built: dict[str, Path]):
     import datasets
@@ -390,6 +368,7 @@ def test_every_cell_loads_with_datasets(cell: tuple[Build, str], built: dict[str
 COMPAT_CELLS = [cell for cell in CELLS if cell[0].mode in COMPAT_MODES]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell", COMPAT_CELLS, ids=[cell_id(cell) for cell in COMPAT_CELLS])
 def test_compat_cells_hold_the_rows_of_the_reference_construction(
     cell: tuple[Build, str], built: dict[str, Path], inputs: dict[str, Path]
@@ -499,6 +478,7 @@ def full_marks(config: str) -> float:
     return 1.0 if spec_of(config).family == "counting_stars" else 100.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell", CELLS, ids=[cell_id(cell) for cell in CELLS])
 def test_the_oracle_scores_full_marks(cell: tuple[Build, str], oracle_results: dict):
     build, config = cell
@@ -506,6 +486,7 @@ def test_the_oracle_scores_full_marks(cell: tuple[Build, str], oracle_results: d
         assert value == pytest.approx(full_marks(config)), (metric, value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell", CELLS, ids=[cell_id(cell) for cell in CELLS])
 def test_the_dummy_model_scores_about_zero(cell: tuple[Build, str], dummy_results: dict):
     build, config = cell

@@ -138,6 +138,7 @@ def test_flat_mean_and_empty_aggregations():
     assert harness.agg_perf_4([]) == 0.0
 
 
+@pytest.mark.slow
 def test_oracle_answers_look_rows_up_by_prompt():
     rows = [single_row(prompt="first prompt"), multi_reasoning_row(prompt="second prompt")]
 

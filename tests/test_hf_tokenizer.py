@@ -221,6 +221,7 @@ def test_piece_ends_are_the_pre_tokenizer_pieces(smollm, language):
     assert [int(e) for e in ends if e > len(prefix)] == [len(prefix) + 1, len(prefix) + 11, len(text)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("language", ["en", "zh"])
 def test_random_splices_count_exactly(smollm, smollm_tok, haystacks, language):
     from needlebench.sources.haystacks import tokenized_for
@@ -269,6 +270,7 @@ def test_token_cache_entries_never_mix(smollm, tmp_path, monkeypatch):
 # ---- builds ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_builtin_single_zh_in_smollm_tokens_is_exact_and_verifies(tmp_path, smollm, smollm_tok):
     out = tmp_path / "ds"
     result = run("build", "single_zh_4k", "--tokenizer", f"hf:{smollm}", "--out", str(out))
@@ -293,6 +295,7 @@ def test_builtin_single_zh_in_smollm_tokens_is_exact_and_verifies(tmp_path, smol
     assert verify_folder(out) == {}  # rebuilt from the recipe alone (the tokenizer found by its hash): same bytes
 
 
+@pytest.mark.slow
 def test_experiments_en_single_and_zh_multi_in_smollm_tokens(tmp_path, smollm, smollm_tok, haystacks):
     from needlebench.dataset.verify import verify_folder
 
@@ -431,6 +434,7 @@ def test_a_tokenizer_that_does_not_splice_takes_the_exact_fallback(tmp_path, met
 # ---- bad input ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, words",
     [
@@ -466,6 +470,7 @@ def test_families_without_the_tokenised_haystack_refuse_an_hf_tokenizer(tmp_path
         BuildOptions(tokenizer=f"hf:{smollm}", compat="opencompass")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "value, words",
     [("bert-base", "key tokenizer: 'bert-base' is not allowed"), ("hf:/no/such/folder", "key tokenizer:")],
@@ -489,6 +494,7 @@ def test_bad_experiment_tokenizer_is_one_line(tmp_path, value, words):
     assert not (tmp_path / "ds").exists()
 
 
+@pytest.mark.slow
 def test_a_long_text_is_tokenised_in_chunks_exactly(smollm, haystacks, monkeypatch):
     from needlebench.sources import hf_tokenizer
 
@@ -505,6 +511,7 @@ def test_a_long_text_is_tokenised_in_chunks_exactly(smollm, haystacks, monkeypat
         assert ends.tolist() == whole_ends.tolist()
 
 
+@pytest.mark.slow
 def test_later_loads_skip_transformers_once_it_encodes_as_the_bare_file(smollm, smollm_tok):
     get_tokenizer(f"hf:{smollm}")  # a first load (through transformers) notes that the bare file encodes the same
     script = (
@@ -521,6 +528,7 @@ def test_later_loads_skip_transformers_once_it_encodes_as_the_bare_file(smollm, 
     assert int(count) == len(smollm_tok.encode(text, add_special_tokens=False))
 
 
+@pytest.mark.slow
 def test_a_model_in_the_local_hugging_face_cache_loads_by_name_offline(tmp_path, smollm):
     """A model name resolves in the local Hugging Face cache only (HF_HUB_OFFLINE), is recorded as ORG/NAME, and
     its recorded form loads again by name on a machine that never read it from a folder."""

@@ -66,6 +66,7 @@ def run_files(output: Path) -> list[str]:
     return names
 
 
+@pytest.mark.slow
 def test_an_honest_run_keeps_lm_evals_layout(sandbox: Path, task_folder: Path) -> None:
     output = sandbox / "work" / "OUT"
     result = eval_run(sandbox, task_folder, output)
@@ -78,6 +79,7 @@ def test_an_honest_run_keeps_lm_evals_layout(sandbox: Path, task_folder: Path) -
     assert health["results_file"] == results.name and "needlebench_atc_en" in health["tasks"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("planted", ["link-to-mydata", "dangling-link", "file"])
 def test_a_link_at_the_model_folder_is_refused_and_never_written_through(
     sandbox: Path, task_folder: Path, planted: str
@@ -96,6 +98,7 @@ def test_a_link_at_the_model_folder_is_refused_and_never_written_through(
     assert snapshot(sandbox) == before  # ~/mydata untouched, nothing left in SHARED (no run folder)
 
 
+@pytest.mark.slow
 def test_a_model_named_in_its_arguments_is_checked_before_lm_eval_starts(sandbox: Path, task_folder: Path) -> None:
     shared = sandbox / "work" / "SHARED"
     shared.mkdir()
@@ -105,6 +108,7 @@ def test_a_model_named_in_its_arguments_is_checked_before_lm_eval_starts(sandbox
     assert snapshot(sandbox) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("planted", ["fifo", "garbage"])
 def test_the_health_file_reads_only_this_runs_files(sandbox: Path, task_folder: Path, planted: str) -> None:
     shared = sandbox / "work" / "SHARED"
@@ -132,6 +136,7 @@ def test_the_health_file_reads_only_this_runs_files(sandbox: Path, task_folder: 
     assert FUTURE not in health["results_file"] and health["tasks"]["needlebench_atc_en"]["no_final_answer"] == 0.0
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_link_at_the_chunk_store_before_the_model_runs(sandbox: Path, task_folder: Path) -> None:
     import argparse
 
@@ -160,6 +165,7 @@ def _plant_unchecked_pyc(folder: Path, home: Path) -> Path:
     return pyc
 
 
+@pytest.mark.slow
 def test_a_planted_bytecode_of_the_written_hooks_never_runs(sandbox: Path, task_folder: Path) -> None:
     dataset = task_folder.parent / "DS"
     folder = sandbox / "work" / "FOLDER"
@@ -178,6 +184,7 @@ def test_a_planted_bytecode_of_the_written_hooks_never_runs(sandbox: Path, task_
     assert snapshot(sandbox, skip=sandbox / "work") == {k: v for k, v in before.items() if not k.startswith("work")}
 
 
+@pytest.mark.slow
 def test_a_pycache_link_in_the_task_folder_is_refused(sandbox: Path, task_folder: Path) -> None:
     folder = sandbox / "work" / "FOLDER"
     folder.mkdir()

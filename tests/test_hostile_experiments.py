@@ -67,6 +67,7 @@ def refused(tmp_path: Path, data: dict | str, *extra: str) -> str:
 # ------------------------------------------------------------------------------------------ YAML bombs and keys
 
 
+@pytest.mark.slow
 def test_billion_laughs_is_refused_fast(tmp_path: Path) -> None:
     lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
@@ -78,6 +79,7 @@ def test_billion_laughs_is_refused_fast(tmp_path: Path) -> None:
     assert "lol" not in line  # the expanded value is never printed
 
 
+@pytest.mark.slow
 def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
     text = yaml.safe_dump(experiment(), sort_keys=False) + "lengths: [2000]\n"
     line = refused(tmp_path, text)
@@ -88,6 +90,7 @@ def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
     assert "key 'keyword' is given twice" in refused(tmp_path, nested)
 
 
+@pytest.mark.slow
 def test_nan_depths_are_refused(tmp_path: Path) -> None:
     text = yaml.safe_dump(experiment(), sort_keys=False).replace("- 50", "- .nan")
     line = refused(tmp_path, text)
@@ -98,6 +101,7 @@ def test_nan_depths_are_refused(tmp_path: Path) -> None:
     assert "key diff: NaN is not allowed" in refused(tmp_path, text)
 
 
+@pytest.mark.slow
 def test_a_needle_without_its_keyword_is_refused(tmp_path: Path) -> None:
     needles = [{"needle": "The vault code is 4711.", "question": "What is the code?", "keyword": "9999"}]
     line = refused(tmp_path, experiment(needles=needles))
@@ -106,6 +110,7 @@ def test_a_needle_without_its_keyword_is_refused(tmp_path: Path) -> None:
     assert "needles.0.keyword" in refused(tmp_path, experiment(needles=answer_only))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("changes", "words"),
     [
@@ -123,6 +128,7 @@ def test_huge_values_name_the_allowed_maximum(tmp_path: Path, changes: dict, wor
         assert word in line, line
 
 
+@pytest.mark.slow
 def test_duplicate_depths_option_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = run("build", "atc_en", "single_en_4k", "--depths", "50,50", "--out", str(out))
@@ -133,6 +139,7 @@ def test_duplicate_depths_option_is_refused(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- the size guard
 
 
+@pytest.mark.slow
 def test_max_tokens_refuses_before_any_work(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = run("build", "single_en_4k", "--max-tokens", "1000", "--out", str(out))
@@ -143,6 +150,7 @@ def test_max_tokens_refuses_before_any_work(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_the_estimate_counts_a_depths_override(tmp_path: Path) -> None:
     depths = ",".join(f"{i / 20:g}" for i in range(2001))  # 2,001 depths instead of the grid's 20
     out = tmp_path / "out"
@@ -151,6 +159,7 @@ def test_the_estimate_counts_a_depths_override(tmp_path: Path) -> None:
     assert "80,040 rows of about 152,076,000 context tokens" in error_line(result)
 
 
+@pytest.mark.slow
 def test_a_huge_experiment_is_refused_by_the_default_limit(tmp_path: Path) -> None:
     huge = experiment(lengths={"min": 1000, "max": 2_000_000, "n": 1000}, depths={"n": 1000}, runs=10_000)
     start = time.monotonic()
@@ -159,6 +168,7 @@ def test_a_huge_experiment_is_refused_by_the_default_limit(tmp_path: Path) -> No
     assert "10,000,000,000 rows" in line and f"the default --max-tokens {DEFAULT_MAX_TOKENS:,}" in line
 
 
+@pytest.mark.slow
 def test_a_build_beyond_the_free_disk_is_refused(tmp_path: Path) -> None:
     fake = "import shutil; shutil.disk_usage = lambda path: shutil._ntuple_diskusage(10**12, 10**12 - 5000, 5000); "
     out = tmp_path / "out"
@@ -181,6 +191,7 @@ def test_every_builtin_config_passes_the_default_guard(monkeypatch, tmp_path: Pa
 # -------------------------------------------------------------------------------------- inputs and processes
 
 
+@pytest.mark.slow
 def test_a_2gb_haystack_is_refused_before_it_is_read(tmp_path: Path) -> None:
     big = tmp_path / "big.txt"
     with open(big, "wb") as handle:  # sparse: 2 GiB by size, no disk
@@ -195,6 +206,7 @@ def test_a_2gb_haystack_is_refused_before_it_is_read(tmp_path: Path) -> None:
     assert "2,147,483,648 bytes" in refused(tmp_path, experiment(haystack=str(big)))
 
 
+@pytest.mark.slow
 def test_num_proc_is_capped_at_the_cpus(tmp_path: Path) -> None:
     one_cpu = "import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
     out = tmp_path / "out"
@@ -209,6 +221,7 @@ def test_capped_prefers_the_smaller_limit(monkeypatch) -> None:
     assert build_module._capped(3, 8) == 3
 
 
+@pytest.mark.slow
 def test_sigterm_cleans_up_like_ctrl_c(tmp_path: Path) -> None:
     out = tmp_path / "out"
     process = subprocess.Popen(
@@ -233,6 +246,7 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- local paths never leave the machine
 
 
+@pytest.mark.slow
 def test_an_experiment_haystack_is_recorded_without_its_path(tmp_path: Path) -> None:
     rng = random.Random(1)
     words = ["the", "of", "and", "a", "to", "in", "is", "was", "river", "stone", "garden", "window", "letter"]

@@ -100,6 +100,7 @@ def _staging(out: Path, pid: int, files: list[str], replaces: list[str], marker:
 # --- item 1: staging folders ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("marker", ["none", "forged", "other-host", "link"])
 @pytest.mark.parametrize("absolute", [False, True])
 def test_a_crafted_clone_with_a_staging_folder_touches_nothing_outside(dataset, sandbox, marker, absolute):
@@ -132,6 +133,7 @@ def test_a_crafted_clone_with_a_staging_folder_touches_nothing_outside(dataset, 
     assert _manifest(clone)["configs"]["atc_en"] == _manifest(dataset)["configs"]["atc_en"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "field, names",
     [
@@ -157,6 +159,7 @@ def test_even_our_own_staging_folder_names_only_files_inside(dataset, sandbox, f
     assert snapshot(sandbox.parent) == before
 
 
+@pytest.mark.slow
 def test_verify_between_the_commit_and_the_finish_recovers_first(sandbox):
     """A build killed right after its commit (the card points into the staging folder, no manifest yet):
     `verify` finishes the replace as a build would, then checks the folder."""
@@ -172,6 +175,7 @@ def test_verify_between_the_commit_and_the_finish_recovers_first(sandbox):
 # --- item 2: the output folder's manifest and links -------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["../.ssh/id_rsa", "data/atc_zh/../../../.ssh/id_rsa", "ABSOLUTE"])
 def test_a_kept_config_naming_a_file_outside_is_refused(dataset, sandbox, name):
     """A manifest keeping config atc_zh whose file is the user's key: never linked into the dataset."""
@@ -186,6 +190,7 @@ def test_a_kept_config_naming_a_file_outside_is_refused(dataset, sandbox, name):
     assert snapshot(sandbox.parent) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("link", ["data/atc_en", "data", "data/atc_en/test-00000-of-00001.parquet", "needlebench.json"])
 def test_links_inside_the_output_folder_are_never_followed(dataset, sandbox, link):
     """``data/<config>`` (or ``data``, a listed file, the manifest) as a link to the user's files: a build that
@@ -213,6 +218,7 @@ def test_links_inside_the_output_folder_are_never_followed(dataset, sandbox, lin
     assert snapshot(sandbox.parent) == before
 
 
+@pytest.mark.slow
 def test_a_new_config_is_never_written_through_a_link(dataset, sandbox):
     """``data/atc_zh`` a link to the user's folder, atc_zh not in the manifest yet: refused before any work."""
     clone = sandbox / "clone"
@@ -244,6 +250,7 @@ MALFORMED = {
 CASES = [("build", case) for case in MALFORMED] + [("verify", "deeply nested"), ("verify", "files a string")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command, case", CASES)
 def test_malformed_manifests_are_one_line_errors(dataset, sandbox, command, case):
     """Wrong types, deep nesting, a config named like a path: one line naming the field (a build with --overwrite
@@ -285,6 +292,7 @@ def _load_on_the_fly(home: Path, cache: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["edited answers, fingerprint recomputed", "truncated file"])
 def test_a_tampered_dataset_cache_is_rebuilt(sandbox, tmp_path, damage):
     import pyarrow.parquet as pq
@@ -327,6 +335,7 @@ def _plain_digest(tables: dict) -> str:
     return digest.hexdigest()
 
 
+@pytest.mark.slow
 def test_a_token_cache_entry_with_a_recomputed_digest_is_not_trusted(sandbox, tmp_path):
     """One token inserted in the middle of the cached token table (the boundary tables shifted to match, so every
     invariant holds) and the entry's digest recomputed: the build notices and recomputes, its rows are right."""
@@ -363,6 +372,7 @@ def test_a_token_cache_entry_with_a_recomputed_digest_is_not_trusted(sandbox, tm
 # --- item 8 ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_quoted_tilde_out_is_a_folder_named_tilde(sandbox):
     """``--out '~'`` (quoted: the shell left it alone) is the folder ``./~``, never the home folder."""
     before = snapshot(sandbox.parent, skip=sandbox / "work" / "~")
@@ -389,6 +399,7 @@ def test_data_repo_takes_only_hub_ids(dataset, tmp_path, monkeypatch, form):
     assert repr(repo) in message and "data_dir" in message and "\n" not in message
 
 
+@pytest.mark.slow
 def test_publishing_again_with_a_relative_folder(dataset, sandbox):
     """`publish ds --to-git repo` twice from the folder holding both: the second is a no-op, not a git error."""
     work = sandbox / "work"
@@ -400,6 +411,7 @@ def test_publishing_again_with_a_relative_folder(dataset, sandbox):
     assert "already holds this data" in again.stdout + again.stderr
 
 
+@pytest.mark.slow
 def test_build_overwrite_warns_of_shards_the_manifest_does_not_list_and_leaves_them(dataset, sandbox):
     """A clone whose config folder holds a shard its manifest does not list: needlebench never reads it, but a glob
     over the folder would; `build --overwrite` says so once, naming it, and leaves it (the build did not write it)."""

@@ -111,6 +111,7 @@ def _race_env(tmp_path: Path, moment: str, target: Path, diary: Path) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_a_haystack_swapped_for_a_link_after_the_check_is_never_followed(sandbox, shared, tmp_path):
     path = _experiment(shared, haystack="race.txt")
     env = _race_env(tmp_path, "checked", shared / "race.txt", sandbox / "mydata" / "diary.txt")
@@ -124,6 +125,7 @@ def test_a_haystack_swapped_for_a_link_after_the_check_is_never_followed(sandbox
     assert snapshot(sandbox, skip=shared) == before
 
 
+@pytest.mark.slow
 def test_a_haystack_swapped_after_it_was_read_builds_from_the_bytes_read(sandbox, shared, tmp_path):
     """The recipe's hash, the tokenised corpus and the rows all come from the bytes read once."""
     import hashlib
@@ -143,6 +145,7 @@ def test_a_haystack_swapped_after_it_was_read_builds_from_the_bytes_read(sandbox
     assert snapshot(sandbox, skip=shared) == before
 
 
+@pytest.mark.slow
 def test_a_file_flipping_between_text_and_a_link_never_reaches_the_build(sandbox, shared, tmp_path):
     """The red team's loop: a thread flips race.txt as fast as it can while the command builds (a few rounds)."""
     path = _experiment(shared, haystack="race.txt")
@@ -208,6 +211,7 @@ def test_a_name_that_stops_being_a_link_mid_lookup_is_looked_up_again_then_refus
             experiment.local_path("race.txt", "haystack", "exp.yaml", tmp_path, folder=folder)
 
 
+@pytest.mark.slow
 def test_a_needles_file_swapped_for_a_link_after_the_check_is_never_followed(sandbox, shared, tmp_path):
     needles = {"needle": "The vault code is 4711.", "retrieval_question": "What is the vault code?"}
     line = json.dumps({**needles, "arg1": "", "arg2": "4711", "language": "English"})
@@ -250,11 +254,13 @@ def _edit(folder: Path, change) -> None:
     path.write_text(json.dumps(manifest, indent=1))
 
 
+@pytest.mark.slow
 def test_the_honest_experiment_dataset_verifies(sandbox, built):
     result = run(sandbox, "verify", str(built))
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("field", "value", "option"),
     [
@@ -279,6 +285,7 @@ def test_a_recipe_naming_a_local_path_is_refused(sandbox, built, field, value, o
     assert snapshot(sandbox, skip=built) == before
 
 
+@pytest.mark.slow
 def test_a_recipe_of_built_in_configs_naming_a_local_path_is_refused(sandbox, tmp_path):
     out = sandbox / "work" / "atc"
     result = run(sandbox, "build", "atc_en", "--out", str(out))
@@ -291,6 +298,7 @@ def test_a_recipe_of_built_in_configs_naming_a_local_path_is_refused(sandbox, tm
     assert snapshot(sandbox, skip=out) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["hf:nonexistent/zzz", "hf:~/mydata/tok", "hf:tok@sha256:" + "1" * 64])
 def test_an_experiment_record_naming_another_tokenizer_fails_verify(sandbox, built, value):
     _edit(built, lambda manifest: manifest["experiments"]["myexp"].update(tokenizer=value))
@@ -300,6 +308,7 @@ def test_an_experiment_record_naming_another_tokenizer_fails_verify(sandbox, bui
     assert snapshot(sandbox, skip=built) == before
 
 
+@pytest.mark.slow
 def test_an_experiment_record_naming_another_haystack_fails_verify(sandbox, built):
     def change(manifest: dict) -> None:
         manifest["experiments"]["myexp"]["haystack"] = dict(manifest["recipe"]["haystack_en"], sha256="2" * 64)
@@ -312,6 +321,7 @@ def test_an_experiment_record_naming_another_haystack_fails_verify(sandbox, buil
 # --- 3. an experiment's tokenizer folder with links out ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_tokenizer_folder_holding_a_link_out_is_refused(sandbox, shared, tmp_path):
     tok = shared / "tok"
     tok.mkdir()
@@ -327,6 +337,7 @@ def test_a_tokenizer_folder_holding_a_link_out_is_refused(sandbox, shared, tmp_p
     assert snapshot(sandbox, skip=shared) == before
 
 
+@pytest.mark.slow
 def test_an_experiment_tokenizer_folder_of_regular_files_builds_from_its_private_copy(sandbox, shared, tmp_path):
     """The honest case: the copy records the same ``hf:LABEL@sha256:HEX`` as the folder itself."""
     import hashlib

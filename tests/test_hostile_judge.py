@@ -141,6 +141,7 @@ def cache_lines(results: Path) -> list[dict]:
 # ------------------------------------------------------------------------------------------------ planted links
 
 
+@pytest.mark.slow
 def test_links_at_every_name_the_judge_ever_wrote_reach_nothing(sandbox, judge_port):
     """Links at the judged files, at the temporary names the judge used to write (``.<name>.tmp``, and
     ``.<name>.<pid>.tmp`` over a pid spray), at the cache, and a link to a folder of the user's with samples in it."""
@@ -199,6 +200,7 @@ def test_the_judge_writes_nothing_by_path_into_the_results_folder():
                 ), where
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "dangling"])
 def test_a_cache_that_is_no_file_is_replaced_not_followed(sandbox, judge_port, kind):
     home = sandbox
@@ -223,6 +225,7 @@ def _forged_tag(entry: dict) -> str:
     return hmac.new(b"the sender's own secret", payload.encode(), hashlib.sha256).hexdigest()
 
 
+@pytest.mark.slow
 def test_a_pre_filled_cache_gets_no_verdict_and_every_row_is_asked(sandbox, judge_port):
     from needlebench.evaluation.judge.command import _cache_key
 
@@ -266,6 +269,7 @@ def test_a_pre_filled_cache_gets_no_verdict_and_every_row_is_asked(sandbox, judg
     assert "0 requested, 4 from cache" in again.stdout
 
 
+@pytest.mark.slow
 def test_a_tampered_signed_entry_is_asked_again(sandbox, judge_port):
     """An entry of the user's own cache whose score a sender raised no longer verifies."""
     home = sandbox
@@ -284,6 +288,7 @@ def test_a_tampered_signed_entry_is_asked_again(sandbox, judge_port):
 # ------------------------------------------------------------------------------------------------ hostile replies
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "reason"),
     [
@@ -313,6 +318,7 @@ def test_a_garbage_reply_leaves_the_row_unjudged_and_counted(sandbox, judge_port
     assert not (results / CACHE).exists() or cache_lines(results) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["deep-text", "spaces", "line-breaks", "braces"])
 def test_a_reply_text_built_to_stall_the_parser_is_an_unrated_verdict_in_seconds(sandbox, judge_port, mode):
     home = sandbox
@@ -324,6 +330,7 @@ def test_a_reply_text_built_to_stall_the_parser_is_an_unrated_verdict_in_seconds
     assert judged_scores(results / "model" / f"judged_samples_needlebench_a_{DATE}.jsonl") == [None]
 
 
+@pytest.mark.slow
 def test_a_non_ascii_api_key_is_refused_in_one_line(sandbox, judge_port):
     home = sandbox
     results = write_run(home, {"needlebench_a": [sample("q1?")]})
@@ -372,6 +379,7 @@ HOSTILE_SAMPLES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(HOSTILE_SAMPLES))
 def test_a_hostile_samples_line_is_one_line_naming_the_file_and_field(sandbox, judge_port, name):
     home = sandbox
@@ -385,6 +393,7 @@ def test_a_hostile_samples_line_is_one_line_naming_the_file_and_field(sandbox, j
     assert users_files(home) == before and Judge.requests == [] and not list(results.rglob("judged_*"))
 
 
+@pytest.mark.slow
 def test_a_samples_file_that_is_not_utf8_is_one_line(sandbox, judge_port):
     home = sandbox
     results = write_run(home, {"needlebench_a": [sample("q1?")]})
@@ -393,6 +402,7 @@ def test_a_samples_file_that_is_not_utf8_is_one_line(sandbox, judge_port):
     refused(judge(home, results, judge_port), samples.name, "line 2", "UTF-8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["link", "fifo", "folder"])
 def test_a_samples_file_that_is_no_file_is_refused_before_reading(sandbox, judge_port, kind):
     """A link to the user's notes (whose lines would be sent to the judge and copied into the results), a FIFO
@@ -413,6 +423,7 @@ def test_a_samples_file_that_is_no_file_is_refused_before_reading(sandbox, judge
     assert users_files(home) == before and Judge.requests == []
 
 
+@pytest.mark.slow
 def test_a_folder_tree_1500_deep_is_one_line(sandbox, judge_port):
     home = sandbox
     results = write_run(home, {"needlebench_a": [sample("q1?")]})
@@ -434,6 +445,7 @@ def test_a_folder_tree_1500_deep_is_one_line(sandbox, judge_port):
             os.rmdir(results.joinpath(*["d"] * depth))
 
 
+@pytest.mark.slow
 def test_a_folder_at_the_judged_name_is_refused_before_any_request(sandbox, judge_port):
     home = sandbox
     results = write_run(home, {"needlebench_a": [sample("q1?")]})
@@ -442,6 +454,7 @@ def test_a_folder_at_the_judged_name_is_refused_before_any_request(sandbox, judg
     assert Judge.requests == []
 
 
+@pytest.mark.slow
 def test_a_samples_name_too_long_for_its_judged_name_is_refused_before_any_request(sandbox, judge_port):
     home = sandbox
     results = write_run(home, {"needlebench_a": [sample("q1?")]})
@@ -451,6 +464,7 @@ def test_a_samples_name_too_long_for_its_judged_name_is_refused_before_any_reque
     assert Judge.requests == []
 
 
+@pytest.mark.slow
 def test_a_cache_hard_linked_to_a_file_elsewhere_is_replaced_not_appended_to(sandbox, judge_port):
     """A hard link (another local user's doing, where fs.protected_hardlinks is off) is a regular file: the judge
     reads it but writes a new file at the name instead of appending to the shared one."""
@@ -465,6 +479,7 @@ def test_a_cache_hard_linked_to_a_file_elsewhere_is_replaced_not_appended_to(san
     assert [entry["score"] for entry in cache_lines(results)] == [3]
 
 
+@pytest.mark.slow
 def test_a_cache_line_cut_by_an_interruption_does_not_swallow_the_next_verdict(sandbox, judge_port):
     home = sandbox
     results = write_run(home, {"needlebench_a": [sample("q1?"), sample("q2?")]})

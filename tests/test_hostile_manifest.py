@@ -76,6 +76,7 @@ CARD_TARGETS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", list(CARD_TARGETS))
 def test_show_never_reads_what_the_card_points_at(dataset, sandbox, target):
     """A card whose data_files point at the user's files, at other files of the folder or at a URL: `show` refuses
@@ -91,6 +92,7 @@ def test_show_never_reads_what_the_card_points_at(dataset, sandbox, target):
     assert snapshot(sandbox.parent) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["outside", "inside"])
 def test_verify_fails_when_the_card_loads_other_files(dataset, sandbox, target):
     """`verify` says the config differs (exit 1, naming the card's value) instead of "all fingerprints match"."""
@@ -106,6 +108,7 @@ def test_verify_fails_when_the_card_loads_other_files(dataset, sandbox, target):
     assert snapshot(sandbox.parent) == before
 
 
+@pytest.mark.slow
 def test_eval_never_reads_what_the_card_points_at(dataset, sandbox, tmp_path):
     """`needlebench eval` (the lm-eval task's custom_dataset) refuses the folder in one line: no row of the user's
     file reaches a model."""
@@ -137,6 +140,7 @@ def test_eval_never_reads_what_the_card_points_at(dataset, sandbox, tmp_path):
     assert snapshot(sandbox.parent) == before
 
 
+@pytest.mark.slow
 def test_an_unlisted_parquet_file_in_the_config_folder_is_never_loaded(dataset, sandbox):
     """A card pointing at every Parquet file of the config folder (its own and a tampered one): `show` refuses;
     the honest card and the extra file: `show` prints the listed row, `verify` names the extra file."""
@@ -153,6 +157,7 @@ def test_an_unlisted_parquet_file_in_the_config_folder_is_never_loaded(dataset, 
 # --- shards that are not regular files, row counts that lie --------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero", "link-to-fifo"])
 @pytest.mark.parametrize("command", ["show", "verify", "publish"])
 def test_a_shard_that_is_not_a_regular_file_is_refused_without_hanging(dataset, sandbox, tmp_path, kind, command):
@@ -179,6 +184,7 @@ def test_a_shard_that_is_not_a_regular_file_is_refused_without_hanging(dataset, 
     assert snapshot(sandbox.parent, skip=clone) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["manifest", "card"])
 def test_a_row_count_that_lies_is_noticed_by_verify_and_publish(dataset, sandbox, tmp_path, where):
     clone = _clone(dataset, sandbox)
@@ -237,6 +243,7 @@ FIELDS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["show", "verify", "publish"])
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_hostile_manifest_values_are_one_line_errors(dataset, sandbox, tmp_path, case, command):
@@ -266,6 +273,7 @@ def _git(*args: str, cwd: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bare", [False, True])
 def test_publish_to_git_refuses_a_users_own_repository(dataset, sandbox, bare):
     """A user's repository with tracked README.md and data/: refused in one line before anything changes (a
@@ -286,6 +294,7 @@ def test_publish_to_git_refuses_a_users_own_repository(dataset, sandbox, bare):
     assert snapshot(sandbox.parent) == before
 
 
+@pytest.mark.slow
 def test_publishing_again_into_our_own_release_repository_works(dataset, sandbox):
     repo = sandbox / "release"
     first = run(sandbox, "publish", str(dataset), "--version", "1.0.0", "--to-git", str(repo))
@@ -298,6 +307,7 @@ def test_publishing_again_into_our_own_release_repository_works(dataset, sandbox
 # --- the Hub token -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("token", ["hf_SecretTokenValue123\r", "hf_Secret\x1bTokenValue123", "hf_SecretTokén12"])
 def test_a_token_with_a_control_character_is_refused_and_never_shown(dataset, sandbox, token):
     before = snapshot(sandbox.parent)
@@ -335,6 +345,7 @@ print(load_dataset(needlebench_config="atc_en")["test"].num_rows)
 """
 
 
+@pytest.mark.slow
 def test_the_on_the_fly_cache_is_private_whatever_the_umask(sandbox, tmp_path):
     cache = sandbox / ".cache" / "needlebench"
     environment = {
@@ -357,6 +368,7 @@ def test_the_on_the_fly_cache_is_private_whatever_the_umask(sandbox, tmp_path):
     assert lock.stat().st_mode & 0o777 == 0o600
 
 
+@pytest.mark.slow
 def test_a_hostile_manifest_at_an_earlier_tag_is_an_earlier_release(dataset, sandbox):
     """The changelog reads the manifests of earlier tags: one with a 5,000-digit integer is listed as an earlier
     release, the publish goes on (no internal error)."""
@@ -373,6 +385,7 @@ def test_a_hostile_manifest_at_an_earlier_tag_is_an_earlier_release(dataset, san
     assert "**v1.0.1**: earlier release" in (repo / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_card_header_two_readers_would_split_differently_is_refused(dataset, sandbox):
     """``huggingface_hub`` ends the YAML header at ``--- `` (a trailing space), ``datasets`` reads on to the next
     ``---``: a second header there could give the config other files; `show` refuses, `verify` says it differs."""
@@ -393,6 +406,7 @@ def test_a_card_header_two_readers_would_split_differently_is_refused(dataset, s
 hub = olah_fixture()
 
 
+@pytest.mark.slow
 def test_a_hub_dataset_whose_card_points_elsewhere_is_refused(dataset, hub):
     """`data_repo` (the lm-eval tasks' Hub source): the manifest is read first, then only the files it lists; a
     card whose data_files point at a URL (or anywhere else) is refused in one line, nothing is fetched from it."""

@@ -25,6 +25,8 @@ from typing import ClassVar
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 USER, PASSWORD, TOKEN, API_KEY = "alice", "S3cretPassw0rd", "T0kenValue123", "sk-ApiKeyValue456"
 SECRETS = (PASSWORD, TOKEN, API_KEY, base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode())
 CACHE = ".needlebench-judge-cache.jsonl"

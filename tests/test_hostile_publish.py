@@ -21,6 +21,8 @@ import pytest
 
 from support.sandbox import CLI, REAL_CONFIG, REAL_HF_HOME, refused, run, snapshot
 
+pytestmark = pytest.mark.slow
+
 SHARD = "data/atc_en/test-00000-of-00001.parquet"
 PWN = 'touch "$HOME/PWNED"'
 #: Terminal escapes a row's prompt may carry (ECMA-48 OSC 8 link, OSC 0 window title, CSI 2J; a CR; RLO U+202E)

@@ -71,6 +71,7 @@ def _evil_repo(path: Path) -> Path:
 # --- 1. the repository is the folder checked, never one git discovers beside it ------------------------------------
 
 
+@pytest.mark.slow
 def test_a_bare_repository_beside_an_invalid_dot_git_is_refused(built: Path, sandbox: Path) -> None:
     """The folder is a bare repository whose top-level config sets core.worktree=. and a smudge filter, plus a
     ``.git`` folder holding only a harmless config (no HEAD: git skips it). Refused in one line; no filter runs."""
@@ -90,6 +91,7 @@ def test_a_bare_repository_beside_an_invalid_dot_git_is_refused(built: Path, san
     assert _users(sandbox) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dot-git-without-head", "bare-without-core-bare"])
 def test_a_folder_git_would_not_take_as_checked_is_refused(built: Path, sandbox: Path, kind: str) -> None:
     """A ``.git`` git would skip (no HEAD) is not a repository; a bare repository whose config says core.bare =

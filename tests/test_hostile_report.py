@@ -19,6 +19,8 @@ import pytest
 from support import single_row, write_samples
 from support.sandbox import refused, run, snapshot, warnings_of
 
+pytestmark = pytest.mark.slow
+
 DATE = "2025-01-01T00-00-00.000000"
 TASK = "needlebench_single_en_4k"
 

@@ -14,10 +14,14 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from support.sandbox import refused, run, snapshot, warnings_of
 from test_hostile_judge import judge, judge_port  # noqa: F401 (the fake judge server, a fixture)
 from test_hostile_report import DATE, TASK, report, results_folder, samples_file
 from test_hostile_report import user_files as _user_files
+
+pytestmark = pytest.mark.slow
 
 TABLE = "needlebench_4k.csv"
 #: What no CSV or HTML file written from data may carry: controls, bidi overrides, lone surrogates.

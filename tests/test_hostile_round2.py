@@ -12,6 +12,8 @@ import pytest
 
 from support.sandbox import refused, run, snapshot
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture()
 def essays(sandbox: Path) -> Path:

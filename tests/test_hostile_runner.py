@@ -42,6 +42,7 @@ def build(home: Path, path: Path, *extra: str):
 # --------------------------------------------------------------------------------- experiment files: YAML
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "names"),
     [
@@ -67,6 +68,7 @@ def test_hostile_yaml_in_an_experiment_file_is_one_line(sandbox: Path, text: str
 # --------------------------------------------------------------------------- experiment files: local paths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "field",
     ["haystack", "needles_file"],
@@ -98,6 +100,7 @@ def test_an_experiment_file_reads_nothing_outside_its_folder(sandbox: Path, fiel
     assert not (sandbox / "work" / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_link_in_an_experiment_haystack_folder_leads_nowhere_outside(sandbox: Path) -> None:
     shared = sandbox / "shared"
     (shared / "hay").mkdir(parents=True)
@@ -109,6 +112,7 @@ def test_a_link_in_an_experiment_haystack_folder_leads_nowhere_outside(sandbox: 
     assert snapshot(sandbox) == before
 
 
+@pytest.mark.slow
 def test_allow_path_and_a_relative_haystack_build(sandbox: Path) -> None:
     """A haystack inside the file's folder is read relative to it (whatever the working folder); one outside it
     is read when the command line names it."""
@@ -139,6 +143,7 @@ def _first_prompt(folder: Path) -> str:
     return pq.read_table(shard).column("prompt")[0].as_py()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 @pytest.mark.parametrize("field", ["haystack", "needles_file", "experiment"])
 def test_a_fifo_or_device_named_by_an_experiment_is_refused_at_once(sandbox: Path, kind: str, field: str) -> None:
@@ -163,6 +168,7 @@ def test_a_fifo_or_device_named_by_an_experiment_is_refused_at_once(sandbox: Pat
     assert snapshot(sandbox, skip=shared) == before
 
 
+@pytest.mark.slow
 def test_a_fifo_given_as_haystack_on_the_command_line_is_refused(sandbox: Path) -> None:
     (sandbox / "pipes").mkdir()
     fifo = sandbox / "pipes" / "hay.txt"
@@ -176,6 +182,7 @@ def test_a_fifo_given_as_haystack_on_the_command_line_is_refused(sandbox: Path) 
 # ------------------------------------------------------------------------------------------ terminal output
 
 
+@pytest.mark.slow
 def test_escapes_in_names_never_reach_the_terminal(sandbox: Path) -> None:
     shared = sandbox / "evil\x1b]0;pwned\x07\x1b[2J\nname"
     path = write_experiment(shared, experiment(haystack="missing.txt"))
@@ -187,6 +194,7 @@ def test_escapes_in_names_never_reach_the_terminal(sandbox: Path) -> None:
     assert snapshot(sandbox) == before
 
 
+@pytest.mark.slow
 def test_escapes_in_a_haystack_name_are_escaped_in_warnings_and_output(sandbox: Path) -> None:
     """A short haystack gets the "repeated" warning naming it, and `build` prints the folder it wrote."""
     shared = sandbox / "shared"
@@ -223,6 +231,7 @@ def _task_yamls(folder: Path) -> dict[str, dict]:
     return {p.name: load_yaml(p.read_text(encoding="utf-8")) for p in sorted(folder.iterdir()) if "yaml" in p.name}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
     [
@@ -255,6 +264,7 @@ def test_a_folder_name_never_adds_keys_to_a_task_yaml(sandbox: Path, honest_data
         assert data == honest[file], file
 
 
+@pytest.mark.slow
 def test_tasks_leave_what_they_did_not_write(sandbox: Path, honest_dataset: Path) -> None:
     out = sandbox / "work" / "tasks"
     (out / "__pycache__").mkdir(parents=True)
@@ -287,6 +297,7 @@ def test_tasks_leave_what_they_did_not_write(sandbox: Path, honest_dataset: Path
     assert run(sandbox, "tasks", str(honest_dataset), "--out", str(out)).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_stale_task_file_is_removed_only_when_it_is_ours(sandbox: Path, honest_dataset: Path) -> None:
     out = sandbox / "work" / "tasks"
     assert run(sandbox, "tasks", str(honest_dataset), "--out", str(out)).returncode == 0
@@ -307,6 +318,7 @@ def test_a_stale_task_file_is_removed_only_when_it_is_ours(sandbox: Path, honest
 # ------------------------------------------------------------------------------------- the runner's own writes
 
 
+@pytest.mark.slow
 def test_eval_resume_never_follows_a_link_in_a_results_folder(sandbox: Path, honest_dataset: Path) -> None:
     results = sandbox / "work" / "results"
     results.mkdir()
@@ -376,6 +388,7 @@ def test_reasoning_task_folder_copies_no_link(sandbox: Path, tmp_path: Path) -> 
     assert not (target / "needlebench" / "atc_en.yaml").is_symlink()
 
 
+@pytest.mark.slow
 def test_export_tasks_leaves_a_users_pycache(sandbox: Path) -> None:
     out = sandbox / "work" / "export"
     (out / "__pycache__").mkdir(parents=True)

@@ -83,6 +83,7 @@ def _temporary_names(pid: int) -> list[str]:
 # --- 1. links planted at the temporary names ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_links_at_every_temporary_name_are_never_written_through(dataset, sandbox):
     """A cloned dataset carrying links named like the build's temporary files, for the very pid of the build (what
     a spray over every pid achieves), pointing at ~/.bashrc: `build atc_zh --out clone` writes the card and the
@@ -134,6 +135,7 @@ def test_links_at_every_temporary_name_are_never_written_through(dataset, sandbo
 # --- 2. a folder swapped for a link while the build runs ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_config_folder_swapped_for_a_link_during_overwrites_never_reaches_the_user(dataset, sandbox):
     """A second process swaps ``data/atc_en`` for a link to ~/mydata (which holds a file of the same name) over and
     over while `build atc_en --overwrite` runs round after round: every check and the action it guards use one
@@ -211,6 +213,7 @@ else:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", ["checks", "opened"])
 def test_a_swap_at_the_worst_moment_never_reaches_the_user(dataset, sandbox, tmp_path, moment):
     """The race above, won by the second process every time: ``data/atc_en`` becomes a link to ~/mydata right after
@@ -262,6 +265,7 @@ replace.make_staging = make_staging
 """
 
 
+@pytest.mark.slow
 def test_a_parent_swapped_for_a_link_never_redirects_the_clean_up(sandbox, tmp_path):
     """``--out shared/A/mydata`` (a new folder) while another process swaps ``shared/A`` for a link to the home
     folder, then the build is interrupted: the folder it made is removed through its parent's descriptor, never
@@ -285,6 +289,7 @@ def test_a_parent_swapped_for_a_link_never_redirects_the_clean_up(sandbox, tmp_p
     assert not (shared / "A.real" / "mydata").exists()  # the build's own folder, removed where it was
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("planted", ["tokens", "arrow", "crash"])
 def test_a_link_in_a_shared_cache_is_never_followed(dataset, sandbox, planted):
     """A cache root others may write (a shared or loose ``NEEDLEBENCH_CACHE``) holding ``<folder> -> ~/mydata``:
@@ -320,6 +325,7 @@ def test_a_link_in_a_shared_cache_is_never_followed(dataset, sandbox, planted):
 # --- 3. files of data/<config>/ the manifest does not list --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unlisted_files_and_a_fifo_in_a_config_folder_are_left_alone(dataset, sandbox):
     """The build summary reads only the files the manifest lists: a FIFO named like a shard in ``data/atc_en/``
     neither hangs the build nor is touched, and the user's other files there stay, with and without --overwrite."""
@@ -356,6 +362,7 @@ def _loose(root: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_caches_and_the_secret_are_private_under_umask_000(sandbox):
     """`umask 000` (a shared machine's misconfiguration): the cache folders (token caches, sentence tables, the
     corpora, the local-inputs index) and the secret's folder are 0700, their files 0600."""
@@ -385,6 +392,7 @@ cache.secret()
 """
 
 
+@pytest.mark.slow
 def test_a_secret_cut_off_half_way_leaves_no_file_and_a_second_never_replaces_the_first(tmp_path):
     """The secret is written into a file with no name and only then linked in: a process stopped half-way leaves its
     folder empty (no temporary file in ~/.config), and a second process keeps the first one's secret."""
@@ -472,6 +480,7 @@ def _kill_first_worker(process: subprocess.Popen, after: float) -> int | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a build uses worker processes only with 2 CPUs")
 @pytest.mark.parametrize("how", ["new", "existing", "from outside"])
 def test_a_killed_build_worker_is_one_line_and_leaves_nothing(dataset, sandbox, how):
@@ -558,6 +567,7 @@ def _remove_deep(root: Path, name: str) -> None:
         os.close(descriptor)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["inside", "new", "too-long"])
 def test_an_out_in_a_deep_tree_is_built_or_one_line(sandbox, case):
     """``--out`` inside a 1,500-level tree, or a new 1,500-level path (``mkdir -p`` never recurses): built; a path
@@ -582,6 +592,7 @@ def test_an_out_in_a_deep_tree_is_built_or_one_line(sandbox, case):
         _remove_deep(work, top)
 
 
+@pytest.mark.slow
 def test_a_deep_tree_inside_a_config_folder_is_left_alone(dataset, sandbox):
     """A dataset folder holding a 1,500-level tree in ``data/atc_en/``: `build --overwrite` replaces the listed
     shard and leaves the tree (not listed by the manifest) as it is."""

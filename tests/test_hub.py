@@ -127,6 +127,7 @@ def test_opencompass_file_rejects_other_names() -> None:
 # --- against the server -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_opencompass_files_download_and_cache(hub: HubServer, opencompass: dict[str, str], tmp_path: Path) -> None:
     commit = opencompass["commit"]
     home = tmp_path / "hf-home"
@@ -156,6 +157,7 @@ def test_opencompass_files_download_and_cache(hub: HubServer, opencompass: dict[
     assert cached == needles_path
 
 
+@pytest.mark.slow
 def test_hub_text_datasets_as_haystacks(hub: HubServer, texts: str) -> None:
     results = hub.calls(
         [
@@ -182,6 +184,7 @@ def test_hub_text_datasets_as_haystacks(hub: HubServer, texts: str) -> None:
     assert corpus["revision"] == texts and corpus["documents"] == train
 
 
+@pytest.mark.slow
 def test_published_git_repo_loads_with_datasets_at_the_tag(hub: HubServer, published: Path) -> None:
     rows, default_rows = hub.calls(
         [
@@ -194,6 +197,7 @@ def test_published_git_repo_loads_with_datasets_at_the_tag(hub: HubServer, publi
     assert [row["config"] for row in default_rows] == ["single_en_4k"] * 6
 
 
+@pytest.mark.slow
 def test_verify_repo_passes_then_fails_after_a_parquet_file_is_altered(hub: HubServer, published: Path) -> None:
     repo = hub.repo_path("org/nb")
     parquet = "data/atc_en/test-00000-of-00001.parquet"
@@ -219,6 +223,7 @@ def test_verify_repo_passes_then_fails_after_a_parquet_file_is_altered(hub: HubS
     assert "v9.9.9" in bad_revision.message and "\n" not in bad_revision.message
 
 
+@pytest.mark.slow
 def test_hub_publish_reads_existing_tags_through_the_real_api(hub: HubServer, published: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     make_dataset_folder(other, {"single_en_4k": 6, "atc_en": 3}, salt="-other")
@@ -237,6 +242,7 @@ def test_hub_publish_reads_existing_tags_through_the_real_api(hub: HubServer, pu
     assert isinstance(conflict, ClientError) and "different data" in conflict.message
 
 
+@pytest.mark.slow
 def test_verify_repo_rebuilds_a_real_build(hub: HubServer, tmp_path: Path) -> None:
     from needlebench.dataset.build import BuildOptions, build_dataset
 
@@ -248,6 +254,7 @@ def test_verify_repo_rebuilds_a_real_build(hub: HubServer, tmp_path: Path) -> No
     )  # {config: reason} if not
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint_fails_fast_with_one_line_errors(tmp_path: Path) -> None:
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     folder = tmp_path / "ds"

@@ -17,6 +17,8 @@ from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.publish import publish_to_git
 from needlebench.sources.hub import OPENCOMPASS_REPO
 
+pytestmark = pytest.mark.slow
+
 hub = olah_fixture()
 
 ESSAYS = [f"Essay {i} says that startups grow when founders talk to users." for i in range(4)]

@@ -83,6 +83,7 @@ def wheel(tmp_path_factory) -> Path:
     return built
 
 
+@pytest.mark.slow
 def test_wheel_ships_card_template_and_task_folder(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
@@ -108,6 +109,7 @@ def test_wheel_ships_card_template_and_task_folder(wheel):
     assert "jinja2" in requires  # huggingface_hub's DatasetCard.from_template needs it and does not require it
 
 
+@pytest.mark.slow
 def test_installed_wheel_builds_and_finds_its_tasks_outside_the_repository(wheel, tmp_path):
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:  # a pure-Python wheel installs by unpacking into site-packages
@@ -129,6 +131,7 @@ def test_installed_wheel_builds_and_finds_its_tasks_outside_the_repository(wheel
     assert list(manifest["configs"]) == ["atc_en"] and manifest["configs"]["atc_en"]["rows"] > 0
 
 
+@pytest.mark.slow
 def test_tasks_path_in_a_checkout_is_the_repository_folder(tmp_path):
     done = _cli("tasks-path", cwd=tmp_path, pythonpath=REPO / "generator")
     assert done.returncode == 0, done.stderr
@@ -168,6 +171,7 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+@pytest.mark.slow
 def test_every_third_party_import_is_a_declared_dependency():
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     requirements = project["dependencies"] + [req for reqs in project["optional-dependencies"].values() for req in reqs]

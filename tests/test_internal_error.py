@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 #: Replaces `target` (module:function) with a function raising a ValueError whose message spans two lines and
 #: holds a local secret, then runs `needlebench` with the remaining arguments.
 PLANT = """

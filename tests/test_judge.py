@@ -101,6 +101,7 @@ def test_parse_rating_forms(reply: str, rating: int | None):
     assert parse_rating(reply) == rating
 
 
+@pytest.mark.slow
 def test_judge_scores_writes_beside_and_resumes(server, tmp_path: Path):
     results = tmp_path / "results" / "model"
     results.mkdir(parents=True)
@@ -131,6 +132,7 @@ def test_judge_scores_writes_beside_and_resumes(server, tmp_path: Path):
     assert counts["requested"] == 0 and counts["cached"] == 4 and FakeJudge.requests == []
 
 
+@pytest.mark.slow
 def test_judge_cli_errors(tmp_path: Path):
     import subprocess
     import sys

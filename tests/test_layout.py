@@ -11,6 +11,8 @@ import re
 import tokenize
 from pathlib import Path
 
+import pytest
+
 import needlebench
 
 #: Stage folders in the order data flows through them.
@@ -60,6 +62,7 @@ def test_every_module_belongs_to_a_stage():
     ) == sorted(STAGES[:-1])
 
 
+@pytest.mark.slow
 def test_no_relative_imports_and_lower_stages_never_import_higher_ones():
     violations = []
     for path in sorted(ROOT.rglob("*.py")):
@@ -183,6 +186,7 @@ def _reachable(graph: dict[str, dict[str, list[int]]], start: str) -> set[str]:
     return seen
 
 
+@pytest.mark.slow
 def test_no_import_circle_among_the_package_modules():
     """Imports flow one way, function-level imports included: a circle is a strongly connected component of the
     import graph with more than one module (each reported with the lines of its imports)."""
@@ -239,6 +243,7 @@ def _family_knowledge():
     return module
 
 
+@pytest.mark.slow
 def test_a_family_key_is_named_only_by_its_two_family_modules():
     """Other modules reach a family through its registered object, not by spelling its key."""
     from needlebench.evaluation.families import EVAL_FAMILIES
@@ -288,6 +293,7 @@ def test_the_report_asks_a_family_only_what_every_family_answers():
     assert [entry for entry in sorted(read) if not hasattr(EvalFamily, entry.split(": ")[1])] == []
 
 
+@pytest.mark.slow
 def test_few_branches_on_a_family_or_an_edition():
     """Branches on a family or an edition (``family ==``, ``family in``, ``is_v2``) in the whole package: at most
     15; a module asks the family object or looks up a table keyed by family or edition instead."""

@@ -75,6 +75,7 @@ def test_rows_are_pulled_in_batches_bounded_by_rows_and_characters(monkeypatch: 
     assert tokenizer.calls == [1200, 21]
 
 
+@pytest.mark.slow
 def test_memo_is_bounded_by_characters_and_counts_stay_exact(monkeypatch: pytest.MonkeyPatch):
     tokenizer = budget.load_tokenizer(str(smollm_dir()))
     texts = [
@@ -218,6 +219,7 @@ class FakeTerminal:
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tty", [True, False])
 def test_progress_bar_only_on_a_terminal_and_only_when_the_count_takes_long(tty: bool, monkeypatch: pytest.MonkeyPatch):
     import time

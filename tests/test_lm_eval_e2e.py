@@ -25,7 +25,10 @@ from needlebench.evaluation.report import SAMPLES_FILE_RE as SAMPLES_NAME
 from needlebench.evaluation.runner.evaluate import ORACLE_MODEL, run_eval
 from needlebench.tasks.grid import get_config
 from support import build_data, results_with_health
+from support.oracle import run_oracle
 from support.smollm import smollm_dir
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 TASK_DIR = REPO / "harness_tasks" / "needlebench"
@@ -86,26 +89,8 @@ def _samples(output: Path, task: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def oracle_output(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    output = tmp_path_factory.mktemp("oracle")
-    tasks = ",".join(harness.task_name(config) for config in ORACLE_CONFIGS)
-    status = run_eval(
-        [
-            "run",
-            "--model",
-            ORACLE_MODEL,
-            "--tasks",
-            tasks,
-            "--metadata",
-            json.dumps({"data_dir": str(data_dir)}),
-            "--limit",
-            "40",
-            "--output_path",
-            str(output),
-            "--log_samples",
-        ]
-    )
-    assert status == 0
-    return output
+    tasks = map(harness.task_name, ORACLE_CONFIGS)
+    return run_oracle(tmp_path_factory.mktemp("oracle"), tasks, data_dir=data_dir, limit=40)
 
 
 def _csv(path: Path) -> list[dict[str, str]]:

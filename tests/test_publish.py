@@ -508,6 +508,7 @@ def test_git_failure_after_init_removes_the_new_repository(
     assert not (tmp_path / "fresh").exists() and list(empty.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_cli_publish_to_git_prints_the_revision_and_rejects_bad_versions(folder: Path, tmp_path: Path) -> None:
     import sys
 

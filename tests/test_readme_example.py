@@ -70,6 +70,7 @@ def test_the_set_up_builds_what_the_example_evaluates():
         assert f"""--metadata '{{"data_dir": "{out}"}}'""" in run, run
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_readme_example_runs_verbatim_to_a_report(tmp_path: Path):
     readme_commands = _readme_commands()

@@ -15,16 +15,7 @@ import pytest
 from needlebench.dataset.options import BuildOptions
 from needlebench.errors import NeedlebenchError
 from needlebench.sources.corpus import default_english
-
-NEEDLES = [
-    {"needle": "Hidden on Red Island is the Blue Gem.", "arg1": "Red Island", "arg2": "Blue Gem", "language": "English",
-     "retrieval_question": "What is hidden on Red Island? "
-                           "Please answer in the format 'The item hidden on Red Island is ______.'"},
-    {"needle": "Hidden on Green Island is the Gold Cup.", "arg1": "Green Island", "arg2": "Gold Cup",
-     "language": "English",
-     "retrieval_question": "What is hidden on Green Island? "
-                           "Please answer in the format 'The item hidden on Green Island is ______.'"},
-]  # fmt: skip
+from support.needles import ENGLISH_NEEDLES, write_needles
 
 
 def run(*args: str, cache: Path) -> subprocess.CompletedProcess:
@@ -51,8 +42,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     inputs.mkdir()
     haystack = inputs / "essays.txt"
     haystack.write_text("\n\n".join(default_english().documents[:2]), encoding="utf-8")
-    needles = inputs / "needles.jsonl"
-    needles.write_text("".join(json.dumps(record) + "\n" for record in NEEDLES), encoding="utf-8")
+    needles = write_needles(inputs / "needles.jsonl", ENGLISH_NEEDLES)
     cache = root / "cache"  # its own index of where inputs were read (earlier runs' copies would be found)
     out = root / "ds"
     args = ["build", "single_en_4k", "--depths", "50", "--haystack-en", str(haystack), "--needles", str(needles)]
@@ -61,6 +51,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"root": root, "out": out, "haystack": haystack, "needles": needles, "cache": cache}
 
 
+@pytest.mark.slow
 def test_manifest_and_card_hold_no_path(built: dict) -> None:
     manifest_text = (built["out"] / "needlebench.json").read_text(encoding="utf-8")
     card = (built["out"] / "README.md").read_text(encoding="utf-8")
@@ -79,12 +70,14 @@ def test_manifest_and_card_hold_no_path(built: dict) -> None:
     assert f"essays.txt (local file, {len(data):,} bytes, sha256 {recipe['haystack_en']['sha256']})" in card
 
 
+@pytest.mark.slow
 def test_verify_finds_the_inputs_where_they_were_built(built: dict) -> None:
     result = run("verify", str(built["out"]), cache=built["cache"])
     assert result.returncode == 0, result.stderr
     assert "all configs match" in result.stdout
 
 
+@pytest.mark.slow
 def test_moved_inputs_are_pointed_at_again(built: dict, tmp_path: Path) -> None:
     moved = tmp_path / "elsewhere"
     moved.mkdir()

@@ -235,6 +235,7 @@ def test_atc_overall_needs_all_four_categories_and_whole_items(tmp_path: Path):
     assert by_needles["EN-Direct-CE"]["2 note"] == "partial" and by_needles["EN-Direct-CE"].get("10 note", "") == ""
 
 
+@pytest.mark.slow
 def test_heatmaps_are_pngs_with_expected_grids(results_dir: Path, tmp_path: Path):
     out = tmp_path / "report"
     written = report.write_report(results_dir, out)

@@ -22,7 +22,7 @@ from needlebench.dataset.experiment import build_experiment
 from needlebench.evaluation import report
 from needlebench.evaluation.harness.task_export import write_task_folder
 from needlebench.evaluation.report import figures as report_figures
-from needlebench.evaluation.runner.evaluate import ORACLE_MODEL, run_eval
+from support.oracle import ORACLE_MODEL, run_oracle
 from test_experiment_tasks import INSPECT_STYLE
 
 NAME = INSPECT_STYLE["name"]
@@ -41,23 +41,7 @@ def oracle_run(tmp_path_factory) -> tuple[Path, Path]:
     build_experiment(spec_file, data, progress=False)
     tasks = base / "tasks"
     write_task_folder(data, tasks)
-    output = base / "oracle"
-    status = run_eval(
-        [
-            "run",
-            "--model",
-            ORACLE_MODEL,
-            "--include_path",
-            str(tasks),
-            "--tasks",
-            TASK,
-            "--output_path",
-            str(output),
-            "--log_samples",
-        ]
-    )
-    assert status == 0
-    return data, output
+    return data, run_oracle(base / "oracle", [TASK], include_path=tasks)
 
 
 def _records(output: Path) -> list[dict]:
@@ -128,6 +112,7 @@ def _expected(records: list[dict], value) -> tuple[dict, dict, float, float]:
     return means, stds, statistics.mean(means.values()), statistics.stdev(run_means)
 
 
+@pytest.mark.slow
 def test_oracle_run_is_reported_on_the_experiments_own_grid(oracle_run, tmp_path):
     data, output = oracle_run
     out = tmp_path / "report"
@@ -173,6 +158,7 @@ def test_tick_labels_are_rounded_while_they_stay_distinct():
     assert report_figures.tick_labels([0.0, 0.4, 0.6]) == ["0", "0.4", "0.6"]
 
 
+@pytest.mark.slow
 def test_mean_and_std_heatmaps_match_known_scores_with_or_without_the_manifest(oracle_run, tmp_path):
     data, output = oracle_run
     records = _records(output)
@@ -201,6 +187,7 @@ def test_mean_and_std_heatmaps_match_known_scores_with_or_without_the_manifest(o
     assert _value(row["Std over runs"]) == pytest.approx(run_std, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_judged_samples_replace_the_scores_and_unrated_ones_are_counted(oracle_run, tmp_path):
     _data, output = oracle_run
     folder = tmp_path / "results"
@@ -280,6 +267,7 @@ def test_multi_retrieval_needles_are_binned_at_their_grid_depths_despite_buffers
     assert [(row, value) for row, _c, value, _r in points] == [(40.0, pytest.approx(200 / 3))]
 
 
+@pytest.mark.slow
 def test_cli_data_dir_that_is_not_a_dataset_is_a_one_line_error(oracle_run, tmp_path, monkeypatch, capsys):
     from needlebench import cli
 

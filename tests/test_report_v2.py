@@ -16,8 +16,10 @@ from PIL import Image
 from needlebench.evaluation import report
 from needlebench.evaluation.harness import tasks as harness
 from needlebench.evaluation.report import figures as report_figures
-from needlebench.evaluation.runner.evaluate import ORACLE_MODEL, run_eval
 from support import build_data
+from support.oracle import ORACLE_MODEL, run_oracle
+
+pytestmark = pytest.mark.slow
 
 V2_CONFIGS = ["v2_single_en_4k", "v2_multi_retrieval_zh_4k", "v2_multi_reasoning_en_4k", "v2_atc_zh"]
 V1_CONFIGS = ["single_en_4k"]
@@ -30,24 +32,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _oracle(data_dir: Path, output: Path, configs: list[str]) -> Path:
-    status = run_eval(
-        [
-            "run",
-            "--model",
-            ORACLE_MODEL,
-            "--tasks",
-            ",".join(harness.task_name(config) for config in configs),
-            "--metadata",
-            json.dumps({"data_dir": str(data_dir)}),
-            "--limit",
-            "40",
-            "--output_path",
-            str(output),
-            "--log_samples",
-        ]
-    )
-    assert status == 0
-    return output
+    return run_oracle(output, map(harness.task_name, configs), data_dir=data_dir, limit=40)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import needlebench
 
 ROOT = Path(needlebench.__file__).parent
@@ -174,6 +176,7 @@ def scan() -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_no_module_writes_by_path():
     problems = scan()
     assert problems == [], "writes by path (use needlebench.safe_fs):\n" + "\n".join(problems)

@@ -9,6 +9,8 @@ import pytest
 
 from support.scoring_fuzz import outputs, scorers
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def generated():

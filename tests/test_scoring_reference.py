@@ -258,6 +258,7 @@ def test_reference_hooks_never_raise(text: str):
     assert opencompass_first_option(text) in ("", "A", "B", "C", "D")
 
 
+@pytest.mark.slow
 def test_reference_scorers_never_raise_on_fuzzed_outputs():
     """The project's fuzz set (random unicode, JSON fragments, nested brackets, 1 MB strings), every 10th output
     and all 1 MB ones (json_repair, which the notebook runs on every Chinese answer, takes milliseconds on each)."""
@@ -272,6 +273,7 @@ def test_reference_scorers_never_raise_on_fuzzed_outputs():
         assert isinstance(reference_text(text), str)
 
 
+@pytest.mark.slow
 def test_difference_measurement_script_counts_flips_per_class():
     """``scripts/scoring_differences.py`` (the README's measured shares) on a small set: a class the two rules read
     alike changes nothing, a class they read differently changes every row, and --think-unclosed moves the

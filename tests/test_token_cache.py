@@ -166,6 +166,7 @@ def test_a_read_only_cache(cache, texts, truth, cl100k, capsys, monkeypatch):
     assert list(cache.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_the_cli_warns_in_one_line_and_builds_right(tmp_path):
     """A damaged entry of the real corpus, through the command line: one warning line, right rows, exit 0."""
     from needlebench.sources.haystacks import corpus_for
@@ -240,6 +241,7 @@ def test_prefetched_cl100k_is_the_loaded_one_and_errors_reach_the_caller(monkeyp
     tokenizer.get_tokenizer.cache_clear()
 
 
+@pytest.mark.slow
 def test_a_fork_during_the_prefetch_waits_for_it():
     """A worker forked while cl100k is still loading in the prefetch thread would wait forever for that thread:
     forks wait for the load, and the child has the tokenizer."""

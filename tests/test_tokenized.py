@@ -22,6 +22,7 @@ LITERALS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("corpus_name", ["english_corpus", "chinese_corpus"])
 def test_random_splices_count_exactly(corpus_name, request, cl100k):
     corpus = request.getfixturevalue(corpus_name)

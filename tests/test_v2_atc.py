@@ -115,6 +115,7 @@ def solve(prompt: str, language: str) -> tuple[str, str]:
     return question_type, str(distance)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("language", ["en", "zh"])
 def test_the_solver_answers_every_item_of_all_four_types(language):
     rows = list(iter_rows(get_config(f"v2_atc_{language}"), BuildOptions()))
@@ -130,6 +131,7 @@ def test_the_solver_answers_every_item_of_all_four_types(language):
         assert row["num_needles"] <= row["generations"] <= 2 * row["num_needles"]
 
 
+@pytest.mark.slow
 def test_the_solver_also_answers_the_compat_items(tmp_path):
     from needlebench.tasks.names import builtin_names
 

@@ -16,27 +16,10 @@ import pytest
 from needlebench.dataset.options import BuildOptions
 from needlebench.dataset.rows import iter_rows
 from needlebench.tasks.grid import get_config
+from support.needles import REFERENCE_NEEDLES, write_needles
 
 EXAMPLES = json.loads((Path(__file__).parent / "data" / "opencompass_v2_examples.json").read_text(encoding="utf-8"))
 DOCS = {"en": ["Alpha beta gamma.", "Delta epsilon.", "Zeta eta theta."], "zh": ["甲乙丙。", "丁戊。", "己庚辛。"]}
-NEEDLES = [
-    (
-        "Hidden on Red Island is the Blue Gem.",
-        "Red Island",
-        "Blue Gem",
-        "English",
-        "What is hidden on Red Island? Please answer in the format 'The item hidden on Red Island is ______.'",
-    ),
-    (
-        "Hidden on Green Island is the Gold Cup.",
-        "Green Island",
-        "Gold Cup",
-        "English",
-        "What is hidden on Green Island? Please answer in the format 'The item hidden on Green Island is ______.'",
-    ),
-    ("红岛上藏着蓝宝石。", "红岛", "蓝宝石", "Chinese", "红岛上藏着什么？请按照'红岛上藏着______。'的格式回答。"),
-    ("绿岛上藏着金杯。", "绿岛", "金杯", "Chinese", "绿岛上藏着什么？请按照'绿岛上藏着______。'的格式回答。"),
-]
 NAMES = {"English": "Ann Lee,Bob Ray,Cid Fox,Dee Moss,Eve Park,Fay Hunt", "Chinese": "张三,李四,王五,赵六,钱七,孙八"}
 SRT_FRAME_EN = (
     "This is a test of long-text capability. You need to first read the long document below, and then answer the "
@@ -53,10 +36,7 @@ def options(tmp_path_factory):
             json.dumps({"text": text, "title": str(i)}, ensure_ascii=False) for i, text in enumerate(DOCS[language])
         ]
         (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    records = [dict(zip(("needle", "arg1", "arg2", "language", "retrieval_question"), n)) for n in NEEDLES]
-    (folder / "needles.jsonl").write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8"
-    )
+    write_needles(folder / "needles.jsonl")
     (folder / "names.json").write_text(json.dumps(NAMES, ensure_ascii=False), encoding="utf-8")
     return BuildOptions(
         compat="opencompass",
@@ -106,7 +86,7 @@ def test_single_needle_hand_checked(rows):
     # No guide sentence in v2; the needle goes at int(T * 50 / 100) tokens of the 13-token haystack.
     row = rows["v2_single_en_4k-L1000-d50-r0"]
     context = "Alpha beta gamma.Zeta\nHidden on Green Island is the Gold Cup.\n eta theta.Delta epsilon."
-    assert row["prompt"] == SRT_FRAME_EN.format(context=context, question=NEEDLES[1][4])
+    assert row["prompt"] == SRT_FRAME_EN.format(context=context, question=REFERENCE_NEEDLES[1]["retrieval_question"])
     assert row["answer"] == "\nHidden on Green Island is the Gold Cup.\n*Gold Cup" and row["keywords"] == ["Gold Cup"]
 
 
@@ -156,6 +136,7 @@ def test_atc_hand_checked(rows):
     assert rows["v2_atc_zh-n2-eldest_ancestor-r0"]["answer"] == "李四"
 
 
+@pytest.mark.slow
 def test_the_command_line_builds_verifies_and_loads_the_same_bytes(options, tmp_path):
     """The front door: `needlebench build --compat opencompass` of the v2 haystack configs (the Parquet writer
     checks each row against its family's schema), `needlebench verify`, `datasets.load_dataset`: the reference

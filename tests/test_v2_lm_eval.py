@@ -9,8 +9,10 @@ import pytest
 
 from needlebench.evaluation.harness import tasks as harness
 from needlebench.evaluation.report import HEALTH
-from needlebench.evaluation.runner.evaluate import ORACLE_MODEL, run_eval
 from support import build_data
+from support.oracle import latest_results, run_oracle
+
+pytestmark = pytest.mark.slow
 
 V2_CONFIGS = ["v2_single_en_4k", "v2_multi_retrieval_zh_4k", "v2_multi_reasoning_en_4k", "v2_atc_zh"]
 FULL_MARKS = {
@@ -30,25 +32,8 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_oracle_scores_full_marks_on_every_v2_family(data_dir: Path, tmp_path: Path):
-    output = tmp_path / "oracle"
-    status = run_eval(
-        [
-            "run",
-            "--model",
-            ORACLE_MODEL,
-            "--tasks",
-            ",".join(harness.task_name(config) for config in V2_CONFIGS),
-            "--metadata",
-            json.dumps({"data_dir": str(data_dir)}),
-            "--limit",
-            "40",
-            "--output_path",
-            str(output),
-            "--log_samples",
-        ]
-    )
-    assert status == 0
-    results = json.loads(sorted(output.rglob("results_*.json"))[-1].read_text(encoding="utf-8"))["results"]
+    output = run_oracle(tmp_path / "oracle", map(harness.task_name, V2_CONFIGS), data_dir=data_dir, limit=40)
+    results = latest_results(output)["results"]
     expected = {
         "v2_single_en_4k": {"score"},
         "v2_multi_retrieval_zh_4k": {"recall", "needle_hits"},

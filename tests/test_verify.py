@@ -213,11 +213,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.slow
 def test_cli_verify_rejects_bad_input(tmp_path: Path) -> None:
     result = _cli("verify", str(tmp_path / "nothing-here"))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_cli_verify_exits_1_naming_the_config_that_differs(built: Path, tmp_path: Path) -> None:
     altered = tmp_path / "altered"
     shutil.copytree(built, altered)

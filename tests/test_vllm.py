@@ -36,6 +36,8 @@ from needlebench.evaluation.harness import tasks as harness
 from support import build_data, results_with_health
 from support.smollm import smollm_dir
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("NEEDLEBENCH_VLLM_VENV") or Path.home() / ".cache" / "needlebench" / "vllm-venv")
 BIN = VENV / "bin"
