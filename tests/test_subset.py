@@ -103,6 +103,9 @@ def test_eval_subset_becomes_task_metadata():
         parse_eval(["run", "--subset"])
     with pytest.raises(NeedlebenchError, match="whole number"):
         parse_eval(["run", "--subset", "ten"])
+    # lm-eval reads --metadata subset=-1 as the float -1.0: a negative count, said as such
+    with pytest.raises(NeedlebenchError, match="must be a positive number of rows"):
+        parse_eval(["run", "--tasks", "t", "--metadata", "subset=-1"])
     with pytest.raises(NeedlebenchError, match="needlebench eval ls --help"):
         parse_eval(["ls", "--subset", "3"])
 

@@ -35,8 +35,8 @@ def parse_subset(value: Any) -> int | None:
     """The ``subset`` metadata as a positive int (None when not given)."""
     if value in (None, "", 0, "0"):
         return None
-    try:
-        number = int(str(value).strip())
+    try:  # lm-eval's --metadata key=value parser may give -1 as the float -1.0
+        number = int(value) if isinstance(value, float) and value.is_integer() else int(str(value).strip())
     except ValueError:
         raise NeedlebenchError(
             f"subset {value!r} is not a whole number; pass rows per task, e.g. --subset 40"
