@@ -1,7 +1,7 @@
 """needlebench's one seam with lm-eval: every lm-eval symbol the package uses is reached through this module.
 
-No other module of the package imports ``lm_eval`` (tests/test_layout.py checks it), and
-tests/test_lm_eval_seam.py lists each symbol used here with the parameters expected of it, so a new lm-eval release
+No other module of the package imports ``lm_eval`` (tests/test_lm_eval_seam.py checks it, function-level imports
+included), and that test lists each symbol used here with the parameters expected of it, so a new lm-eval release
 that changes one of them fails that one test with the list of what changed.
 
 lm-eval is imported inside the functions, never when this module is imported: ``needlebench --help`` and
@@ -56,7 +56,7 @@ def installed_version() -> str | None:
 
 def require_lm_eval() -> None:
     """lm-eval is installed, in a release of :data:`SUPPORTED`, and importable; else one line saying what to do."""
-    from packaging.specifiers import SpecifierSet
+    from packaging.specifiers import SpecifierSet  # packaging: a requirement of huggingface_hub
     from packaging.version import InvalidVersion, Version
 
     found = installed_version()
