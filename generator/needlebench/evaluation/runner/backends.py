@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.runner import lm_eval_seam
 
 #: A key of another backend and the key this one takes for the same thing (the window: ``max_model_len`` is vLLM's
 #: name for lm-eval's ``max_length``).
@@ -93,7 +94,7 @@ def _top_imports(tree: ast.Module) -> dict[str, str]:
 
 def _third_party(module: str) -> str | None:
     top = module.split(".")[0]
-    if top in sys.stdlib_module_names or top in ("lm_eval", "__future__"):
+    if top in sys.stdlib_module_names or top in (lm_eval_seam.PACKAGE, "__future__"):
         return None
     return top
 
@@ -117,7 +118,7 @@ def _module_packages(module: str, seen: set[str] | None = None) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             imported = [node.module]
         for name in imported:
-            if name.startswith("lm_eval.models."):
+            if name.startswith(f"{lm_eval_seam.MODELS_PACKAGE}."):
                 packages += _module_packages(name, seen)
             elif (package := _third_party(name)) and package not in packages:
                 packages.append(package)
@@ -253,7 +254,7 @@ def _ast_chain(module: str, name: str) -> Iterator[tuple[ast.FunctionDef, str]]:
             name = base
         else:
             module, _, name = origin.partition(":")
-            if not module.startswith("lm_eval.") or not name:
+            if not module.startswith(f"{lm_eval_seam.PACKAGE}.") or not name:
                 return
 
 
@@ -386,9 +387,7 @@ def _receiver(signature: Signature) -> str | None:
 
 
 def _registered(model: str) -> object:
-    from lm_eval.api.registry import model_registry
-
-    return dict(model_registry.items()).get(model)
+    return dict(lm_eval_seam.model_registry().items()).get(model)
 
 
 def _canonical(name: str) -> str:
@@ -419,7 +418,7 @@ def install_command(package: str) -> str:
     wanted = _canonical(package)
     lm_extras = [
         extra
-        for extra, names in _extras("lm_eval").items()
+        for extra, names in _extras(lm_eval_seam.DISTRIBUTION).items()
         if extra != "dev" and any(_canonical(name.split("[")[0]) == wanted for name in names)
     ]
     for lm_extra in lm_extras:

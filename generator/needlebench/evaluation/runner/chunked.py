@@ -36,7 +36,6 @@ Plain ``lm_eval`` is untouched (nothing is patched outside ``needlebench eval``)
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import pickle
@@ -49,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.runner import lm_eval_seam
 from needlebench.evaluation.runner.guard import CHUNKS_FOLDER, run_key
 from needlebench.evaluation.runner.lean_samples import lean_sample
 from needlebench.evaluation.scoring.thinking import policy_from
@@ -107,9 +107,7 @@ def selected_positions(task: Any, count: int, limit: float | None, samples: Sequ
     """Row indices lm-eval evaluates of a task with ``count`` docs: ``--samples``, else the first ``limit``."""
     if samples:
         return sorted({int(index) for index in samples})
-    from lm_eval.evaluator_utils import get_sample_size
-
-    size = get_sample_size(task, limit)
+    size = lm_eval_seam.sample_size(task, limit)
     return list(range(count if size is None else min(int(size), count)))
 
 
@@ -160,15 +158,11 @@ def _rows_digest(docs: Any, positions: Sequence[int]) -> str:
 def chunk_task(task: Any, docs: Any, positions: Sequence[int]) -> Any:
     """A shallow copy of ``task`` whose evaluated docs are the rows ``positions`` of ``docs``."""
     split = _eval_split(task)
-    chunk = copy.copy(task)
     # a pickled memory-mapped Dataset is its file paths: unpickled, it maps the files anew, so the pages a chunk
     # reads leave the process's RSS with the chunk (read through the task's own mapping they would stay mapped,
     # adding up to the whole Arrow file)
     fresh = pickle.loads(pickle.dumps(docs))
-    chunk.dataset = {**dict(task.dataset), split: fresh.select(_rows(positions))}
-    chunk.task_docs = chunk.eval_docs
-    chunk._instances = None
-    return chunk
+    return lm_eval_seam.task_on_docs(task, {**dict(task.dataset), split: fresh.select(_rows(positions))})
 
 
 # --------------------------------------------------------------------------------------------- resume store
@@ -290,8 +284,6 @@ def evaluate_in_chunks(
     **kwargs: Any,
 ) -> Any:
     """lm-eval's ``evaluate`` (same arguments, same result) run chunk by chunk; see the module doc."""
-    from lm_eval.evaluator_utils import _process_results
-
     lean = not options.full_samples
     if not options.chunked or "tasks" not in task_dict or getattr(lm, "world_size", 1) > 1:
         result = original(
@@ -390,27 +382,23 @@ def evaluate_in_chunks(
             "raw_metrics": raw_metrics,
             "logged_samples": _filter_order(logged),
         }
-    results = _process_results(accumulated, groups, bootstrap_iters)
-    return results._to_eval_results(samples=results.samples if log_samples else None)
+    return lm_eval_seam.aggregate(accumulated, groups, bootstrap_iters, log_samples)
 
 
 @contextmanager
 def chunked_evaluation(options: ChunkOptions) -> Iterator[None]:
     """While the block runs, ``lm_eval.evaluator.evaluate`` (called by ``simple_evaluate``) runs in chunks."""
-    import lm_eval.evaluator
 
-    original = lm_eval.evaluator.evaluate
+    def chunked(original: Callable[..., Any]) -> Callable[..., Any]:
+        def evaluate(*args: Any, **kwargs: Any) -> Any:
+            if args:  # simple_evaluate passes keywords only; anything else is not ours to change
+                return original(*args, **kwargs)
+            return evaluate_in_chunks(original, options, **kwargs)
 
-    def evaluate(*args: Any, **kwargs: Any) -> Any:
-        if args:  # simple_evaluate passes keywords only; anything else is not ours to change
-            return original(*args, **kwargs)
-        return evaluate_in_chunks(original, options, **kwargs)
+        return evaluate
 
-    lm_eval.evaluator.evaluate = evaluate
-    try:
+    with lm_eval_seam.evaluate_replaced(chunked):
         yield
-    finally:
-        lm_eval.evaluator.evaluate = original
 
 
 def chunk_store(prepared: Any) -> Path | None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness.tasks import loaded_rows, oracle_answer
-from needlebench.evaluation.runner import run_output
+from needlebench.evaluation.runner import lm_eval_seam, run_output
 from needlebench.evaluation.runner.chunked import ChunkOptions, chunk_store, chunked_evaluation
 from needlebench.evaluation.runner.guard import prepare, write_health
 from needlebench.evaluation.runner.options import check_run, known_tasks, parse_eval, unknown_task_message
@@ -44,18 +44,6 @@ def default_include_path() -> Path:
     return tasks_path()
 
 
-def _lm_eval_missing() -> bool:
-    try:
-        import lm_eval  # noqa: F401
-    except ImportError:
-        return True
-    return False
-
-
-#: lm-eval's message when a task name matches nothing (``lm_eval/config/evaluate_config.py``, ``process_tasks``).
-_TASKS_NOT_FOUND = "Tasks not found: "
-
-
 def run_eval(argv: list[str]) -> int:
     """Run lm-eval on ``argv`` (e.g. ``["run", "--model", "hf", ...]``) with our models registered; returns the
     exit status.
@@ -68,14 +56,12 @@ def run_eval(argv: list[str]) -> int:
     """
     import time
 
-    if _lm_eval_missing():
-        raise NeedlebenchError("eval needs lm-evaluation-harness; install it with `pip install 'needlebench[eval]'`")
+    lm_eval_seam.require_lm_eval()
 
     _command, namespace, args = parse_eval(argv)
     if namespace is None:  # help was printed
         return 0
     register_models()
-    from lm_eval.utils import setup_logging
 
     user_include = getattr(namespace, "include_path", None)
     prepared = None
@@ -103,7 +89,7 @@ def run_eval(argv: list[str]) -> int:
         if prepared is not None and prepared.run is not None:
             run_output.check_named_model_folder(prepared.run, getattr(namespace, "model_args", None))
         try:
-            setup_logging()
+            lm_eval_seam.setup_logging()
             defaults = args is None or not _only_known_tasks(args)
             with (
                 lm_eval_output(ORACLE_MODEL),  # first: the model folder check below sees the oracle's folder name
@@ -115,9 +101,10 @@ def run_eval(argv: list[str]) -> int:
         except SystemExit as exc:
             status = _exit_status(exc.code)
         except ValueError as error:  # a task name lm-eval indexes nowhere: one line, with a did-you-mean
-            if not str(error).startswith(_TASKS_NOT_FOUND):
+            missing = lm_eval_seam.missing_task(error)
+            if missing is None:
                 raise
-            raise NeedlebenchError(_unknown_tasks(str(error), managers)) from None
+            raise NeedlebenchError(_unknown_tasks(missing, managers)) from None
         except (TypeError, ModuleNotFoundError) as error:  # a model arg or package only the backend could check
             from needlebench.evaluation.runner.backends import late_error  # deferred: reads lm-eval's sources
 
@@ -153,7 +140,7 @@ def _only_known_tasks(args: Any) -> bool:
 
 
 def _unknown_tasks(message: str, managers: Sequence[Any]) -> str:
-    missing = message.removeprefix(_TASKS_NOT_FOUND).split(", ")[0].strip()
+    missing = lm_eval_seam.first_missing_task(message)
     known = list(managers[-1].all_tasks) if managers else []
     return unknown_task_message(missing, known)
 
@@ -187,27 +174,24 @@ def project_tasks_kept(
     ``defaults`` False leaves lm-eval's own task folder unindexed (a run of needlebench tasks only).
     """
     ours = include_path if include_path is not None else default_include_path()
-    import lm_eval.tasks
-
-    original = lm_eval.tasks.TaskManager
     add_ours = bool(user_include_path) and ours is not None
 
-    class _WithProjectTasks(original):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, include_path: Any = None, **kwargs: Any) -> None:
-            if add_ours:
-                paths = list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
-                include_path = [str(ours)] + [str(path) for path in paths if path and Path(path) != ours]
-            if not defaults:
-                kwargs["include_defaults"] = False
-            super().__init__(*args, include_path=include_path, **kwargs)
-            if managers is not None:
-                managers.append(self)
+    def with_project_tasks(original: type) -> type:
+        class _WithProjectTasks(original):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, include_path: Any = None, **kwargs: Any) -> None:
+                if add_ours:
+                    paths = list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
+                    include_path = [str(ours)] + [str(path) for path in paths if path and Path(path) != ours]
+                if not defaults:
+                    kwargs["include_defaults"] = False
+                super().__init__(*args, include_path=include_path, **kwargs)
+                if managers is not None:
+                    managers.append(self)
 
-    lm_eval.tasks.TaskManager = _WithProjectTasks
-    try:
+        return _WithProjectTasks
+
+    with lm_eval_seam.task_manager_replaced(with_project_tasks):
         yield
-    finally:
-        lm_eval.tasks.TaskManager = original
 
 
 # --------------------------------------------------------------------------------------------- oracle model
@@ -281,9 +265,8 @@ def _answered_wrongly(doc: Mapping[str, Any], share: float) -> bool:
 @cache
 def _oracle_class() -> type:
     """Define (once) and return the oracle ``LM`` subclass; importing lm-eval happens here."""
-    from lm_eval.api.model import LM
 
-    class NeedlebenchOracleLM(LM):
+    class NeedlebenchOracleLM(lm_eval_seam.lm_base()):  # type: ignore[misc]
         """A model that answers each NeedleBench / Counting-Stars prompt with the row's correct answer."""
 
         def __init__(
@@ -340,19 +323,14 @@ def register_models() -> None:
     """Register ``needlebench-oracle`` and the multi-server API models (:mod:`needlebench.evaluation.runner.servers`)
     with
     lm-eval (idempotent); the built-in models stay available."""
-    import lm_eval.models  # noqa: F401  (the built-in lazy entries; get_model skips them once ours exists)
-    from lm_eval.api.registry import model_registry, register_model
-
-    if ORACLE_MODEL not in model_registry:
-        register_model(ORACLE_MODEL)(_oracle_class())
+    lm_eval_seam.register_model(ORACLE_MODEL, _oracle_class())  # built-in lazy entries stay; get_model skips them
 
     try:
         server_models = model_classes()
     except NeedlebenchError:  # lm-eval without its api extra: the server models stay unavailable
         return
     for name, cls in server_models.items():
-        if name not in model_registry:
-            register_model(name)(cls)
+        lm_eval_seam.register_model(name, cls)
 
 
 def oracle_model() -> Any:

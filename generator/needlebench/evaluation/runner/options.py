@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness.subset import SUBSET_KEY, parse_subset
 from needlebench.evaluation.harness.tasks import TASK_PREFIX, all_group_names, all_task_names
+from needlebench.evaluation.runner import lm_eval_seam
 from needlebench.evaluation.runner.guard import WINDOWLESS_MODELS, EvalArgs, needlebench_configs
 from needlebench.evaluation.scoring.thinking import THINK_END_KEY, THINK_UNCLOSED_KEY, UNCLOSED_CHOICES, policy_from
 
@@ -198,10 +199,8 @@ class _JsonChecked(argparse.Action):
 def _check_json(parser: argparse.ArgumentParser) -> None:
     """Wrap every dict option of ``parser`` (``--model_args``, ``--metadata``, ``--gen_kwargs``...) in
     :class:`_JsonChecked`."""
-    from lm_eval._cli.utils import MergeDictAction
-
     for index, action in enumerate(parser._actions):
-        if not isinstance(action, MergeDictAction):
+        if not lm_eval_seam.is_dict_option(action):
             continue
         wrapped = _JsonChecked(action)
         parser._actions[index] = wrapped
@@ -215,10 +214,6 @@ def lm_eval_parser() -> tuple[_OneLineParser, dict[str, _OneLineParser]]:
     """lm-eval's command-line parser (its ``run``, ``ls`` and ``validate`` sub-commands, as
     ``lm_eval/_cli/harness.py`` assembles them), with one-line errors, and needlebench's options as the first
     group of ``run``."""
-    from lm_eval._cli.ls import List
-    from lm_eval._cli.run import Run
-    from lm_eval._cli.validate import Validate
-
     root = _OneLineParser(
         prog="needlebench eval",
         description="lm-eval's command line with needlebench's models and tasks. `needlebench eval run --help` lists "
@@ -226,8 +221,7 @@ def lm_eval_parser() -> tuple[_OneLineParser, dict[str, _OneLineParser]]:
         "--reasoning, --think-end, --think-unclosed, --chunk-rows, --no-chunk, --full-samples), then lm-eval's.",
     )
     subparsers = root.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (Run, List, Validate):
-        command.create(subparsers)
+    lm_eval_seam.add_cli_commands(subparsers)
     choices: dict[str, _OneLineParser] = dict(subparsers.choices)
     run = choices["run"]
     run.prog = "needlebench eval run"
@@ -336,18 +330,14 @@ def fill_from_config(namespace: argparse.Namespace) -> None:
     before needlebench adds to the options (``--subset`` into ``metadata``, the project's task folder beside an
     ``include_path``) and before the checks of :func:`check_run`, so that a YAML's settings are kept and checked
     like the command line's."""
-    from dataclasses import fields
-
-    from lm_eval.config.evaluate_config import DICT_KEYS, EvaluatorConfig
-    from lm_eval.utils import simple_parse_args_string
-
     path = namespace.config
     try:
-        loaded = EvaluatorConfig.load_yaml_config(path)
+        loaded = lm_eval_seam.load_config_yaml(path)
     except (OSError, ValueError, TypeError) as error:
         message = (str(error).splitlines() or [type(error).__name__])[0]
         raise NeedlebenchError(f"--config {path}: {message}; give a YAML file of lm-eval options") from None
-    allowed = [item.name for item in fields(EvaluatorConfig) if item.name != "config"]
+    allowed = lm_eval_seam.config_keys()
+    dict_keys = lm_eval_seam.dict_config_keys()
     for key, value in loaded.items():
         if key not in allowed:
             suggestion = _closest(str(key), allowed)
@@ -358,8 +348,8 @@ def fill_from_config(namespace: argparse.Namespace) -> None:
         current = getattr(namespace, key, None)
         if current or current == 0:  # given on the command line (lm-eval's test of a given option)
             continue
-        if key in DICT_KEYS and isinstance(value, str):
-            value = simple_parse_args_string(value)
+        if key in dict_keys and isinstance(value, str):
+            value = lm_eval_seam.parse_args_string(value)
         elif key == "tasks" and isinstance(value, str):
             value = [task.strip() for task in value.split(",") if task.strip()]
         setattr(namespace, key, value)
@@ -424,9 +414,7 @@ def known_tasks(user_include_path: str | None) -> list[str]:
     lm-eval's own task folder, which takes seconds)."""
     names = [*all_task_names(), *all_group_names()]
     if user_include_path:
-        from lm_eval.tasks import TaskManager
-
-        names += TaskManager(include_path=user_include_path, include_defaults=False).all_tasks
+        names += lm_eval_seam.task_manager(include_path=user_include_path, include_defaults=False).all_tasks
     return names
 
 
@@ -530,12 +518,10 @@ def check_output(args: EvalArgs) -> None:
 def check_lm_eval(namespace: argparse.Namespace) -> None:
     """lm-eval's own checks of a run's options (``EvaluatorConfig.from_cli``: tasks given, ``--log_samples``
     with ``--output_path``, ``--samples`` or ``--limit``, seeds...), as one line before anything starts."""
-    from lm_eval.config.evaluate_config import EvaluatorConfig
-
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)  # its warnings (e.g. about --limit) are logged again when the run starts
     try:
-        EvaluatorConfig.from_cli(argparse.Namespace(**vars(namespace)))
+        lm_eval_seam.check_options(argparse.Namespace(**vars(namespace)))
     except (ValueError, TypeError) as error:
         message = (str(error).splitlines() or [type(error).__name__])[0]
         raise NeedlebenchError(f"lm-eval refuses the options: {message}; {HELP_HINT}") from None
@@ -547,8 +533,7 @@ def check_model(args: EvalArgs) -> None:
     """``--model`` must be a name in lm-eval's model registry (``lm_eval.api.registry.model_registry``, with
     needlebench's models registered: :func:`needlebench.evaluation.runner.evaluate.register_models`), with a
     did-you-mean."""
-    from lm_eval.api.registry import model_registry
-
+    model_registry = lm_eval_seam.model_registry()
     model = args.value("model")
     if not model or model in model_registry:
         return

@@ -29,13 +29,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from needlebench.evaluation.harness.tasks import TASK_PREFIX
+from needlebench.evaluation.runner import lm_eval_seam
 
 #: Per-row lists kept for heatmaps, aggregated by lm-eval only because its metric list is where a task's process
 #: results are declared; a flat mean over stars or needles is not one of the papers' scores.
 DIAGNOSTIC_METRICS = ("per_star", "needle_hits")
-
-#: The start of lm-eval's advice (``lm_eval/api/task.py``, ``ConfigurableTask.download``), after ``"<task>: "``.
-_METADATA_ADVICE = "Custom kwargs can be passed to `--metadata`"
 
 
 class _NoMetadataAdvice(logging.Filter):
@@ -44,17 +42,15 @@ class _NoMetadataAdvice(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         task, _, rest = message.partition(": ")
-        return not (rest.startswith(_METADATA_ADVICE) and task.startswith(TASK_PREFIX))
+        return not (rest.startswith(lm_eval_seam.METADATA_ADVICE) and task.startswith(TASK_PREFIX))
 
 
 def git_commit_hash() -> str | None:
     """lm-eval's ``get_git_commit_hash`` (``lm_eval/loggers/utils.py``) with git's own error message discarded."""
-    from lm_eval.loggers.utils import get_commit_from_path
-
     try:
         return subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL).strip().decode()  # noqa: S607
     except (subprocess.CalledProcessError, FileNotFoundError):
-        return get_commit_from_path(os.getcwd())
+        return lm_eval_seam.commit_from_path(os.getcwd())
 
 
 def table_results(result_dict: Mapping[str, Any], column: str = "results") -> dict[str, Any]:
@@ -74,37 +70,27 @@ def table_results(result_dict: Mapping[str, Any], column: str = "results") -> di
 def lm_eval_output(oracle: str) -> Iterator[None]:
     """While the block runs, lm-eval prints and names as the module docstring says; `oracle` is the registered
     name of the oracle model (its results folder gets that name)."""
-    import lm_eval.evaluator
-    import lm_eval.utils
-    from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
-    from lm_eval.utils import sanitize_model_name
-
-    task_logger = logging.getLogger("lm_eval.api.task")  # lm_eval/api/task.py: logging.getLogger(__name__)
+    task_logger = logging.getLogger(lm_eval_seam.TASK_LOGGER)
     advice_filter = _NoMetadataAdvice()
-    original_hash = lm_eval.evaluator.get_git_commit_hash
-    original_table = lm_eval.utils.make_table
-    original_log = GeneralConfigTracker.log_experiment_args
 
-    def make_table(result_dict: Any, column: str = "results", sort_results: bool = False) -> Any:
-        return original_table(table_results(result_dict, column), column, sort_results)
+    def without_diagnostics(original_table: Any) -> Any:
+        def make_table(result_dict: Any, column: str = "results", sort_results: bool = False) -> Any:
+            return original_table(table_results(result_dict, column), column, sort_results)
 
-    def log_experiment_args(
-        self: GeneralConfigTracker, model_source: str, model_args: Any, *args: Any, **kw: Any
-    ) -> None:
-        original_log(self, model_source, model_args, *args, **kw)
-        if model_source == oracle and not GeneralConfigTracker._get_model_name(model_args):
-            self.model_name = oracle
-            self.model_name_sanitized = sanitize_model_name(oracle)
+        return make_table
+
+    def name_oracle(tracker: Any, model_source: str, model_args: Any, *args: Any, **kw: Any) -> None:
+        if model_source == oracle and not lm_eval_seam.model_name(model_args):
+            lm_eval_seam.name_logged_model(tracker, oracle)
 
     task_logger.addFilter(advice_filter)
-    lm_eval.evaluator.get_git_commit_hash = git_commit_hash
-    lm_eval.utils.make_table = make_table
-    GeneralConfigTracker.log_experiment_args = log_experiment_args  # type: ignore[method-assign]
     try:
-        yield
+        with (
+            lm_eval_seam.git_hash_replaced(git_commit_hash),
+            lm_eval_seam.results_table_replaced(without_diagnostics),
+            lm_eval_seam.model_logged(name_oracle),
+        ):
+            yield
     finally:
-        GeneralConfigTracker.log_experiment_args = original_log  # type: ignore[method-assign]
-        lm_eval.utils.make_table = original_table
-        lm_eval.evaluator.get_git_commit_hash = original_hash
         with contextlib.suppress(ValueError):
             task_logger.removeFilter(advice_filter)

@@ -25,8 +25,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.runner import lm_eval_seam
 from needlebench.safe_fs import Folder, parts_of, private_folder
 from needlebench.sources.cache import cache_root
 
@@ -102,12 +104,9 @@ def check_named_model_folder(run: RunOutput, model_args: object) -> None:
     """When the model arguments name the model (``pretrained=``, ``model=``...), check its folder before anything
     starts: lm-eval's own name and sanitising (``GeneralConfigTracker._get_model_name``, ``sanitize_model_name``).
     An unnamed model gets a random folder name only once lm-eval runs (:func:`model_folder_checked`)."""
-    from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
-    from lm_eval.utils import sanitize_model_name
-
-    name = GeneralConfigTracker._get_model_name(model_args)  # type: ignore[arg-type]
+    name = lm_eval_seam.model_name(model_args)
     if name:
-        check_model_folder(run, sanitize_model_name(name))
+        check_model_folder(run, lm_eval_seam.model_folder_name(name))
 
 
 @contextmanager
@@ -118,19 +117,12 @@ def model_folder_checked(run: RunOutput | None) -> Iterator[None]:
     if run is None:
         yield
         return
-    from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
 
-    original = GeneralConfigTracker.log_experiment_args
+    def check(tracker: Any, *args: Any, **kwargs: Any) -> None:
+        check_model_folder(run, lm_eval_seam.logged_model_folder(tracker))
 
-    def log_experiment_args(self: GeneralConfigTracker, *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)  # type: ignore[arg-type]
-        check_model_folder(run, str(self.model_name_sanitized))
-
-    GeneralConfigTracker.log_experiment_args = log_experiment_args  # type: ignore[method-assign]
-    try:
+    with lm_eval_seam.model_logged(check):
         yield
-    finally:
-        GeneralConfigTracker.log_experiment_args = original  # type: ignore[method-assign]
 
 
 def _move(source: Folder, target: Folder, depth: int) -> None:

@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.runner import lm_eval_seam
 
 COMPLETIONS_MODEL = "needlebench-local-completions"
 CHAT_COMPLETIONS_MODEL = "needlebench-local-chat-completions"
@@ -63,6 +64,8 @@ def _spreading(base: type) -> type:
             self.base_url = next(self._url_cycle)  # synchronous path: one request at a time
             return super().model_call(messages, **kwargs)
 
+        # lm-eval's amodel_call posts with ``session.post(self.base_url, json=..., ...)``
+        # (tests/test_lm_eval_seam.py checks both signatures)
         async def amodel_call(self, session: Any, sem: Any, messages: Any, **kwargs: Any) -> Any:
             return await super().amodel_call(_RotatingSession(session, self._url_cycle), sem, messages, **kwargs)
 
@@ -74,12 +77,9 @@ def _spreading(base: type) -> type:
 def model_classes() -> dict[str, type]:
     """Registered name -> class (defined once; lm-eval's API models need ``pip install 'lm-eval[api]'``)."""
     try:
-        from lm_eval.models.openai_completions import (
-            LocalChatCompletion,
-            LocalCompletionsAPI,
-        )
+        completions, chat_completions = lm_eval_seam.api_models()
     except ImportError as exc:
         raise NeedlebenchError(
             f"the server models need lm-eval's api extra ({exc.name} is missing); pip install 'lm-eval[api]'"
         ) from None
-    return {COMPLETIONS_MODEL: _spreading(LocalCompletionsAPI), CHAT_COMPLETIONS_MODEL: _spreading(LocalChatCompletion)}
+    return {COMPLETIONS_MODEL: _spreading(completions), CHAT_COMPLETIONS_MODEL: _spreading(chat_completions)}
