@@ -177,8 +177,6 @@ def _value(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-
-
 def _check_metrics(
     path: Path,
     line: int,
