@@ -187,6 +187,50 @@ def test_a_parquet_file_that_decodes_to_gigabytes_is_refused_from_its_footer(san
     refused(result, SHARD, "decodes to")
     assert snapshot(sandbox) == before
     assert not list((tmp_path / "cache").rglob("*.arrow"))
+    # the manifest is the sender's too: a prompt_tokens of 10**38 (with the bomb's own fingerprint) does not lift
+    # the bound, which the config itself sets (its rows and tokens)
+    manifest = json.loads((bomb / "needlebench.json").read_text())
+    manifest["configs"]["atc_en"]["prompt_tokens"] = 10**38
+    manifest["configs"]["atc_en"]["fingerprint"] = sha256(path.read_bytes()).hexdigest()
+    (bomb / "needlebench.json").write_text(json.dumps(manifest, indent=2))
+    result = subprocess.run(
+        [*CLI, "show", str(bomb), first],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(sandbox), "XDG_CONFIG_HOME": REAL_CONFIG, **env},
+        cwd=sandbox / "work",
+        timeout=300,
+        preexec_fn=_limit_memory,
+    )
+    refused(result, SHARD, "decodes to", "config atc_en has")
+    assert not list((tmp_path / "cache").rglob("*.arrow"))
+
+
+def test_a_footer_that_understates_its_sizes_stops_the_load_as_it_decodes(honest, tmp_path, monkeypatch):
+    """A footer can lie about its row groups' sizes: the loader counts what the batches decode to and stops past the
+    config's bound, in one line, leaving nothing in the Arrow cache."""
+    from needlebench.dataset import load
+    from needlebench.errors import NeedlebenchError
+
+    folder = tmp_path / "ds"
+    shutil.copytree(honest, folder)
+    path = folder / "data" / "atc_en" / SHARD
+    table = pq.read_table(path)
+    prompts = table.column("prompt").to_pylist()
+    prompts[0] = "A" * 100_000_000
+    table = table.set_column(table.column_names.index("prompt"), "prompt", pa.array(prompts, pa.string()))
+    pq.write_table(table, path, compression="zstd")
+    manifest = json.loads((folder / "needlebench.json").read_text())
+    manifest["configs"]["atc_en"]["fingerprint"] = sha256(path.read_bytes()).hexdigest()
+    (folder / "needlebench.json").write_text(json.dumps(manifest, indent=2))
+    import needlebench.dataset.verify as verify
+
+    # the footer's sizes as a forged footer would give them: nothing
+    monkeypatch.setattr(verify, "_decoded_bytes", lambda handle: 0)
+    monkeypatch.setenv("NEEDLEBENCH_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(NeedlebenchError, match="decode to more than"):
+        load.load_split("atc_en", data_dir=str(folder))
+    assert not list((tmp_path / "cache").rglob("*.arrow"))
 
 
 # --- a tokenizer the tokenizers library panics on ---------------------------------------------------------------
@@ -240,3 +284,35 @@ def test_a_hub_id_that_names_a_folder_here_says_the_folder_is_used(sandbox, hone
         cwd=here,
     )
     assert f"tokenizer 'Org/Name' is the local folder {folder}" in result.stderr, result.stderr[-2000:]
+
+
+def test_a_tokenizer_that_loads_but_cannot_encode_is_one_line(sandbox, honest):
+    """A BPE tokenizer.json whose unknown token is not in its vocabulary loads, then raises on its first text: the
+    folder is refused when it is loaded (``budget``, ``build --tokenizer hf:``), in one line, exit 2."""
+    folder = sandbox / "work" / "badtok"
+    folder.mkdir()
+    model = {"type": "BPE", "dropout": None, "unk_token": "zz", "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": False, "vocab": {"a": 0}, "merges": []}  # fmt: skip
+    data = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+            "pre_tokenizer": None, "post_processor": None, "decoder": None, "model": model}  # fmt: skip
+    (folder / "tokenizer.json").write_text(json.dumps(data))
+    budget = run(
+        sandbox, "budget", "atc_en", "--tokenizer", str(folder), "--max-length", "4096", "--data-dir", str(honest)
+    )
+    assert "cannot encode text" in refused(budget, str(folder))
+    build = run(sandbox, "build", "single_en_4k", "--tokenizer", f"hf:{folder}", "--out", str(sandbox / "work" / "o"))
+    assert "cannot encode text" in refused(build, str(folder))
+    assert not (sandbox / "work" / "o").exists()
+
+
+def test_a_relative_home_is_refused_rather_than_followed(tmp_path):
+    """``HOME=.`` (with neither NEEDLEBENCH_CACHE nor XDG_CONFIG_HOME set) would put the cache and the secret in the
+    current folder: one line naming HOME, nothing created there."""
+    here = tmp_path / "handed"
+    here.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("NEEDLEBENCH_CACHE", "XDG_CONFIG_HOME")}
+    env["HOME"] = "."
+    result = subprocess.run([*CLI, "build", "atc_en", "--out", "o"], env=env, cwd=here, capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert "HOME='.' is a relative path" in refused(result, "HOME")
+    assert list(here.iterdir()) == []

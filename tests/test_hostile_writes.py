@@ -474,7 +474,10 @@ def _kill_first_worker(process: subprocess.Popen, after: float) -> int | None:
             children = []
         if children:
             time.sleep(after)
-            os.kill(int(children[0]), 9)
+            try:
+                os.kill(int(children[0]), 9)
+            except ProcessLookupError:  # a short-lived child (or a worker done with its shard): the next one
+                continue
             return int(children[0])
         time.sleep(0.01)
     return None

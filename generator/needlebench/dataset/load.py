@@ -40,7 +40,9 @@ from needlebench.dataset.verify import (
     file_difference,
     listed_files,
     open_shard,
+    shard_bytes_limit,
     shard_size_problem,
+    spec_bytes_limit,
 )
 from needlebench.errors import NeedlebenchError
 from needlebench.safe_fs import Folder, private_folder
@@ -195,7 +197,8 @@ def _read_config(open_file: Callable[[str], IO[bytes]], config: str, entry: dict
     names = listed_files(config, entry)
     with contextlib.ExitStack() as stack:
         handles = [stack.enter_context(open_file(name)) for name in names]
-        too_large = shard_size_problem(zip(names, handles, strict=True), config, entry, "its manifest")
+        spec = get_config(config)
+        too_large = shard_size_problem(zip(names, handles, strict=True), config, entry, "its manifest", spec)
         if too_large is not None:  # before a byte is read (a sparse file of 200 GB would be hashed for minutes)
             raise NeedlebenchError(f"{where}: {too_large}")
         digest = hashlib.sha256(f"{ARROW_FORMAT}\0{config}\0{schema.to_string()}\0".encode())
@@ -211,6 +214,9 @@ def _read_config(open_file: Callable[[str], IO[bytes]], config: str, entry: dict
             if not cache.is_file(leaf):
                 try:
                     with cache.atomic(leaf, mode=0o600) as out:
+                        # what the files decode to, batch by batch, within the same bound as their footers'
+                        # sizes (a footer can understate them): a page decoding past it stops the load
+                        decoded, limit = 0, min(shard_bytes_limit(entry), spec_bytes_limit(spec))
                         with pa.ipc.new_stream(out, schema) as writer:
                             for handle in handles:
                                 handle.seek(0)
@@ -221,6 +227,13 @@ def _read_config(open_file: Callable[[str], IO[bytes]], config: str, entry: dict
                                     size = max(1, min(_BATCH_ROWS, size))
                                     for batch in parquet.iter_batches(batch_size=size, row_groups=[group]):
                                         table = pa.Table.from_batches([batch]).select(list(features))
+                                        decoded += table.nbytes
+                                        if decoded > limit:
+                                            raise NeedlebenchError(
+                                                f"{where}: the files of config {config} decode to more than "
+                                                f"{limit:,} bytes, more than its rows can hold (its Parquet "
+                                                "footers understate their sizes)"
+                                            )
                                         writer.write_table(table.cast(schema))
                 except (KeyError, ValueError, OSError, pa.ArrowException) as error:
                     raise NeedlebenchError(

@@ -298,8 +298,19 @@ def shard_bytes_limit(entry: Mapping[str, Any]) -> int:
     return SHARD_BYTES_PER_TOKEN * tokens + SHARD_BYTES_PER_ROW * int(entry["rows"]) + SHARD_BYTES_EXTRA
 
 
+def spec_bytes_limit(spec: Any) -> int:
+    """The most bytes the files of a config may hold or decode to by what the config itself is (its grid's rows and
+    approximate tokens, twice over), whatever a manifest from someone else records: a manifest's ``prompt_tokens``
+    of 10**38 must not lift :func:`shard_bytes_limit`."""
+    return (
+        2 * SHARD_BYTES_PER_TOKEN * int(spec.approx_tokens)
+        + SHARD_BYTES_PER_ROW * int(spec.num_rows)
+        + SHARD_BYTES_EXTRA
+    )
+
+
 def shard_size_problem(
-    handles: Iterable[tuple[str, IO[bytes]]], config: str, entry: Mapping[str, Any], where: str
+    handles: Iterable[tuple[str, IO[bytes]]], config: str, entry: Mapping[str, Any], where: str, spec: Any = None
 ) -> str | None:
     """Why the open listed files of `config` cannot be the ones its manifest entry records, from their sizes alone
     (``fstat`` on each descriptor, before a byte is read): together more than :func:`shard_bytes_limit`. A
@@ -307,6 +318,9 @@ def shard_size_problem(
     limit = shard_bytes_limit(entry)
     handles = list(handles)
     records = f"{entry['rows']:,} rows of {int(entry.get('prompt_tokens') or 0):,} prompt tokens {where} records"
+    if spec is not None and spec_bytes_limit(spec) < limit:
+        limit = spec_bytes_limit(spec)
+        records = f"{int(spec.num_rows):,} rows of about {int(spec.approx_tokens):,} prompt tokens config {config} has"
     total = 0
     for name, handle in handles:
         size = os.fstat(handle.fileno()).st_size

@@ -33,13 +33,25 @@ def cache_root() -> Path:
     folder), and the cache holds what needlebench trusts (lm-eval's pickled ``--resume`` responses among them)."""
     value = os.environ.get("NEEDLEBENCH_CACHE")
     if not value:
-        return Path.home() / ".cache" / "needlebench"
+        return _home() / ".cache" / "needlebench"
     if not os.path.isabs(value):
         raise NeedlebenchError(
             f"NEEDLEBENCH_CACHE={value!r} is a relative path; allowed: an absolute path (a relative one would put "
             "the cache in whatever folder the command runs from)"
         )
     return Path(value)
+
+
+def _home() -> Path:
+    """The home folder, an absolute path: ``HOME=.`` would put the cache and the secret in whatever folder the
+    command runs from (a one-line error instead)."""
+    home = Path.home()
+    if not home.is_absolute():
+        raise NeedlebenchError(
+            f"HOME={str(home)!r} is a relative path; allowed: an absolute path (or set NEEDLEBENCH_CACHE and "
+            "XDG_CONFIG_HOME to absolute ones)"
+        )
+    return home
 
 
 def tokens_dir() -> Path:
@@ -52,7 +64,7 @@ def secret_path() -> Path:
     ``~/.config/needlebench``), outside the cache so that deleting or sharing the cache never shares it."""
     base = os.environ.get("XDG_CONFIG_HOME")
     if not base or not os.path.isabs(base):  # the XDG Base Directory spec: a relative path is invalid, ignore it
-        base = Path.home() / ".config"
+        base = _home() / ".config"
     return Path(base) / "needlebench" / "secret.key"
 
 

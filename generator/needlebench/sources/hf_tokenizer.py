@@ -146,7 +146,9 @@ def load_transformers_tokenizer(path: str, trust_remote_code: bool = False) -> A
         check_tokenizer_files(folder)
     try:
         with transformers_log_held():
-            return AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code)
+            tokenizer = AutoTokenizer.from_pretrained(
+                source, local_files_only=True, trust_remote_code=trust_remote_code
+            )
     except Exception as exc:  # any failure of a third-party reader on files from anyone
         if not folder.is_dir() and isinstance(exc, (OSError, ValueError)):
             raise NeedlebenchError(
@@ -154,6 +156,15 @@ def load_transformers_tokenizer(path: str, trust_remote_code: bool = False) -> A
                 "pass the path of a model or tokenizer directory"
             ) from None
         raise NeedlebenchError(f"tokenizer folder {path!r} could not be loaded: {error_summary(exc)}") from None
+    try:  # a tokenizer.json can load and then fail on its first text (an unknown token missing from its vocabulary)
+        tokenizer(_PROBE_TEXT, add_special_tokens=False)
+    except Exception as exc:
+        raise NeedlebenchError(f"tokenizer folder {path!r} cannot encode text: {error_summary(exc)}") from None
+    return tokenizer
+
+
+#: Text every tokenizer a prompt is counted with must encode: letters, digits, punctuation, Chinese, an emoji.
+_PROBE_TEXT = "Probe: the needle 4711 is hidden, isn't it? 针在草堆里。 ü ☃ 🧵"
 
 
 def splice_safe(spec: dict) -> bool:

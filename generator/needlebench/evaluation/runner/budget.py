@@ -336,7 +336,9 @@ def split_rows(config: str, data_dir: str | None) -> Iterable[Mapping[str, Any]]
             for name in files:
                 handles.append(root.open_read(name, what=f" (listed by {folder / 'needlebench.json'})"))
         entry = manifest["configs"][config]  # type: ignore[index]
-        too_large = shard_size_problem(zip(files, handles, strict=True), config, entry, "its manifest")
+        too_large = shard_size_problem(
+            zip(files, handles, strict=True), config, entry, "its manifest", get_config(config)
+        )
         if too_large is not None:  # before a byte is read
             raise NeedlebenchError(f"data_dir {folder}: {too_large}")
     except FileNotFoundError:
