@@ -56,7 +56,7 @@ def installed_version() -> str | None:
 
 def require_lm_eval() -> None:
     """lm-eval is installed, in a release of :data:`SUPPORTED`, and importable; else one line saying what to do."""
-    from packaging.specifiers import SpecifierSet  # packaging: a requirement of huggingface_hub
+    from packaging.specifiers import SpecifierSet  # packaging: a declared dependency
     from packaging.version import InvalidVersion, Version
 
     found = installed_version()
