@@ -349,12 +349,33 @@ def test_the_report_keeps_a_reference_recall_above_100_up_to_100_per_needle(tmp_
     """A colliding custom grid's reference recall above 100 is the reference's number, read as such; above 100 per
     needle it is not a score any row can log and is left out."""
     from needlebench.evaluation.report.load import read_samples
+    from needlebench.tasks.families.base import ConfigSpec, Grid
+    from needlebench.tasks.grid import _REGISTERED, register_config
     from support import write_samples
 
     keywords = ["Amber", "Basalt", "Cobalt", "Dune", "Ember"]
-    doc = fixture_row("multi_retrieval_en_4k", keywords=keywords, requested_depths=[0, 0.4, 0.8, 50, 100])
-    rows = [{"doc": {**doc, "id": f"r{i}"}, "recall_reference": value} for i, value in enumerate([500 / 3, 500.5])]
-    left_out: list[tuple[str, str]] = []
-    samples = read_samples(write_samples(tmp_path, "needlebench_multi_retrieval_en_4k", rows), left_out=left_out)
-    assert [sample.metrics.get("recall_reference") for sample in samples] == [pytest.approx(500 / 3), None]
-    assert [where for _path, where in left_out] == ["line 2 metric recall_reference"]
+    depths = [0, 0.4, 0.8, 50, 100]
+    grid = Grid(lengths=(1000,), depths=tuple(depths), needle_counts=(5,))
+    spec = ConfigSpec("mrt_colliding", "multi_retrieval", "en", grid=grid)
+    register_config(spec)  # fixture_row looks it up by name; the report by the lookup it is given (a manifest's)
+    try:
+        doc = fixture_row(
+            "mrt_colliding", keywords=keywords, requested_depths=depths, context_length=1000, num_needles=5
+        )
+        values = [500 / 3, 500.5]
+        rows = [{"doc": {**doc, "id": f"r{i}"}, "recall_reference": value} for i, value in enumerate(values)]
+        left_out: list[tuple[str, str]] = []
+        written = write_samples(tmp_path / "a", "needlebench_mrt_colliding", rows)
+        samples = read_samples(written, left_out=left_out, lookup={spec.name: spec}.get)
+        assert [sample.metrics.get("recall_reference") for sample in samples] == [pytest.approx(500 / 3), None]
+        assert [where for _path, where in left_out] == ["line 2 metric recall_reference"]
+    finally:
+        _REGISTERED.pop("mrt_colliding", None)
+    # the papers' grids have distinct integer depths: a row of one claiming colliding depths (its keywords and
+    # depths are the samples file's, written by anyone) cannot log more than 100
+    doc = fixture_row("multi_retrieval_en_4k", keywords=keywords * 4, requested_depths=[0] * 20)
+    rows = [{"doc": doc, "recall_reference": 2000.0}]
+    left_out = []
+    samples = read_samples(write_samples(tmp_path / "b", "needlebench_multi_retrieval_en_4k", rows), left_out=left_out)
+    assert [sample.metrics.get("recall_reference") for sample in samples] == [None]
+    assert [where for _path, where in left_out] == ["line 1 metric recall_reference"]

@@ -224,11 +224,22 @@ SCORE_RANGE = (0.0, 100.0)
 MAX_RELATIONS = 100_000
 
 
-def _highs(doc: Mapping[str, Any]) -> dict[str, float]:
-    """Scores a row may log above 100: up to 100 per needle (keyword) of the row for the metrics a family says so
-    of (``EvalFamily.per_needle_ceiling``: M-RT's OpenCompass recall on a custom grid whose depths collide)."""
-    keywords = doc.get("keywords")
-    return {name: 100.0 * len(keywords) for name in per_needle_metrics()} if isinstance(keywords, list) else {}
+def _highs(doc: Mapping[str, Any], spec: ConfigSpec) -> dict[str, float]:
+    """Scores a row may log above 100, for the metrics a family says so of (``EvalFamily.per_needle_ceiling``: M-RT's
+    OpenCompass recall, which divides the hits by the distinct integer depths of the row). Only a config whose own
+    depth grid truncates to fewer integers than it has depths can have such rows (the papers' grids cannot): there,
+    at most 100 x the row's needles over its distinct integer depths, the needles no more than the config places.
+    The row's own keywords and depths come from whoever wrote the samples file, so they never lift the ceiling
+    beyond what the config allows."""
+    depths = [float(depth) for depth in spec.depths] if spec.depths else []
+    if len({int(depth) for depth in depths}) == len(depths):
+        return {}
+    keywords, requested = doc.get("keywords"), doc.get("requested_depths")
+    if not isinstance(keywords, list) or not isinstance(requested, list) or len(keywords) != len(requested):
+        return {}
+    needles = min(len(keywords), max(spec.needle_counts or (1,)))
+    slots = len({int(depth) for depth in requested if is_finite_number(depth)}) or 1
+    return {name: 100.0 * needles / slots for name in per_needle_metrics()}
 
 
 def _in_range(shape: str | None, value: list) -> bool:
@@ -533,7 +544,7 @@ def _sample(
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise _bad(path, number, "'metrics' is not a list of metric names")
     metrics = {name: record[name] for name in names if name in record}
-    _check_metrics(path, number, metrics, left_out, _highs(doc))
+    _check_metrics(path, number, metrics, left_out, _highs(doc, spec))
     for key in _required_fields(spec, metrics):
         if doc.get(key) is None:
             raise _bad(path, number, f"doc {key} is missing; a {spec.name} row needs it")
