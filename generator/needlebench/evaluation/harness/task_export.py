@@ -138,9 +138,9 @@ def write_generated_folder(out: Path, files: Mapping[str, str], writer: str) -> 
     of this user wrote (recorded by name and sha256 in :data:`RECORD`, signed with the user's secret;
     ``__pycache__`` that Python adds is left alone), else a one-line refusal naming one, nothing written. Every
     write goes through :class:`~needlebench.safe_fs.Folder` (a link planted in `out` is replaced, never written
-    through); each file is replaced atomically; files of the
-    earlier generation that are not written again are removed afterwards (only those: never a folder, never a
-    file that changed since), so the folder never lacks a current file."""
+    through); each file is replaced atomically; files of the earlier generation that are not written again are
+    removed afterwards (only those: never a folder, never a file that changed since), so the folder never lacks a
+    current file."""
     out = Path(out)
     if out.is_symlink() and not out.exists():
         raise NeedlebenchError(f"--out {out} is a link to nothing; choose a new or empty folder")
