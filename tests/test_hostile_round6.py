@@ -159,6 +159,19 @@ def _limit_memory() -> None:
 # --- a decompression bomb --------------------------------------------------------------------------------------------
 
 
+def _show_capped(sandbox: Path, folder: Path, row_id: str, env: dict) -> subprocess.CompletedProcess:
+    """``needlebench show FOLDER ID`` in the sandbox under a 3 GiB address-space cap."""
+    return subprocess.run(
+        [*CLI, "show", str(folder), row_id],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(sandbox), "XDG_CONFIG_HOME": REAL_CONFIG, **env},
+        cwd=sandbox / "work",
+        timeout=300,
+        preexec_fn=_limit_memory,
+    )
+
+
 def test_a_parquet_file_that_decodes_to_gigabytes_is_refused_from_its_footer(sandbox, honest, tmp_path):
     """One row whose prompt is 400 MB of one letter, zstd-compressed to a few KB (the same bytes on disk as far as
     the size check goes): ``show`` and ``budget --data-dir`` refuse it from the footer's uncompressed sizes, in one
@@ -175,15 +188,7 @@ def test_a_parquet_file_that_decodes_to_gigabytes_is_refused_from_its_footer(san
     assert path.stat().st_size < 1_000_000
     env = {"NEEDLEBENCH_CACHE": str(tmp_path / "cache")}
     before = snapshot(sandbox)
-    result = subprocess.run(
-        [*CLI, "show", str(bomb), first],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HOME": str(sandbox), "XDG_CONFIG_HOME": REAL_CONFIG, **env},
-        cwd=sandbox / "work",
-        timeout=300,
-        preexec_fn=_limit_memory,
-    )
+    result = _show_capped(sandbox, bomb, first, env)
     refused(result, SHARD, "decodes to")
     assert snapshot(sandbox) == before
     assert not list((tmp_path / "cache").rglob("*.arrow"))
@@ -193,15 +198,7 @@ def test_a_parquet_file_that_decodes_to_gigabytes_is_refused_from_its_footer(san
     manifest["configs"]["atc_en"]["prompt_tokens"] = 10**38
     manifest["configs"]["atc_en"]["fingerprint"] = sha256(path.read_bytes()).hexdigest()
     (bomb / "needlebench.json").write_text(json.dumps(manifest, indent=2))
-    result = subprocess.run(
-        [*CLI, "show", str(bomb), first],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HOME": str(sandbox), "XDG_CONFIG_HOME": REAL_CONFIG, **env},
-        cwd=sandbox / "work",
-        timeout=300,
-        preexec_fn=_limit_memory,
-    )
+    result = _show_capped(sandbox, bomb, first, env)
     refused(result, SHARD, "decodes to", "config atc_en has")
     assert not list((tmp_path / "cache").rglob("*.arrow"))
 
