@@ -1,8 +1,11 @@
 """``needlebench eval`` around lm-eval, in the main environment (no vLLM): length check, servers, resume, thinking.
 
 * rows that do not fit the model window stop the run before it starts, with one line per-task counts (exit 2);
-* ``needlebench-local-completions`` with ``base_urls=A|B`` spreads requests over two fake OpenAI servers
-  (``http.server`` on loopback), concurrent and sequential; the health keys land in the results and the report;
+* ``local-completions`` against a fake OpenAI server (``http.server`` on loopback) gets the server's window as
+  ``max_length`` and a timeout that fits the longest row when the user sets neither (one line says so); a server
+  that reports no window leaves lm-eval's 2048, which the length check enforces; the retired round-robin models
+  and lm-eval's ``vllm`` with ``data_parallel_size > 1`` are one line; the health keys land in the results and
+  the report;
 * ``--reasoning`` doubles / sets ``max_gen_toks`` (seen as ``max_tokens`` by the server);
 * ``--resume``: a run killed after a few rows, started again, computes only the rows it had not finished;
 * reasoning is stripped before scoring; an unclosed block counts as no final answer, and is scored on its text
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import signal
@@ -58,9 +62,10 @@ def _metadata(data_dir: Path) -> str:
 class FakeOpenAI:
     """An OpenAI-compatible completions server on loopback that records what it is asked."""
 
-    def __init__(self, answer: str, max_model_len: int = 8192) -> None:
-        self.answer = answer
+    def __init__(self, answer: str | list[str], max_model_len: int | None = 8192) -> None:
+        self.answers = [answer] if isinstance(answer, str) else list(answer)  # answered in turn
         self.max_model_len = max_model_len
+        self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         outer = self
 
@@ -88,12 +93,12 @@ class FakeOpenAI:
                 if not self.path.startswith("/v1/completions"):
                     self.send_error(404)
                     return
-                outer.requests.append(payload)
+                with outer.lock:
+                    outer.requests.append(payload)
+                    answer = outer.answers[(len(outer.requests) - 1) % len(outer.answers)]
                 prompts = payload.get("prompt")
                 count = len(prompts) if isinstance(prompts, list) and prompts and not isinstance(prompts[0], int) else 1
-                self._send(
-                    {"choices": [{"index": i, "text": outer.answer, "finish_reason": "stop"} for i in range(count)]}
-                )
+                self._send({"choices": [{"index": i, "text": answer, "finish_reason": "stop"} for i in range(count)]})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -117,16 +122,16 @@ def _results(output: Path) -> dict[str, Any]:
     return results_with_health(paths[-1])
 
 
-def _server_run(data_dir: Path, output: Path, urls: str, *extra: str, concurrent: int = 2) -> int:
+def _server_run(data_dir: Path, output: Path, url: str, *extra: str, concurrent: int = 2) -> int:
     model_args = (
-        f"model=fake,base_urls={urls},tokenizer={smollm_dir()},tokenizer_backend=huggingface,"
+        f"model=fake,base_url={url},tokenizer={smollm_dir()},tokenizer_backend=huggingface,"
         f"tokenized_requests=False,num_concurrent={concurrent},max_length=8192,max_retries=1"
     )
     return run_eval(
         [
             "run",
             "--model",
-            "needlebench-local-completions",
+            "local-completions",
             "--model_args",
             model_args,
             "--tasks",
@@ -235,18 +240,11 @@ def test_skip_too_long_leaves_out_a_task_none_of_whose_rows_fit(
 
 
 @pytest.mark.slow
-def test_requests_spread_over_two_servers_and_health_is_reported(data_dir: Path, tmp_path: Path):
-    # one server closes its reasoning, the other never does (no final answer)
-    with (
-        FakeOpenAI("<think>the needle</think> Hidden on Emerald Island") as a,
-        FakeOpenAI("<think>still thinking") as b,
-    ):
-        status = _server_run(data_dir, tmp_path / "out", f"{a.url}|{b.url}", "--limit", "6")
-        assert status == 0
-        assert len(a.requests) == 3 and len(b.requests) == 3
-        assert all(request["max_tokens"] == 256 for request in a.requests + b.requests)
-        status = _server_run(data_dir, tmp_path / "seq", f"{a.url}|{b.url}", "--limit", "4", concurrent=1)
-        assert status == 0 and len(a.requests) == 5 and len(b.requests) == 5  # sequential path alternates too
+def test_health_is_reported_in_the_results_and_the_report(data_dir: Path, tmp_path: Path):
+    # every other answer closes its reasoning, the rest never do (no final answer)
+    with FakeOpenAI(["<think>the needle</think> Hidden on Emerald Island", "<think>still thinking"]) as server:
+        assert _server_run(data_dir, tmp_path / "out", server.url, "--limit", "6") == 0
+        assert len(server.requests) == 6 and all(request["max_tokens"] == 256 for request in server.requests)
     result = _results(tmp_path / "out")["results"]["needlebench_single_en_4k"]
     assert result["no_final_answer,none"] == pytest.approx(0.5)
     assert result["skipped_too_long,none"] == 0 and result["output_truncated,none"] == 0
@@ -254,6 +252,99 @@ def test_requests_spread_over_two_servers_and_health_is_reported(data_dir: Path,
     health = (tmp_path / "report" / "run_health.md").read_text(encoding="utf-8")
     assert tmp_path / "report" / "run_health.md" in report
     assert "| fake | needlebench_single_en_4k | 6 | 0 | 0 | 50.0 |" in health
+
+
+def _longest_row(data_dir: Path) -> tuple[int, str]:
+    """Index and prompt of the longest S-RT 4k row."""
+    rows = harness.load_dataset(needlebench_config="single_en_4k", data_dir=str(data_dir))["test"]
+    index = max(range(len(rows)), key=lambda i: len(rows[i]["prompt"]))
+    return index, str(rows[index]["prompt"])
+
+
+@pytest.mark.slow
+def test_api_models_get_the_servers_window_and_a_timeout_that_fits_unless_the_user_sets_them(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """lm-eval's API models default to max_length=2048 (left-truncating longer prompts) and timeout=300: without
+    max_length in --model_args the run passes the server's window, so a ~4k-token prompt reaches the server whole."""
+    from transformers import AutoTokenizer
+
+    index, prompt = _longest_row(data_dir)
+    tokens = len(AutoTokenizer.from_pretrained(str(smollm_dir())).encode(prompt))
+    assert tokens > 2048  # lm-eval's default would have cut it
+    samples = json.dumps({"needlebench_single_en_4k": [index]})
+    common = ["--tasks", "needlebench_single_en_4k", "--metadata", _metadata(data_dir), "--samples", samples]
+    with FakeOpenAI("Hidden on Emerald Island", max_model_len=8192) as server:
+        model_args = f"model=fake,base_url={server.url},tokenizer={smollm_dir()},tokenizer_backend=huggingface"
+        argv = ["run", "--model", "local-completions", "--model_args", model_args, *common]
+        assert run_eval([*argv, "--output_path", str(tmp_path / "defaults")]) == 0
+        assert len(server.requests) == 1 and len(server.requests[0]["prompt"][0]) == tokens  # token ids, none cut
+        err = capsys.readouterr().err
+        assert (
+            "needlebench: local-completions: max_length=8192 (the server's max_model_len) and timeout=300 s (the "
+            f"longest row, {tokens:,} prompt tokens," in err
+        )
+        raw = json.loads(next((tmp_path / "defaults").rglob("results_*.json")).read_text(encoding="utf-8"))
+        assert raw["config"]["model_args"]["max_length"] == 8192 and raw["config"]["model_args"]["timeout"] == 300
+        # the user's values win, and nothing is said
+        argv[4] = f"{model_args},max_length=6000,timeout=50"
+        assert run_eval([*argv, "--output_path", str(tmp_path / "own")]) == 0
+        assert "needlebench: local-completions: max_length" not in capsys.readouterr().err
+        raw = json.loads(next((tmp_path / "own").rglob("results_*.json")).read_text(encoding="utf-8"))
+        assert raw["config"]["model_args"]["max_length"] == 6000 and raw["config"]["model_args"]["timeout"] == 50
+    # a longer wait per request with more in flight: the timeout grows with num_concurrent
+    with FakeOpenAI("x", max_model_len=8192) as server:
+        model_args = (
+            f"model=fake,base_url={server.url},tokenizer={smollm_dir()},tokenizer_backend=huggingface,num_concurrent=64"
+        )
+        argv = ["run", "--model", "local-completions", "--model_args", model_args, *common]
+        assert run_eval([*argv, "--output_path", str(tmp_path / "busy")]) == 0
+        expected = math.ceil((tokens / 1000 + 256 / 10) * 64)
+        assert f"timeout={expected} s" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_server_without_a_window_keeps_lm_evals_2048_and_longer_rows_are_refused(data_dir: Path):
+    index, _prompt = _longest_row(data_dir)
+    with FakeOpenAI("x", max_model_len=None) as server:
+        model_args = f"model=fake,base_url={server.url},tokenizer={smollm_dir()},tokenizer_backend=huggingface"
+        done = subprocess.run(
+            [
+                sys.executable, "-c", "from needlebench.cli import main; main()", "eval", "run",
+                "--model", "local-completions", "--model_args", model_args, "--tasks", "needlebench_single_en_4k",
+                "--metadata", _metadata(data_dir), "--samples", json.dumps({"needlebench_single_en_4k": [index]}),
+            ],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )  # fmt: skip
+        assert not server.requests
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "do not fit the window of 2047 tokens (lm-eval's default max_length 2048" in lines[0]
+    assert "pass max_length=N in --model_args" in lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("model", "model_args", "expected"),
+    [
+        ("vllm", "pretrained=/no/such/model,data_parallel_size=2", "--model vllm with data_parallel_size=2 loads"),
+        ("needlebench-local-completions", "model=m,base_urls=http://127.0.0.1:9/v1/completions", "is gone"),
+    ],
+)
+def test_engines_that_spread_or_reload_by_hand_are_one_line_at_the_command(model, model_args, expected, tmp_path):
+    """Refused before anything loads (vLLM is not even installed in this environment) and before any folder is
+    made."""
+    done = subprocess.run(
+        [
+            sys.executable, "-c", "from needlebench.cli import main; main()", "eval", "run", "--model", model,
+            "--model_args", model_args, "--tasks", "needlebench_single_en_4k", "--output_path", str(tmp_path / "o"),
+        ],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and expected in lines[0] and "docs/scaling-out.md" in lines[0], lines
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow

@@ -36,6 +36,8 @@ def _stage_of(module: str) -> int | None:
         return None
     if len(parts) > 1 and parts[1] in STAGES:
         return STAGES.index(parts[1])
+    if len(parts) > 1 and parts[1] == "__main__":  # `python -m needlebench`: the command itself
+        return STAGES.index("cli")
     return -1  # the package itself (`__version__`), errors, seeding
 
 
@@ -54,7 +56,7 @@ def _imports(path: Path) -> list[tuple[str, int]]:
 
 def test_every_module_belongs_to_a_stage():
     loose = sorted(
-        str(path.relative_to(ROOT)) for path in ROOT.glob("*.py") if path.stem not in SHARED and path.stem != "cli"
+        str(path.relative_to(ROOT)) for path in ROOT.glob("*.py") if path.stem not in (*SHARED, "cli", "__main__")
     )
     assert loose == [], f"modules outside the stage folders: {loose}"
     assert sorted(

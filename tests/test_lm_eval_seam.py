@@ -13,7 +13,6 @@ import inspect
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +57,8 @@ CONTRACT: dict[str, list[str] | None] = {
         "self", "base_url", "tokenizer_backend", "tokenized_requests", "think_end_token", "verify_certificate",
         "ca_cert_path", "auth_token", "kwargs",
     ],
-    # the server models override these two (needlebench/evaluation/runner/servers.py)
-    "lm_eval.models.api_models:TemplateAPI.model_call": ["self", "messages", "generate", "gen_kwargs", "kwargs"],
-    "lm_eval.models.api_models:TemplateAPI.amodel_call": [
-        "self", "session", "sem", "messages", "generate", "cache_keys", "ctxlens", "gen_kwargs", "kwargs",
-    ],
+    # the long-context defaults needlebench passes to the API models (needlebench/evaluation/runner/engines.py)
+    "lm_eval.models.api_models:TemplateAPI.__init__": EXISTS,
     # private: the command line (lm_eval/_cli/) and the options it builds (lm_eval/config/evaluate_config.py)
     "lm_eval._cli.run:Run.create": ["subparsers"],
     "lm_eval._cli.ls:List.create": ["subparsers"],
@@ -148,16 +144,11 @@ def test_lm_eval_behaviour_the_seam_relies_on():
     for attribute in ("self._instances", "self.task_docs = self.eval_docs"):  # what task_on_docs resets
         if attribute not in task_source:
             changes.append(f"lm_eval/api/task.py no longer has {attribute}")
-    # the server models hand amodel_call a session whose post(url, **kwargs) picks the server: lm-eval must post
-    # with the URL as the one positional argument
-    function = ast.parse(textwrap.dedent(inspect.getsource(TemplateAPI.amodel_call))).body[0]
-    posts = [
-        node
-        for node in ast.walk(function)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "post"
-    ]
-    if not posts or any(len(call.args) != 1 or any(k.arg is None for k in call.keywords) for call in posts):
-        changes.append("TemplateAPI.amodel_call no longer calls session.post(url, key=value, ...)")
+    # the model args needlebench sets when the user did not (needlebench/evaluation/runner/engines.py)
+    accepted = set(inspect.signature(TemplateAPI.__init__).parameters)
+    for name in ("base_url", "max_length", "timeout", "num_concurrent"):
+        if name not in accepted:
+            changes.append(f"TemplateAPI.__init__ no longer takes {name}")
     from lm_eval.api.registry import model_registry
 
     if not all(hasattr(model_registry, name) for name in ("__contains__", "keys", "items")):

@@ -1,6 +1,6 @@
 """In-process checks of modules the rest of the fast tier (``pytest -m "not slow"``) reaches only through
 subprocesses or lm-eval runs: the boundary shares of ``needlebench list``, the upstream task export, lean sample
-logging, the printed results table and the ``base_urls`` of several servers."""
+logging, the printed results table and the engines a run may use (one endpoint, no reload per chunk)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import pytest
 from needlebench.dataset.boundary_stats import boundary_counts, format_shares
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness.upstream import check_repo, check_revision, export_files
+from needlebench.evaluation.runner.engines import check_engine
 from needlebench.evaluation.runner.lean_samples import is_lean, lean_sample
+from needlebench.evaluation.runner.options import parse_eval
 from needlebench.evaluation.runner.quiet import table_results
-from needlebench.evaluation.runner.servers import parse_base_urls
 
 
 def test_boundary_counts_read_only_the_listed_files_and_format_shares_in_preference_order(tmp_path):
@@ -89,13 +90,29 @@ def test_the_printed_table_leaves_out_diagnostics_and_their_twins():
     )
 
 
-def test_base_urls_split_on_bars_and_spaces_and_refuse_what_is_not_http():
-    assert parse_base_urls("http://a:8000/v1/completions|https://b/v1/completions") == [
-        "http://a:8000/v1/completions",
-        "https://b/v1/completions",
-    ]
-    assert parse_base_urls(["http://a/v1", " http://b/v1 "]) == ["http://a/v1", "http://b/v1"]
-    with pytest.raises(NeedlebenchError, match="base_urls is empty"):
-        parse_base_urls(" | ")
-    with pytest.raises(NeedlebenchError, match="is not an http"):
-        parse_base_urls("ftp://a/v1")
+@pytest.mark.parametrize(
+    ("model", "model_args", "expected"),
+    [
+        ("needlebench-local-completions", "model=m,base_url=http://a/v1/completions", "--model local-completions"),
+        ("needlebench-local-chat-completions", "model=m", "--model local-chat-completions and num_concurrent"),
+        ("local-completions", "model=m,base_urls=http://a/v1/completions|http://b/v1/completions", "base_urls="),
+        ("vllm", "pretrained=m,data_parallel_size=4", "--data-parallel-size 4"),
+    ],
+)
+def test_a_home_made_spread_or_a_reload_per_chunk_is_refused_saying_what_to_run(model, model_args, expected):
+    _command, _namespace, args = parse_eval(["run", "--model", model, "--model_args", model_args, "--tasks", "x"])
+    with pytest.raises(NeedlebenchError) as refused:
+        check_engine(args)
+    message = str(refused.value)
+    assert expected in message and "\n" not in message
+    assert "vllm-router" in message or "vllm serve" in message
+
+
+def test_one_replica_of_vllm_and_one_endpoint_pass():
+    for model, model_args in [
+        ("vllm", "pretrained=m,data_parallel_size=1,tensor_parallel_size=2"),
+        ("local-completions", "model=m,base_url=http://a/v1/completions,num_concurrent=8"),
+        ("hf", "pretrained=m"),
+    ]:
+        _command, _namespace, args = parse_eval(["run", "--model", model, "--model_args", model_args, "--tasks", "x"])
+        check_engine(args)  # no refusal

@@ -26,10 +26,10 @@ from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness.tasks import loaded_rows, oracle_answer
 from needlebench.evaluation.runner import lm_eval_seam, run_output
 from needlebench.evaluation.runner.chunked import ChunkOptions, chunk_store, chunked_evaluation
+from needlebench.evaluation.runner.engines import apply_api_defaults
 from needlebench.evaluation.runner.guard import prepare, write_health
 from needlebench.evaluation.runner.options import check_run, known_tasks, parse_eval, unknown_task_message
 from needlebench.evaluation.runner.quiet import lm_eval_output
-from needlebench.evaluation.runner.servers import model_classes
 from needlebench.resources import tasks_path
 from needlebench.safe_fs import Folder
 from needlebench.terminal import printable
@@ -69,6 +69,7 @@ def run_eval(argv: list[str]) -> int:
         check_run(args)
         root = Path(user_include) if user_include else default_include_path()
         prepared = prepare(args, root)
+        apply_api_defaults(prepared)
         namespace = prepared.namespace
     if getattr(namespace, "include_path", "") is None:
         namespace.include_path = str(default_include_path())
@@ -320,17 +321,8 @@ def _oracle_class() -> type:
 
 
 def register_models() -> None:
-    """Register ``needlebench-oracle`` and the multi-server API models (:mod:`needlebench.evaluation.runner.servers`)
-    with
-    lm-eval (idempotent); the built-in models stay available."""
+    """Register ``needlebench-oracle`` with lm-eval (idempotent); the built-in models stay available."""
     lm_eval_seam.register_model(ORACLE_MODEL, _oracle_class())  # built-in lazy entries stay; get_model skips them
-
-    try:
-        server_models = model_classes()
-    except NeedlebenchError:  # lm-eval without its api extra: the server models stay unavailable
-        return
-    for name, cls in server_models.items():
-        lm_eval_seam.register_model(name, cls)
 
 
 def oracle_model() -> Any:

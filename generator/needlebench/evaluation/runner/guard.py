@@ -78,14 +78,9 @@ from needlebench.tasks.grid import get_config, registry
 WINDOWLESS_MODELS = ("needlebench-oracle", "dummy")
 #: lm-eval models that talk to an OpenAI-compatible server (window: the server's, and ``max_length`` when the
 #: client tokenizes and truncates).
-API_MODELS = (
-    "local-completions",
-    "local-chat-completions",
-    "needlebench-local-completions",
-    "needlebench-local-chat-completions",
-)
+API_MODELS = ("local-completions", "local-chat-completions")
 #: API models that tokenize the prompt client-side (lm-eval truncates to ``max_length - 1`` there).
-CLIENT_TOKENIZED = ("local-completions", "needlebench-local-completions")
+CLIENT_TOKENIZED = ("local-completions",)
 #: lm-eval's default ``max_length`` of the API models.
 API_DEFAULT_MAX_LENGTH = 2048
 
@@ -229,15 +224,27 @@ def model_kind(args: EvalArgs) -> str:
     return str(args.value("model") or "hf").strip()
 
 
-def _base_url(model_args: Mapping[str, Any]) -> str | None:
-    urls = str(model_args.get("base_urls") or model_args.get("base_url") or "")
-    first = urls.split("|")[0].split(" ")[0].strip()
-    return first or None
+def base_url(model_args: Mapping[str, Any]) -> str | None:
+    """The ``base_url`` model arg of an API model, or None."""
+    return _text(str(model_args.get("base_url") or "").strip())
+
+
+#: ``max_model_len`` per server root already asked in this process (the length check and the API defaults both
+#: need it; a server that does not answer costs its timeout once).
+_SERVER_WINDOWS: dict[str, int | None] = {}
 
 
 def server_max_model_len(base_url: str, timeout: float = 10.0) -> int | None:
-    """``max_model_len`` that an OpenAI-compatible server (vLLM) reports under ``GET /v1/models``, or None."""
+    """``max_model_len`` that an OpenAI-compatible server (vLLM, vllm-router in front of vLLM) reports under
+    ``GET /v1/models``, or None."""
     root = base_url.split("/v1/")[0].rstrip("/") if "/v1/" in base_url else base_url.rstrip("/").removesuffix("/v1")
+    if root not in _SERVER_WINDOWS:
+        _SERVER_WINDOWS[root] = _ask_server(root, timeout)
+    return _SERVER_WINDOWS[root]
+
+
+def _ask_server(root: str, timeout: float) -> int | None:
+    """The smallest ``max_model_len`` of the models ``root/v1/models`` lists, or None."""
     try:
         with urllib.request.urlopen(f"{root}/v1/models", timeout=timeout) as response:
             payload = json.loads(response.read().decode("utf-8"))
@@ -329,14 +336,25 @@ def model_window(args: EvalArgs, model_args: Mapping[str, Any]) -> tuple[int, st
     kind = model_kind(args)
     explicit = model_args.get("max_model_len") or model_args.get("max_length")
     if kind in API_MODELS:
-        url = _base_url(model_args)
+        url = base_url(model_args)
         server = server_max_model_len(url) if url else None
         limits: list[tuple[int, str]] = []
         if server:
             limits.append((server, f"the server's max_model_len {server}"))
         if kind in CLIENT_TOKENIZED:
-            length = int(explicit) if explicit else API_DEFAULT_MAX_LENGTH
-            limits.append((length - 1, f"max_length {length} (lm-eval keeps max_length - 1)"))
+            # needlebench.evaluation.runner.engines passes max_length=<the server's window> when the user did not
+            if explicit:
+                limits.append((int(explicit) - 1, f"max_length {explicit} (lm-eval keeps max_length - 1)"))
+            elif server:
+                limits.append((server - 1, f"max_length {server} set from the server (lm-eval keeps max_length - 1)"))
+            else:
+                limits.append(
+                    (
+                        API_DEFAULT_MAX_LENGTH - 1,
+                        f"lm-eval's default max_length {API_DEFAULT_MAX_LENGTH}, as the server reports no "
+                        "max_model_len; pass max_length=N in --model_args",
+                    )
+                )
         elif explicit:
             limits.append((int(explicit), f"max_length {explicit}"))
         if not limits:
@@ -400,6 +418,8 @@ class Preflight:
     source: str = ""  # where the window comes from
     first: list[tuple[str, int]] = field(default_factory=list)  # the first over-long rows: (row id, prompt tokens)
     stopped: bool = False  # the count stopped at the first rows that do not fit (not every selected row counted)
+    longest: int = 0  # prompt tokens of the longest row that fits (the API models' default timeout is set from it)
+    budget: int = 0  # the largest max_gen_toks of the checked tasks
 
     @property
     def dropped(self) -> list[str]:
@@ -476,6 +496,7 @@ def preflight(args: EvalArgs) -> Preflight | None:
         rows = _load_rows(config, metadata)
         indices = selected_indices(len(rows), task, args)
         budget = task_budget(config, args)
+        result.budget = max(result.budget, budget)
         result.checked[task] = 0
         result.keep[task] = []
         with progress_bar(len(indices), f"length check {task}") as bar:
@@ -491,6 +512,7 @@ def preflight(args: EvalArgs) -> Preflight | None:
                             result.first.append((str(row["id"]), tokens))
                     else:
                         result.keep[task].append(int(row["index"]))
+                        result.longest = max(result.longest, tokens)
                 release_mapped_pages(rows)  # the counted prompts' pages of the map: RSS stays that of a batch
                 if result.too_long and not args.skip_too_long:
                     break  # the first rows that do not fit: the run is refused, the rest need not be counted

@@ -125,15 +125,6 @@ def parse_args_string(text: str) -> dict[str, Any]:
     return simple_parse_args_string(text)
 
 
-def api_models() -> tuple[type, type]:
-    """lm-eval's ``local-completions`` and ``local-chat-completions`` classes (``lm_eval/models/openai_completions.py``;
-    their requests go through ``model_call`` and ``amodel_call`` of ``lm_eval/models/api_models.py``, which posts
-    with ``session.post(self.base_url, json=..., ...)``). ImportError without lm-eval's ``api`` extra."""
-    from lm_eval.models.openai_completions import LocalChatCompletion, LocalCompletionsAPI
-
-    return LocalCompletionsAPI, LocalChatCompletion
-
-
 def missing_task(error: BaseException) -> str | None:
     """The message of lm-eval's error for task names it indexes nowhere (:data:`TASKS_NOT_FOUND`), else None."""
     message = str(error)

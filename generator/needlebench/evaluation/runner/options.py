@@ -29,6 +29,7 @@ from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness.subset import SUBSET_KEY, parse_subset
 from needlebench.evaluation.harness.tasks import TASK_PREFIX, all_group_names, all_task_names
 from needlebench.evaluation.runner import lm_eval_seam
+from needlebench.evaluation.runner.engines import check_engine
 from needlebench.evaluation.runner.guard import WINDOWLESS_MODELS, EvalArgs, needlebench_configs
 from needlebench.evaluation.scoring.thinking import THINK_END_KEY, THINK_UNCLOSED_KEY, UNCLOSED_CHOICES, policy_from
 
@@ -563,6 +564,7 @@ def check_backend(args: EvalArgs) -> None:
 def check_run(args: EvalArgs) -> None:
     """Every check that needs no model and no data, in the order a user would fix them (needlebench's models
     registered first)."""
+    check_engine(args)
     check_model(args)
     check_backend(args)
     check_lm_eval(args.namespace)
