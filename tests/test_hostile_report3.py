@@ -95,6 +95,23 @@ def test_an_atc_item_at_a_needle_count_off_the_grid_is_left_out_and_counted(sand
     assert float(en_direct(sandbox / "work" / "report")) == pytest.approx(100.0)  # the one item on the grid
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("verdict", [2, 0.5, "yes", None])
+def test_a_circular_verdict_that_is_neither_right_nor_wrong_is_left_out_and_counted(sandbox, verdict):
+    """CircularEval's ``[item_id, rotation, correct]`` with ``correct`` 2 counted silently as wrong; now that
+    rotation is left out (one warning line), so its item is not whole and only the other item is scored."""
+    results = atc_folder(sandbox)
+    path = samples_file_of(results)
+    rows = rows_of(path)
+    rows[4]["perf_4"][2] = verdict  # the first rotation of the wrong item
+    write_rows(path, rows)
+    result = report(sandbox, results, "--no-figures")
+    assert result.returncode == 0, result.stderr[-2000:]
+    (warning,) = warnings_of(result)
+    assert "left out 1 value(s)" in warning and "line 5 metric perf_4" in warning, warning
+    assert float(en_direct(sandbox / "work" / "report")) == pytest.approx(100.0)  # the one whole item
+
+
 # ------------------------------------------------------------------------------------------- lengths off the grid
 
 

@@ -196,6 +196,11 @@ def _check_metrics(
                     line,
                     f"metric {name} is {_value(value)}, not [item_id, rotation, correct]",
                 )
+            # the ATC hook logs `correct` as a bool (evaluation/families/atc.py); 2 or 0.5 is no verdict
+            if not isinstance(value[2], (bool, int, float)) or value[2] not in (0, 1):
+                del metrics[name]
+                if left_out is not None:
+                    left_out.append((printable(path), printable(f"line {line} metric {name}")))
             continue
         listed = shape in (NUMBERS, RELATION_PAIR)
         if listed != isinstance(value, list):
