@@ -109,6 +109,18 @@ def test_verify_fails_when_the_card_loads_other_files(dataset, sandbox, target):
 
 
 @pytest.mark.slow
+def test_verify_fails_when_the_folder_has_no_card(dataset, sandbox):
+    """Without README.md, `load_dataset(folder, config)` finds none of the manifest's configs (it reads every
+    Parquet file as one default config): not "all fingerprints match"."""
+    clone = _clone(dataset, sandbox)
+    (clone / "README.md").unlink()
+    result = run(sandbox, "verify", str(clone))
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "differs atc_en: the folder has no README.md card" in result.stdout, result.stdout
+    assert "all configs match" not in result.stdout
+
+
+@pytest.mark.slow
 def test_eval_never_reads_what_the_card_points_at(dataset, sandbox, tmp_path):
     """`needlebench eval` (the lm-eval task's custom_dataset) refuses the folder in one line: no row of the user's
     file reaches a model."""

@@ -460,6 +460,13 @@ def check_files(folder: Path, manifest: Mapping[str, Any], configs: Iterable[str
             problem = card_problem(root, manifest, str(Path(folder) / MANIFEST_NAME))
         except NeedlebenchError as error:  # a card that cannot be read as load_dataset reads it
             problem = " ".join(str(error).split())[:300]
+        if problem is None and root.lstat(CARD_NAME) is None:
+            # without a card, load_dataset(folder) reads every Parquet file as one "default" config
+            # (datasets' packaged parquet builder), never the manifest's configs
+            problem = (
+                f"the folder has no {CARD_NAME} card, so load_dataset(folder, config) finds none of the manifest's "
+                f"configs; `needlebench build CONFIG --out {folder}` writes the card again"
+            )
     if problem is not None:
         named = next((name for name in names if f"config {name} " in problem + " "), None)
         for name in [named] if named else names:
