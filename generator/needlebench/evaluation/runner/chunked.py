@@ -42,9 +42,10 @@ import pickle
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
@@ -73,7 +74,10 @@ class ChunkOptions:
     chunk_rows: int | None = None  # rows per chunk; None: by CHUNK_TOKENS
     chunked: bool = True
     full_samples: bool = False
-    store: Path | None = None  # --resume: finished chunks are kept here
+    store: Path | None = None  # --resume / --shard: finished chunks are kept here
+    read_store: bool = True  # False: a --shard run without --resume runs its chunks again (and saves them)
+    shard: tuple[int, int] | None = None  # --shard i/N: run only chunks number i, i+N, i+2N... (1-based)
+    merge_from: list[Path] | None = None  # --merge-shards: the shards' chunk stores, read instead of any run
 
 
 # --------------------------------------------------------------------------------------------- planning
@@ -172,6 +176,8 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str, ensure_ascii=False))
 
 
+#: The store's record of the model that answered its chunks (:func:`run_info`): read by ``--merge-shards``.
+RUN_INFO_FILE = "run-info.json"
 #: A chunk file is at most this large (a chunk's logged samples; the largest at 1M tokens are a few MB).
 MAX_CHUNK_BYTES = 1 << 30
 
@@ -187,12 +193,13 @@ class ChunkStore:
         lm: Any,
         settings: dict[str, Any],
         docs_by_task: dict[str, Any],
+        sources: Sequence[Path] | None = None,
     ) -> None:
         self.folder = folder
+        self.sources = list(sources) if sources is not None else [folder]  # where finished chunks are read from
         self.docs_by_task = docs_by_task  # task name -> its evaluated docs (rows are hashed from them)
         self._digests: dict[tuple[str, tuple[int, ...]], str] = {}
-        model = getattr(lm, "lm", lm)  # lm-eval's CachingLM wraps the model
-        self.base = {"model": type(model).__name__, **settings}
+        self.base = {"model": model_class_name(lm), **settings}
 
     def _path(self, task: Any, positions: Sequence[int]) -> Path:
         cached = (task.task_name, tuple(positions))
@@ -216,44 +223,212 @@ class ChunkStore:
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
         return self.folder / f"{task.task_name}-{positions[0]}-{positions[-1]}-{digest}.json"
 
-    def _open(self, create: bool) -> Folder:
-        """The store folder, opened by descriptors from the run's output folder (the one the user named, two
+    @staticmethod
+    def _open(store: Path, create: bool) -> Folder:
+        """A store folder, opened by descriptors from the run's output folder (the one the user named, two
         levels up: ``<output>/.needlebench-cache/<model>-chunks``, :func:`chunk_store`), each folder below it
         with ``O_NOFOLLOW``: a link planted in a results folder is refused, never written through."""
-        with Folder.open(self.folder.parent.parent, create=create) as root:
-            return root.sub(f"{self.folder.parent.name}/{self.folder.name}", create=create)
+        with Folder.open(store.parent.parent, create=create) as root:
+            return root.sub(f"{store.parent.name}/{store.name}", create=create)
+
+    def _read(self, name: str, payload_key: str) -> Any | None:
+        """The ``payload_key`` value of the record file ``name`` of the first store (of :attr:`sources`) holding one
+        this user signed (HMAC tag keyed by the per-user secret of :func:`needlebench.sources.cache.sign`); a file
+        this user did not write (a shard store copied from elsewhere, pre-filled answers) is never taken."""
+        for source in self.sources:
+            try:
+                with self._open(source, create=False) as folder:
+                    if not folder.is_file(name):
+                        continue
+                    text = folder.read_text(name, limit=MAX_CHUNK_BYTES)
+                record = json.loads(text)
+                value = record[payload_key]
+                payload = json.dumps(value, ensure_ascii=False, sort_keys=True)
+                if same_tag(record["tag"], _tag(name, payload)):
+                    return value
+            except (OSError, ValueError, KeyError, TypeError, RecursionError, NeedlebenchError):
+                continue  # a damaged, unsigned or foreign file (or one that is no regular file): not taken
+        return None
+
+    def _write(self, name: str, payload_key: str, value: Any) -> None:
+        value = _jsonable(value)
+        payload = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        record = {payload_key: value, "tag": _tag(name, payload)}
+        with self._open(self.folder, create=True) as folder:
+            folder.write_text(name, json.dumps(record, ensure_ascii=False))
 
     def load(self, task: Any, positions: Sequence[int]) -> list[dict[str, Any]] | None:
-        """The chunk's samples when this user's run wrote them (HMAC tag keyed by the per-user secret of
-        :func:`needlebench.sources.cache.sign`): a chunk file from a shared results folder that this user did not
-        write (pre-filled answers) is run again, never taken."""
-        path = self._path(task, positions)
-        try:
-            with self._open(create=False) as folder:
-                if not folder.is_file(path.name):
-                    return None
-                text = folder.read_text(path.name, limit=MAX_CHUNK_BYTES)
-            record = json.loads(text)
-            samples = record["samples"]
-            payload = json.dumps(samples, ensure_ascii=False, sort_keys=True)
-            if not same_tag(record["tag"], _tag(path.name, payload)) or not isinstance(samples, list):
-                return None
-            return list(samples)
-        except (OSError, ValueError, KeyError, TypeError, RecursionError, NeedlebenchError):
-            return None  # a damaged, unsigned or foreign chunk file (or one that is no regular file) is run again
+        """The chunk's samples when this user's run wrote them (:meth:`_read`): a chunk file from a shared results
+        folder that this user did not write is run again, never taken."""
+        samples = self._read(self._path(task, positions).name, "samples")
+        return list(samples) if isinstance(samples, list) else None
 
     def save(self, task: Any, positions: Sequence[int], samples: list[dict[str, Any]]) -> None:
-        path = self._path(task, positions)
-        samples = _jsonable(samples)
-        payload = json.dumps(samples, ensure_ascii=False, sort_keys=True)
-        record = {"samples": samples, "tag": _tag(path.name, payload)}
-        with self._open(create=True) as folder:
-            folder.write_text(path.name, json.dumps(record, ensure_ascii=False))
+        self._write(self._path(task, positions).name, "samples", samples)
+
+    def load_run_info(self) -> dict[str, Any]:
+        """What a run that saved chunks here recorded of its model (:func:`run_info`), or {}."""
+        info = self._read(RUN_INFO_FILE, "info")
+        return info if isinstance(info, dict) else {}
+
+    def save_run_info(self, info: dict[str, Any]) -> None:
+        self._write(RUN_INFO_FILE, "info", info)
 
 
 def _tag(name: str, payload: str) -> str:
     """The chunk file's tag: its name (which carries the key of everything that decides its answers) and samples."""
     return sign(name.encode("utf-8") + b"\0" + payload.encode("utf-8")).hex()
+
+
+# --------------------------------------------------------------------------------------------- shards
+
+
+def in_shard(number: int, shard: tuple[int, int]) -> bool:
+    """Whether chunk ``number`` (1-based, over the run's tasks in order) is shard ``i`` of ``N``'s: chunks i, i+N,
+    i+2N... Round robin, not a balance by tokens: the chunks are already cut at about :data:`CHUNK_TOKENS` each
+    (all but a task's last), every shard gets a share of every task, and a chunk's shard can be told from its
+    number alone (the merge's refusal names numbers)."""
+    index, count = shard
+    return (number - 1) % count == index - 1
+
+
+class ShardFinished(Exception):
+    """Raised out of lm-eval's ``simple_evaluate`` once a ``--shard`` run's chunks are in its store: lm-eval then
+    writes no results file (the shard's results are not the run's), and ``needlebench eval`` says what ran."""
+
+    def __init__(self, shard: tuple[int, int], total: int, ran: list[int], read: list[int], store: Path | None):
+        super().__init__(f"shard {shard[0]}/{shard[1]} finished")
+        self.shard, self.total, self.ran, self.read, self.store = shard, total, ran, read, store
+
+    def summary(self) -> str:
+        index, count = self.shard
+        mine = sorted(self.ran + self.read)
+        listed = ", ".join(map(str, mine)) if mine else "none"
+        return (
+            f"shard {index}/{count}: chunks {listed} of {self.total} are in {self.store} ({len(self.ran)} run, "
+            f"{len(self.read)} read from the resume store); a shard writes no results file"
+        )
+
+
+def _sharding_option(options: ChunkOptions) -> str:
+    return "--merge-shards" if options.merge_from is not None else "--shard"
+
+
+#: Missing chunks named in the refusal of ``--merge-shards`` (the rest are counted).
+NAMED_MISSING = 8
+
+
+def _missing_message(missing: Sequence[str], total: int, sources: Sequence[Path]) -> str:
+    named = ", ".join(missing[:NAMED_MISSING]) + (
+        f" and {len(missing) - NAMED_MISSING} more" if len(missing) > NAMED_MISSING else ""
+    )
+    folders = ", ".join(str(source.parent.parent) for source in sources)
+    return (
+        f"--merge-shards: {len(missing)} of the {total} chunks of this run are in no shard's chunk store signed by "
+        f"this user (in {folders}): chunk {named}; shard i of N runs chunks i, i+N, i+2N...: run the shards that hold "
+        "them (with --resume a shard runs only its missing chunks) with the same options, then merge again"
+    )
+
+
+def model_class_name(lm: Any) -> str:
+    """The model class's name in a chunk's key (lm-eval's ``CachingLM`` wraps the model; the stand-in of
+    ``--merge-shards`` names the class it stands in for)."""
+    model = getattr(lm, "lm", lm)
+    return getattr(model, "stands_in_for", None) or type(model).__name__
+
+
+def registered_class_name(name: str) -> str:
+    """The class name of ``--model name`` in lm-eval's registry, without importing it (a built-in entry is a
+    ``module:Class`` path until first used)."""
+    entry = dict(lm_eval_seam.model_registry().items()).get(name)
+    if isinstance(entry, type):
+        return entry.__name__
+    if isinstance(entry, str):
+        return entry.partition(":")[2].strip()
+    return str(getattr(entry, "attr", "") or name)
+
+
+def run_info(lm: Any, apply_chat_template: Any) -> dict[str, Any]:
+    """What ``simple_evaluate`` writes into the results from the model, for ``--merge-shards`` to write the same
+    without the model: its ``get_model_info()``, its tokenizer's special tokens (``add_tokenizer_info``) and the
+    chat template of ``--apply_chat_template``."""
+    info: dict[str, Any] = {"tokenizer": _jsonable(lm_eval_seam.tokenizer_info(lm))}
+    if hasattr(lm, "get_model_info"):
+        with suppress(Exception):  # lm-eval calls it unguarded after the run: a failure is its to report
+            info["model_info"] = _jsonable(lm.get_model_info())
+    if apply_chat_template:
+        info["chat_template"] = {json.dumps(apply_chat_template): lm.chat_template(apply_chat_template)}
+    return info
+
+
+class StandInModel:
+    """The model of ``--merge-shards``: every chunk is read from the shards' stores, so nothing is asked of it;
+    it answers what ``simple_evaluate`` reads of a model (rank, chat template, model and tokenizer info) from the
+    shards' record (:func:`run_info`) and is never built."""
+
+    rank = 0
+    world_size = 1
+
+    def __init__(self, class_name: str, info: Callable[[], dict[str, Any]]) -> None:
+        self.stands_in_for = class_name
+        self._info = info
+
+    def set_cache_hook(self, hook: Any) -> None:
+        """lm-eval's ``CachingLM`` hooks the model: nothing is answered, nothing cached."""
+
+    def chat_template(self, chat_template: Any = False) -> str | None:
+        templates = self._info().get("chat_template") or {}
+        key = json.dumps(chat_template)
+        if key not in templates:
+            raise NeedlebenchError(
+                f"--merge-shards: no shard recorded the chat template of --apply_chat_template {chat_template}; "
+                "merge with the options the shards ran with"
+            )
+        return templates[key]
+
+    def __getattr__(self, name: str) -> Any:
+        info = self._info()
+        tokens = info.get("tokenizer") or {}
+        if name == "get_model_info" and "model_info" in info:
+            return lambda: dict(info["model_info"])
+        if name == "tokenizer" and tokens:
+            fields = {}
+            for kind in ("pad", "eos", "bos"):
+                token, number = tokens.get(f"tokenizer_{kind}_token", [None, None])
+                fields |= {f"{kind}_token": token, f"{kind}_token_id": number}
+            return SimpleNamespace(**fields)
+        if name in ("eot_token_id", "max_length") and tokens:
+            return tokens.get(name)
+        raise AttributeError(name)
+
+    def _never(self, *args: Any, **kwargs: Any) -> Any:
+        raise NeedlebenchError("--merge-shards runs no model; a chunk missing from the shards is refused before")
+
+    generate_until = loglikelihood = loglikelihood_rolling = _never
+
+
+@contextmanager
+def stand_in_model(sources: Sequence[Path]) -> Iterator[None]:
+    """While the block runs, ``simple_evaluate`` gets a :class:`StandInModel` for ``--model`` (never built), which
+    answers from the first run record signed by this user in the shards' chunk stores ``sources``."""
+    loaded: list[dict[str, Any]] = []
+
+    def info() -> dict[str, Any]:
+        if not loaded:
+            loaded.append(ChunkStore(sources[0], None, {}, {}, sources=sources).load_run_info())
+        return loaded[0]
+
+    class Factory:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def create_from_arg_string(self, arg_string: Any, additional_config: Any = None) -> StandInModel:
+            return StandInModel(registered_class_name(self.name), info)
+
+        create_from_arg_obj = create_from_arg_string
+
+    with lm_eval_seam.model_factory_replaced(lambda original: Factory):
+        yield
 
 
 # --------------------------------------------------------------------------------------------- evaluate
@@ -283,9 +458,18 @@ def evaluate_in_chunks(
     write_out: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """lm-eval's ``evaluate`` (same arguments, same result) run chunk by chunk; see the module doc."""
+    """lm-eval's ``evaluate`` (same arguments, same result) run chunk by chunk; see the module doc. With
+    ``--shard i/N`` only the shard's chunks run (then :class:`ShardFinished` is raised: nothing is aggregated, no
+    results file written); with ``--merge-shards`` every chunk is read from the shards' stores, none runs."""
     lean = not options.full_samples
+    sharding = options.shard is not None or options.merge_from is not None
     if not options.chunked or "tasks" not in task_dict or getattr(lm, "world_size", 1) > 1:
+        if sharding:
+            raise NeedlebenchError(
+                f"{_sharding_option(options)} needs a run in chunks on one process; this model runs on "
+                f"{getattr(lm, 'world_size', 1)} processes (lm-eval's data parallelism): run one shard per process "
+                "instead"
+            )
         result = original(
             lm=lm,
             task_dict=task_dict,
@@ -307,17 +491,31 @@ def evaluate_in_chunks(
     }
     settings["full_samples"] = options.full_samples
     docs_by_task: dict[str, Any] = {}
-    store = ChunkStore(options.store, lm, settings, docs_by_task) if options.store is not None else None
+    store = None
+    if options.store is not None:
+        store = ChunkStore(options.store, lm, settings, docs_by_task, sources=options.merge_from)
+        if options.merge_from is None:
+            with suppress(OSError, NeedlebenchError):  # best effort: only --merge-shards reads it
+                store.save_run_info(run_info(lm, kwargs.get("apply_chat_template")))
     request_cache = bool(kwargs.get("cache_requests") or kwargs.get("rewrite_requests_cache"))
     uncached: list[str] = []
     accumulated: dict[str, Any] = {}
     first = True
+    numbered = 0  # chunks of the run so far (tasks in the run's order, chunks in row order): --shard's numbers
+    ran: list[int] = []
+    read: list[int] = []
+    missing: list[str] = []
     for name, task in tasks.items():
         docs = _selectable_docs(task)
         indices = samples.get(name) if samples else None
         raw_metrics: dict[tuple[str, str], list[Any]] = defaultdict(list)
         logged: list[dict[str, Any]] = []
         if docs is None:
+            if sharding:
+                raise NeedlebenchError(
+                    f"{_sharding_option(options)}: task {name} cannot be cut into chunks of its rows (its docs are "
+                    "computed by process_docs or are no dataset split); run it without --shard"
+                )
             pieces: list[tuple[list[int] | None, Any]] = [(None, task)]
         else:
             positions = selected_positions(task, len(docs), limit, indices)
@@ -335,12 +533,27 @@ def evaluate_in_chunks(
                     "request cache is per task, not per row (--no-chunk uses the cache)"
                 )
         for number, (chunk, whole) in enumerate(pieces, start=1):
-            chunk_samples = store.load(task, chunk) if store is not None and chunk else None
+            if chunk is not None:
+                numbered += 1
+                if options.shard is not None and not in_shard(numbered, options.shard):
+                    continue
+            readable = store is not None and chunk and (options.read_store or options.merge_from is not None)
+            chunk_samples = store.load(task, chunk) if readable else None
+            if chunk_samples is None and options.merge_from is not None:
+                missing.append(f"{numbered} ({name} rows {chunk[0]}-{chunk[-1]})")  # type: ignore[index]
+                continue
             if chunk_samples is not None:
-                _note(f"{name}: chunk {number}/{len(pieces)} (rows {chunk[0]}-{chunk[-1]}) read from the resume store")
+                read.append(numbered)
+                if options.merge_from is None:
+                    _note(
+                        f"{name}: chunk {number}/{len(pieces)} (rows {chunk[0]}-{chunk[-1]}) read from the resume store"
+                    )
             else:
-                if chunk is not None and len(pieces) > 1:
-                    _note(f"{name}: chunk {number}/{len(pieces)}, rows {chunk[0]}-{chunk[-1]} ({len(chunk)})")
+                if chunk is not None and (len(pieces) > 1 or options.shard is not None):
+                    shard = (
+                        f"shard {options.shard[0]}/{options.shard[1]}: run chunk {numbered}: " if options.shard else ""
+                    )
+                    _note(f"{shard}{name}: chunk {number}/{len(pieces)}, rows {chunk[0]}-{chunk[-1]} ({len(chunk)})")
                 piece = whole if whole is not None else chunk_task(task, docs, chunk)
                 piece_kwargs = kwargs
                 if name in uncached:
@@ -371,6 +584,10 @@ def evaluate_in_chunks(
                         lean_sample(sample)
                 if store is not None and chunk:
                     store.save(task, chunk, chunk_samples)
+                ran.append(numbered)
+            if options.shard is not None:  # a shard's chunks are in the store: nothing is aggregated
+                del chunk_samples
+                continue
             for sample in chunk_samples:
                 for metric in sample.get("metrics", []):
                     raw_metrics[(metric, sample["filter"])].append(sample[metric])
@@ -382,6 +599,10 @@ def evaluate_in_chunks(
             "raw_metrics": raw_metrics,
             "logged_samples": _filter_order(logged),
         }
+    if options.shard is not None:
+        raise ShardFinished(options.shard, numbered, ran, read, options.store)
+    if missing:
+        raise NeedlebenchError(_missing_message(missing, numbered, options.merge_from or []))
     return lm_eval_seam.aggregate(accumulated, groups, bootstrap_iters, log_samples)
 
 

@@ -15,6 +15,7 @@ until a model is actually needed.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,9 +26,15 @@ from typing import Any
 from needlebench.errors import NeedlebenchError
 from needlebench.evaluation.harness.tasks import loaded_rows, oracle_answer
 from needlebench.evaluation.runner import lm_eval_seam, run_output
-from needlebench.evaluation.runner.chunked import ChunkOptions, chunk_store, chunked_evaluation
+from needlebench.evaluation.runner.chunked import (
+    ChunkOptions,
+    ShardFinished,
+    chunk_store,
+    chunked_evaluation,
+    stand_in_model,
+)
 from needlebench.evaluation.runner.engines import apply_api_defaults
-from needlebench.evaluation.runner.guard import prepare, write_health
+from needlebench.evaluation.runner.guard import chunks_folder, prepare, write_health
 from needlebench.evaluation.runner.options import check_run, known_tasks, parse_eval, unknown_task_message
 from needlebench.evaluation.runner.quiet import lm_eval_output
 from needlebench.resources import tasks_path
@@ -77,10 +84,18 @@ def run_eval(argv: list[str]) -> int:
     if prepared is not None:  # the chunked runner (issue 24): lm-eval's evaluate runs in chunks below
         chunking = ChunkOptions(chunk_rows=args.chunk_rows, chunked=args.chunked, full_samples=args.full_samples)
         chunking.store = chunk_store(prepared)
+        chunking.read_store = args.resume
+        if (args.shard or args.merge_shards) and prepared.output is not None:  # checked: --output_path is given
+            chunking.store = prepared.output / chunks_folder(args)
+            chunking.shard = args.shard
+        if args.merge_shards:
+            chunking.merge_from = [Path(folder).expanduser() / chunks_folder(args) for folder in args.merge_shards]
+            prepared.namespace.use_cache = None  # nothing is asked of the model: no response cache
     for note in prepared.notes if prepared is not None else []:
         print(f"needlebench: {printable(note)}", file=sys.stderr)
     started = time.time()
     status = 0
+    shard_done: ShardFinished | None = None
     managers: list[Any] = []
     if prepared is not None and prepared.output is not None:
         # lm-eval writes by path into a folder made for this run; its files are moved by descriptors at the end
@@ -97,8 +112,11 @@ def run_eval(argv: list[str]) -> int:
                 project_tasks_kept(user_include, managers=managers, defaults=defaults),
                 run_output.model_folder_checked(prepared.run if prepared is not None else None),
                 chunked_evaluation(chunking) if chunking else contextlib.nullcontext(),
+                stand_in_model(chunking.merge_from) if chunking and chunking.merge_from else contextlib.nullcontext(),
             ):
                 namespace.func(namespace)
+        except ShardFinished as done:  # the shard's chunks are in its store; lm-eval wrote nothing
+            shard_done = done
         except SystemExit as exc:
             status = _exit_status(exc.code)
         except ValueError as error:  # a task name lm-eval indexes nowhere: one line, with a did-you-mean
@@ -116,12 +134,32 @@ def run_eval(argv: list[str]) -> int:
         finally:
             for path in prepared.cleanup if prepared is not None else []:
                 _remove_folder(path)
-        if prepared is not None and status == 0:
+        if prepared is not None and status == 0 and shard_done is None:
             write_health(prepared, started)
     finally:
         if prepared is not None and prepared.run is not None:
             run_output.deliver(prepared.run)
+    if shard_done is not None:
+        print(f"needlebench: {printable(shard_done.summary())}", file=sys.stderr)
+        command = merge_command(argv, prepared.output if prepared is not None and prepared.output else Path("."))
+        print(
+            f"needlebench: when every shard has finished, merge them (after --merge-shards: every shard's "
+            f"--output_path, this one if they all wrote here): {printable(command)}",
+            file=sys.stderr,
+        )
     return status
+
+
+def merge_command(argv: Sequence[str], output: Path) -> str:
+    """The command merging a shard's run: ``argv`` without ``--shard``, with ``--merge-shards`` and the shard's
+    output folder."""
+    args = list(argv[1:] if argv and argv[0] == "run" else argv)
+    kept = []
+    for index, item in enumerate(args):
+        if item == "--shard" or item.startswith("--shard=") or (index and args[index - 1] == "--shard"):
+            continue
+        kept.append(item)
+    return f"needlebench eval run {shlex.join(kept)} --merge-shards {shlex.quote(str(output))}"
 
 
 def _remove_folder(path: Path) -> None:

@@ -109,6 +109,8 @@ class EvalArgs:
     chunk_rows: int | None = None  # --chunk-rows N (see needlebench.evaluation.runner.chunked)
     chunked: bool = True  # False: --no-chunk
     full_samples: bool = False
+    shard: tuple[int, int] | None = None  # --shard i/N (see needlebench.evaluation.runner.chunked)
+    merge_shards: list[str] | None = None  # --merge-shards OUT...: the shards' output folders
     user_include_path: str | None = None  # the user's own --include_path (ours is added beside it)
 
     def value(self, name: str) -> Any:

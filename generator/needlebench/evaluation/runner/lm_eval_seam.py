@@ -334,3 +334,29 @@ def name_logged_model(tracker: Any, name: str) -> None:
     """Give the run's model the name ``name`` (and its folder), as ``log_experiment_args`` names it."""
     tracker.model_name = name
     tracker.model_name_sanitized = model_folder_name(name)
+
+
+# ``simple_evaluate`` (``lm_eval/evaluator.py``) builds the model first, by
+# ``lm_eval.api.registry.get_model(model).create_from_arg_string(...)`` (or ``create_from_arg_obj``), then loads the
+# tasks and calls ``evaluate``; after it, ``add_tokenizer_info`` (``lm_eval/loggers/utils.py``) copies the
+# tokenizer's special tokens into the results. ``needlebench eval run --merge-shards`` never builds the model: it
+# stands in for it with what the shards recorded (:mod:`needlebench.evaluation.runner.chunked`).
+
+
+@contextmanager
+def model_factory_replaced(make: Callable[[Callable[[str], Any]], Callable[[str], Any]]) -> Iterator[None]:
+    """``lm_eval.api.registry.get_model`` is ``make(get_model)`` while the block runs (``simple_evaluate`` calls it by
+    its module attribute: ``lm_eval.api.registry.get_model(model)``)."""
+    import lm_eval.api.registry
+
+    with _replaced(lm_eval.api.registry, "get_model", make(lm_eval.api.registry.get_model)):
+        yield
+
+
+def tokenizer_info(lm: Any) -> dict[str, Any]:
+    """The tokenizer keys ``simple_evaluate`` adds to the results for ``lm`` (``add_tokenizer_info``), or {}."""
+    from lm_eval.loggers.utils import add_tokenizer_info
+
+    storage: dict[str, Any] = {}
+    add_tokenizer_info(storage, lm)
+    return storage

@@ -1,7 +1,8 @@
 """The arguments of ``needlebench eval``: needlebench's own options with our parser, lm-eval's with lm-eval's.
 
 needlebench's options (``--subset``, ``--no-length-check``, ``--skip-too-long``, ``--resume``, ``--reasoning``,
-``--think-end``, ``--think-unclosed``, ``--chunk-rows``, ``--no-chunk``, ``--full-samples``) are added as the first
+``--think-end``, ``--think-unclosed``, ``--chunk-rows``, ``--no-chunk``, ``--shard``, ``--merge-shards``,
+``--full-samples``) are added as the first
 group of lm-eval's own ``run`` parser (:func:`add_own_options`) and taken out of the parsed namespace before lm-eval
 sees it; everything else is parsed by lm-eval's own sub-command parsers (``lm_eval/_cli/run.py``, ``ls.py``,
 ``validate.py``, as ``lm_eval/_cli/harness.py`` assembles them), so ``--model_args``/``--metadata``/
@@ -79,6 +80,16 @@ def _chunk_rows(value: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of rows, e.g. --chunk-rows 16")
     return int(value)
+
+
+def _shard(value: str) -> tuple[int, int]:
+    """``i/N`` of ``--shard``: this job's share (1 <= i <= N) of a run cut into N shards."""
+    index, slash, count = value.partition("/")
+    if slash and index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count):
+        return int(index), int(count)
+    raise argparse.ArgumentTypeError(
+        f"{value!r} is not a shard; allowed: i/N with 1 <= i <= N (e.g. --shard 2/4: the second of 4 jobs)"
+    )
 
 
 def _rows(value: str) -> int:
@@ -161,6 +172,27 @@ def add_own_options(parser: argparse.ArgumentParser) -> None:
         help="run each task whole, as plain lm-eval does",
     )
     group.add_argument(
+        "--shard",
+        dest=OWN_PREFIX + "shard",
+        type=_shard,
+        metavar="i/N",
+        help="run only shard i of N (a job of a scheduler array, e.g. SLURM's --shard $((SLURM_ARRAY_TASK_ID+1))/N): "
+        "every task is cut into its chunks as usual, the chunks are numbered 1, 2, ... over the tasks in order and "
+        "shard i runs chunks i, i+N, i+2N... into the --resume chunk store under --output_path (each chunk file "
+        "signed with this user's secret, ~/.config/needlebench/secret.key: give every job the same one, e.g. a shared "
+        "HOME or XDG_CONFIG_HOME). A shard writes no results file; with --resume it runs only its missing chunks",
+    )
+    group.add_argument(
+        "--merge-shards",
+        dest=OWN_PREFIX + "merge_shards",
+        nargs="+",
+        metavar="OUT",
+        help="after every shard finished: the same command without --shard, plus --merge-shards and the shards' "
+        "--output_path folders (one, if they all wrote there): reads every chunk of the run from their chunk stores "
+        "(only chunk files this user signed), refuses naming the chunks missing, and writes the results and samples "
+        "into --output_path as an unsharded run does; the model is never loaded",
+    )
+    group.add_argument(
         "--full-samples",
         dest=OWN_PREFIX + "full_samples",
         action="store_true",
@@ -219,7 +251,8 @@ def lm_eval_parser() -> tuple[_OneLineParser, dict[str, _OneLineParser]]:
         prog="needlebench eval",
         description="lm-eval's command line with needlebench's models and tasks. `needlebench eval run --help` lists "
         "the options of a run: needlebench's own (--subset, --no-length-check, --skip-too-long, --resume, "
-        "--reasoning, --think-end, --think-unclosed, --chunk-rows, --no-chunk, --full-samples), then lm-eval's.",
+        "--reasoning, --think-end, --think-unclosed, --chunk-rows, --no-chunk, --shard, --merge-shards, "
+        "--full-samples), then lm-eval's.",
     )
     subparsers = root.add_subparsers(dest="command", metavar="COMMAND")
     lm_eval_seam.add_cli_commands(subparsers)
@@ -275,12 +308,15 @@ def parse_eval(argv: Sequence[str]) -> tuple[str, argparse.Namespace | None, Eva
     merge_thinking(namespace, own["think_end"], own["think_unclosed"])
     if own["chunk_rows"] is not None and not own["chunked"]:
         raise NeedlebenchError("give --chunk-rows or --no-chunk, not both")
+    check_sharding(namespace, own["shard"], own["merge_shards"], own["chunked"])
     parsed = EvalArgs(
         namespace=namespace,
         think_unclosed=own["think_unclosed"],
         chunk_rows=own["chunk_rows"],
         chunked=own["chunked"],
         full_samples=own["full_samples"],
+        shard=own["shard"],
+        merge_shards=own["merge_shards"],
         skip_too_long=own["skip_too_long"],
         length_check=own["length_check"],
         resume=own["resume"],
@@ -290,6 +326,23 @@ def parse_eval(argv: Sequence[str]) -> tuple[str, argparse.Namespace | None, Eva
         user_include_path=namespace.include_path,
     )
     return "run", namespace, parsed
+
+
+def check_sharding(
+    namespace: argparse.Namespace, shard: tuple[int, int] | None, merge: list[str] | None, chunked: bool
+) -> None:
+    """``--shard`` and ``--merge-shards`` work on the chunks of the chunk store under ``--output_path``."""
+    for option, given in (("--shard", shard), ("--merge-shards", merge)):
+        if given is None:
+            continue
+        if not chunked:
+            raise NeedlebenchError(f"{option} works on chunks of rows; give {option} or --no-chunk, not both")
+        if not getattr(namespace, "output_path", None):
+            raise NeedlebenchError(
+                f"{option} needs --output_path (the shards' chunks are kept under it, the merged results written there)"
+            )
+    if shard is not None and merge is not None:
+        raise NeedlebenchError("give --shard (run one shard) or --merge-shards (merge the finished shards), not both")
 
 
 def _spelling(option: str) -> str:
