@@ -209,7 +209,7 @@ def test_resume_never_takes_chunks_this_user_did_not_write(data_dir: Path, group
     _run(data_dir, group_dir, tmp_path / "theirs", *args, model_args=model_args, tasks=TASKS[0], rows=10)
     honest = _results(tmp_path / "theirs")
     shutil.copytree(tmp_path / "theirs", tmp_path / "shared")
-    chunks = sorted((tmp_path / "shared").rglob(".needlebench-cache/*/*.json"))
+    chunks = sorted((tmp_path / "shared").rglob(".needlebench-cache/*/needlebench_*.json"))  # not run-info.json
     assert len(chunks) == 3
     for number, path in enumerate(chunks):
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -310,3 +310,198 @@ def test_bad_chunk_option_is_one_line_through_the_cli():
             "see `needlebench eval run --help`"
         )
     ]
+
+
+# --------------------------------------------------------------------------------------------- shards
+
+
+def _shard_argv(data_dir: Path, group_dir: Path, output: Path, *extra: str, model_args: str = "wrong=0.3") -> list[str]:
+    """The options of the ``runs`` fixture's chunked run (``--chunk-rows 7``), into ``output``."""
+    return [
+        "eval", "run", "--model", ORACLE_MODEL, "--model_args", model_args,
+        "--tasks", ",".join([*TASKS[2:], "chunk_test_group"]), "--include_path", str(group_dir),
+        "--metadata", json.dumps({"data_dir": str(data_dir)}), "--subset", "40",
+        "--log_samples", "--output_path", str(output), "--chunk-rows", "7", *extra,
+    ]  # fmt: skip
+
+
+#: Runs ``needlebench`` with the oracle unable to be built: a merge that built the model fails.
+NO_MODEL = (
+    "from needlebench.evaluation.runner import evaluate\n"
+    "def refuse(*args, **kwargs):\n"
+    "    raise SystemExit('the model was built')\n"
+    "evaluate._oracle_class().__init__ = refuse\n"
+    "from needlebench.cli import main\n"
+    "main()\n"
+)
+
+
+def _cli_no_model(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", NO_MODEL, *args],
+        capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})},
+    )  # fmt: skip
+
+
+def _needlebench_lines(stderr: str) -> list[str]:
+    """needlebench's own lines of a run's stderr (lm-eval logs its progress beside them)."""
+    return [line for line in stderr.splitlines() if line.startswith("needlebench:")]
+
+
+@pytest.mark.slow
+def test_shards_merged_equal_the_unsharded_chunked_run(
+    runs: dict[str, Path], data_dir: Path, group_dir: Path, tmp_path: Path
+):
+    """Three shards into three folders, merged by one command: the results (every metric, stderr, n-samples, group)
+    and the samples (every row's score) are the unsharded chunked run's, and the merge never builds the model."""
+    shards = [tmp_path / f"shard{index}" for index in (1, 2, 3)]
+    numbers = []
+    for index, folder in enumerate(shards, start=1):
+        done = _cli(*_shard_argv(data_dir, group_dir, folder, "--shard", f"{index}/3"))
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Traceback" not in done.stderr
+        assert not list(folder.rglob("results_*.json")) and not list(folder.rglob("samples_*.jsonl"))
+        summary, merge = _needlebench_lines(done.stderr)[-2:]
+        match = re.match(rf"needlebench: shard {index}/3: chunks ([\d, ]+) of (\d+) are in ", summary)
+        assert match, summary
+        mine = [int(number) for number in match.group(1).split(", ")]
+        total = int(match.group(2))
+        assert mine == list(range(index, total + 1, 3))  # round robin over the run's chunks
+        numbers += mine
+        assert merge.endswith(f"--chunk-rows 7 --merge-shards {folder}"), merge
+        assert "--shard" not in merge.partition("--merge-shards")[0]
+    assert sorted(numbers) == list(range(1, total + 1)) and total > 9  # every chunk run once, by one shard
+    merged = tmp_path / "merged"
+    done = _cli_no_model(*_shard_argv(data_dir, group_dir, merged, "--merge-shards", *map(str, shards)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the model was built" not in done.stderr
+    assert _results(merged) == _results(runs["chunked"])
+    assert _samples(merged) == _samples(runs["chunked"])
+    results = _results(merged)["results"]
+    assert 0 < results["needlebench_single_en_4k"]["score,none"] < 100  # scores that vary were compared
+    assert "chunk_test_group" in _results(merged)["groups"]
+
+
+@pytest.mark.slow
+def test_a_merge_with_a_shard_missing_names_its_chunks(data_dir: Path, group_dir: Path, tmp_path: Path):
+    log = tmp_path / "requests.log"
+    model_args = f"wrong=0.3,request_log={log}"
+    shards = [tmp_path / "shard1", tmp_path / "shard2"]
+    for index, folder in enumerate(shards, start=1):
+        done = _cli(*_shard_argv(data_dir, group_dir, folder, "--shard", f"{index}/3", model_args=model_args))
+        assert done.returncode == 0, done.stderr[-3000:]
+    asked = log.read_text(encoding="utf-8").split()
+    merged = tmp_path / "merged"
+    done = _cli(*_shard_argv(data_dir, group_dir, merged, "--merge-shards", *map(str, shards), model_args=model_args))
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    (line,) = _needlebench_lines(done.stderr)
+    match = re.match(
+        r"needlebench: error: --merge-shards: (\d+) of the (\d+) chunks of this run are in no shard's", line
+    )
+    assert match, line
+    missing, total = int(match.group(1)), int(match.group(2))
+    assert missing == total // 3
+    named = [int(number) for number in re.findall(r"(?:chunk |, )(\d+) \(needlebench_", line)]
+    assert named == list(range(3, 3 * min(missing, 8) + 1, 3))  # shard 3's chunks, by number
+    assert f"in {shards[0]}, {shards[1]})" in line and "run the shards that hold them" in line
+    assert log.read_text(encoding="utf-8").split() == asked  # no row asked of the model
+    assert not list(merged.rglob("results_*.json")) and not list(merged.rglob("samples_*.jsonl"))
+
+
+@pytest.mark.slow
+def test_a_merge_takes_no_chunk_this_user_did_not_sign(data_dir: Path, tmp_path: Path):
+    """A shard run with another secret (another user's, or a machine that was not given this user's key): its chunks
+    are not taken. Given the same secret file (XDG_CONFIG_HOME/needlebench/secret.key, 0600), the shard run again
+    with --resume replaces them and the merge is the unsharded run's."""
+    task = TASKS[0]
+    mine, theirs = tmp_path / "config-mine", tmp_path / "config-theirs"
+
+    def run(output: Path, *extra: str, config: Path = mine) -> subprocess.CompletedProcess[str]:
+        return _cli(
+            "eval", "run", "--model", ORACLE_MODEL, "--model_args", "wrong=0.3", "--tasks", task,
+            "--metadata", json.dumps({"data_dir": str(data_dir)}), "--subset", "10", "--chunk-rows", "4",
+            "--log_samples", "--output_path", str(output), *extra, env={"XDG_CONFIG_HOME": str(config)},
+        )  # fmt: skip
+
+    assert run(tmp_path / "s1", "--shard", "1/2").returncode == 0
+    assert run(tmp_path / "s2", "--shard", "2/2", config=theirs).returncode == 0
+    assert len(list((tmp_path / "s2").rglob(".needlebench-cache/*/*-*-*-*.json"))) == 1  # chunk 2 of 3
+    done = run(tmp_path / "merged", "--merge-shards", str(tmp_path / "s1"), str(tmp_path / "s2"))
+    assert done.returncode == 2
+    assert _needlebench_lines(done.stderr)[-1].startswith(
+        f"needlebench: error: --merge-shards: 1 of the 3 chunks of this run are in no shard's chunk store signed by "
+        f"this user (in {tmp_path / 's1'}, {tmp_path / 's2'}): chunk 2 ({task} rows 4-7); "
+    )
+    (theirs / "needlebench" / "secret.key").write_bytes((mine / "needlebench" / "secret.key").read_bytes())
+    done = run(tmp_path / "s2", "--shard", "2/2", "--resume", config=theirs)
+    assert done.returncode == 0 and "chunks 2 of 3 are in" in done.stderr and "(1 run, 0 read" in done.stderr
+    assert run(tmp_path / "merged", "--merge-shards", str(tmp_path / "s1"), str(tmp_path / "s2")).returncode == 0
+    assert run(tmp_path / "plain").returncode == 0
+    assert _results(tmp_path / "merged") == _results(tmp_path / "plain")
+    assert _samples(tmp_path / "merged") == _samples(tmp_path / "plain")
+
+
+@pytest.mark.slow
+def test_shards_in_one_folder_resume_their_missing_chunks_and_merge(
+    data_dir: Path, group_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Shards writing into one --output_path (a shared file system): --resume on a shard runs only its chunks that
+    are missing, and the merge with that one folder is the unsharded run."""
+    log = tmp_path / "requests.log"
+    model_args = f"wrong=0.3,request_log={log}"
+    out = tmp_path / "out"
+
+    def shard(index: int, *extra: str) -> str:
+        capsys.readouterr()
+        _run(data_dir, group_dir, out, "--chunk-rows", "4", "--shard", f"{index}/2", *extra,
+             model_args=model_args, tasks=TASKS[0], rows=10)  # fmt: skip
+        return capsys.readouterr().err
+
+    assert "shard 1/2: chunks 1, 3 of 3 are in" in shard(1)
+    assert "shard 2/2: chunks 2 of 3 are in" in shard(2)
+    first = log.read_text(encoding="utf-8").split()
+    assert len(first) == 10 and not list(out.rglob("results_*.json"))
+    chunk_files = sorted(out.rglob(".needlebench-cache/*/needlebench_*.json"))
+    assert [path.name.split("-")[1:3] for path in chunk_files] == [["0", "3"], ["4", "7"], ["8", "9"]]
+    chunk_files[2].unlink()  # shard 1's last chunk lost (a job killed)
+    err = shard(1, "--resume")
+    assert "(1 run, 1 read from the resume store)" in err
+    assert (
+        log.read_text(encoding="utf-8").split() == first + first[4:6]
+    )  # only rows 8-9 asked again (shard 1 asked rows 0-3, 8-9 first)
+    _run(data_dir, group_dir, out, "--chunk-rows", "4", "--merge-shards", str(out),
+         model_args=model_args, tasks=TASKS[0], rows=10)  # fmt: skip
+    assert len(log.read_text(encoding="utf-8").split()) == 12  # the merge asked nothing
+    _run(data_dir, group_dir, tmp_path / "plain", "--chunk-rows", "4", model_args=model_args, tasks=TASKS[0], rows=10)
+    assert _results(out) == _results(tmp_path / "plain")
+    assert _samples(out) == _samples(tmp_path / "plain")
+
+
+def test_shard_options():
+    assert parse_eval(["run", "--shard", "2/4", "--output_path", "o"])[2].shard == (2, 4)
+    assert parse_eval(["run", "--merge-shards", "a", "b", "--output_path", "o"])[2].merge_shards == ["a", "b"]
+    for bad, message in [
+        (["--shard", "1/2", "--no-chunk", "--output_path", "o"], "--shard works on chunks of rows; give --shard or "
+         "--no-chunk, not both"),
+        (["--shard", "1/2"], "--shard needs --output_path"),
+        (["--merge-shards", "a"], "--merge-shards needs --output_path"),
+        (["--merge-shards", "a", "--shard", "1/2", "--output_path", "o"], "give --shard (run one shard) or "
+         "--merge-shards (merge the finished shards), not both"),
+    ]:  # fmt: skip
+        with pytest.raises(Exception, match="^" + re.escape(message)):
+            parse_eval(["run", *bad])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value", ["0/2", "3/2", "x", "1/0", "2"])
+def test_a_bad_shard_is_one_line_through_the_cli(value: str, tmp_path: Path):
+    done = _cli("eval", "run", "--model", ORACLE_MODEL, "--tasks", TASKS[0], "--output_path", str(tmp_path),
+                "--shard", value)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"needlebench: error: argument --shard: {value!r} is not a shard; allowed: i/N with 1 <= i <= N (e.g. "
+        "--shard 2/4: the second of 4 jobs); see `needlebench eval run --help`"
+    ]
+    assert not any(tmp_path.iterdir())

@@ -30,6 +30,17 @@ cut into more than one chunk, or whose one chunk is not its whole evaluated spli
 caching off (said once on stderr), so it neither reads nor writes that cache; ``--no-chunk`` uses the cache as
 lm-eval does.
 
+Shards for job schedulers (a SLURM array, independent nodes): ``--shard i/N`` plans every task's chunks as above,
+numbers them 1, 2, ... over the run (tasks in the run's order, chunks in row order) and runs only chunks i, i+N,
+i+2N... (:func:`in_shard`), each saved into the chunk store under ``--output_path`` as ``--resume`` saves it (the
+store's key has no shard in it: every shard and an unsharded run share their chunk files). Then the run stops
+before lm-eval aggregates (:class:`ShardFinished`): a shard writes no results file. ``--merge-shards OUT...`` with
+the shards' options reads every chunk from the shards' stores (only files signed with this user's secret), refuses
+in one line naming the chunks no store holds, and aggregates them as an unsharded run does; lm-eval's model is a
+:class:`StandInModel` then, never built, answering what ``simple_evaluate`` reads of a model from the record the
+shards left (:func:`run_info`: model info, tokenizer tokens, chat template). Machines that run shards of one merge
+share the secret: one HOME, or the same ``$XDG_CONFIG_HOME/needlebench/secret.key`` (mode 0600) on each.
+
 Plain ``lm_eval`` is untouched (nothing is patched outside ``needlebench eval``), and ``--no-chunk`` runs lm-eval's
 ``evaluate`` as is (logged samples still lean unless ``--full-samples``).
 """
@@ -266,6 +277,22 @@ class ChunkStore:
     def save(self, task: Any, positions: Sequence[int], samples: list[dict[str, Any]]) -> None:
         self._write(self._path(task, positions).name, "samples", samples)
 
+    def unreadable(self) -> list[str]:
+        """Why each of :attr:`sources` that cannot be opened cannot (e.g. a folder that is a link, or holds no chunk
+        store of this model and its args), one clause each."""
+        reasons = []
+        for source in self.sources:
+            try:
+                with self._open(source, create=False):
+                    pass
+            except FileNotFoundError:
+                reasons.append(
+                    f"{source.parent.parent} has no chunk store of this model and model args ({source.name})"
+                )
+            except (OSError, NeedlebenchError) as error:
+                reasons.append(f"{source.parent.parent} is not read ({getattr(error, 'strerror', None) or error})")
+        return reasons
+
     def load_run_info(self) -> dict[str, Any]:
         """What a run that saved chunks here recorded of its model (:func:`run_info`), or {}."""
         info = self._read(RUN_INFO_FILE, "info")
@@ -318,7 +345,7 @@ def _sharding_option(options: ChunkOptions) -> str:
 NAMED_MISSING = 8
 
 
-def _missing_message(missing: Sequence[str], total: int, sources: Sequence[Path]) -> str:
+def _missing_message(missing: Sequence[str], total: int, sources: Sequence[Path], unreadable: Sequence[str]) -> str:
     named = ", ".join(missing[:NAMED_MISSING]) + (
         f" and {len(missing) - NAMED_MISSING} more" if len(missing) > NAMED_MISSING else ""
     )
@@ -327,6 +354,7 @@ def _missing_message(missing: Sequence[str], total: int, sources: Sequence[Path]
         f"--merge-shards: {len(missing)} of the {total} chunks of this run are in no shard's chunk store signed by "
         f"this user (in {folders}): chunk {named}; shard i of N runs chunks i, i+N, i+2N...: run the shards that hold "
         "them (with --resume a shard runs only its missing chunks) with the same options, then merge again"
+        + "".join(f"; {reason}" for reason in unreadable)
     )
 
 
@@ -602,7 +630,11 @@ def evaluate_in_chunks(
     if options.shard is not None:
         raise ShardFinished(options.shard, numbered, ran, read, options.store)
     if missing:
-        raise NeedlebenchError(_missing_message(missing, numbered, options.merge_from or []))
+        unreadable = store.unreadable() if store is not None else []
+        raise NeedlebenchError(_missing_message(missing, numbered, options.merge_from or [], unreadable))
+    if options.merge_from is not None:
+        folders = ", ".join(str(source.parent.parent) for source in options.merge_from)
+        _note(f"--merge-shards: the {numbered} chunks of this run read from {folders}; no model was built")
     return lm_eval_seam.aggregate(accumulated, groups, bootstrap_iters, log_samples)
 
 

@@ -88,6 +88,9 @@ def run_eval(argv: list[str]) -> int:
         if (args.shard or args.merge_shards) and prepared.output is not None:  # checked: --output_path is given
             chunking.store = prepared.output / chunks_folder(args)
             chunking.shard = args.shard
+            # as --resume does (guard.prepare): a link planted at the store's folders is refused before the model loads
+            with Folder.open(prepared.output, create=True) as folder, folder.sub(chunks_folder(args), create=True):
+                pass
         if args.merge_shards:
             chunking.merge_from = [Path(folder).expanduser() / chunks_folder(args) for folder in args.merge_shards]
             prepared.namespace.use_cache = None  # nothing is asked of the model: no response cache

@@ -176,8 +176,9 @@ def add_own_options(parser: argparse.ArgumentParser) -> None:
         dest=OWN_PREFIX + "shard",
         type=_shard,
         metavar="i/N",
-        help="run only shard i of N (a job of a scheduler array, e.g. SLURM's --shard $((SLURM_ARRAY_TASK_ID+1))/N): "
-        "every task is cut into its chunks as usual, the chunks are numbered 1, 2, ... over the tasks in order and "
+        help="run only shard i of N (a job of a scheduler array: sbatch --array=1-4 with "
+        "--shard $SLURM_ARRAY_TASK_ID/4): every task is cut into its chunks as usual, the chunks are numbered "
+        "1, 2, ... over the tasks in order and "
         "shard i runs chunks i, i+N, i+2N... into the --resume chunk store under --output_path (each chunk file "
         "signed with this user's secret, ~/.config/needlebench/secret.key: give every job the same one, e.g. a shared "
         "HOME or XDG_CONFIG_HOME). A shard writes no results file; with --resume it runs only its missing chunks",
@@ -190,7 +191,8 @@ def add_own_options(parser: argparse.ArgumentParser) -> None:
         help="after every shard finished: the same command without --shard, plus --merge-shards and the shards' "
         "--output_path folders (one, if they all wrote there): reads every chunk of the run from their chunk stores "
         "(only chunk files this user signed), refuses naming the chunks missing, and writes the results and samples "
-        "into --output_path as an unsharded run does; the model is never loaded",
+        "into --output_path as an unsharded run does; the model is never loaded (the length check still reads its "
+        "tokenizer and window, as the shards did)",
     )
     group.add_argument(
         "--full-samples",
