@@ -505,3 +505,40 @@ def test_a_bad_shard_is_one_line_through_the_cli(value: str, tmp_path: Path):
         "--shard 2/4: the second of 4 jobs); see `needlebench eval run --help`"
     ]
     assert not any(tmp_path.iterdir())
+
+
+def test_the_merge_stand_in_answers_for_the_model_as_the_shards_recorded_it():
+    """What ``simple_evaluate`` writes from the model into the results (tokenizer tokens, model info, chat template)
+    comes out of the merge's stand-in as it came out of the shard's model, through a stored (JSON) record."""
+    from types import SimpleNamespace
+
+    from needlebench.errors import NeedlebenchError
+    from needlebench.evaluation.runner import lm_eval_seam
+    from needlebench.evaluation.runner.chunked import StandInModel, run_info
+
+    class Model:
+        tokenizer = SimpleNamespace(
+            pad_token="<pad>", pad_token_id=0, eos_token="</s>", eos_token_id=2, bos_token=None, bos_token_id=None
+        )
+        eot_token_id = 2
+        max_length = 131072
+
+        def get_model_info(self) -> dict[str, Any]:
+            return {"model_num_parameters": 134515008, "model_dtype": "torch.bfloat16"}
+
+        def chat_template(self, chat_template: Any = False) -> str:
+            return "{% for m in messages %}{{ m.content }}{% endfor %}"
+
+    model = Model()
+    info = json.loads(json.dumps(run_info(model, True)))
+    stand_in = StandInModel("HFLM", lambda: info)
+    assert lm_eval_seam.tokenizer_info(stand_in) == lm_eval_seam.tokenizer_info(model)
+    assert lm_eval_seam.tokenizer_info(model)["tokenizer_pad_token"] == ["<pad>", "0"]
+    assert stand_in.get_model_info() == model.get_model_info()
+    assert stand_in.chat_template(True) == model.chat_template(True)
+    with pytest.raises(NeedlebenchError, match="no shard recorded the chat template"):
+        stand_in.chat_template("chatml")
+    with pytest.raises(NeedlebenchError, match="runs no model"):
+        stand_in.generate_until([])
+    bare = StandInModel("NeedlebenchOracleLM", lambda: {"tokenizer": {}})
+    assert lm_eval_seam.tokenizer_info(bare) == {} and not hasattr(bare, "get_model_info")
