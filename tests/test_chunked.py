@@ -209,7 +209,7 @@ def test_resume_never_takes_chunks_this_user_did_not_write(data_dir: Path, group
     _run(data_dir, group_dir, tmp_path / "theirs", *args, model_args=model_args, tasks=TASKS[0], rows=10)
     honest = _results(tmp_path / "theirs")
     shutil.copytree(tmp_path / "theirs", tmp_path / "shared")
-    chunks = sorted((tmp_path / "shared").rglob(".needlebench-cache/*/needlebench_*.json"))  # not run-info.json
+    chunks = sorted((tmp_path / "shared").rglob(".needlebench-cache/*/*.json"))
     assert len(chunks) == 3
     for number, path in enumerate(chunks):
         record = json.loads(path.read_text(encoding="utf-8"))

@@ -522,7 +522,7 @@ def evaluate_in_chunks(
     store = None
     if options.store is not None:
         store = ChunkStore(options.store, lm, settings, docs_by_task, sources=options.merge_from)
-        if options.merge_from is None:
+        if options.shard is not None:  # a shard's model never reaches the end of simple_evaluate: recorded here
             with suppress(OSError, NeedlebenchError):  # best effort: only --merge-shards reads it
                 store.save_run_info(run_info(lm, kwargs.get("apply_chat_template")))
     request_cache = bool(kwargs.get("cache_requests") or kwargs.get("rewrite_requests_cache"))
