@@ -4,6 +4,10 @@ Run it with the vLLM environment's Python (``scripts/install_vllm_env.sh``, whic
 
     ~/.cache/needlebench/vllm-venv/bin/python scripts/bench_routing.py --quick --out routing.md
 
+(``--quick``: 20 rows, five setups, about 12 minutes on 2 shared CPU cores with SmolLM2-135M; measured 2026-11-26:
+one replica 0.211, round_robin 0.099, cache_aware with the router's defaults 0.174-0.193 from run to run,
+cache_aware with ``--cache-threshold 0.2`` 0.211 with the rows split 9 / 11, ``--data-parallel-size 2`` 0.112.)
+
 The rows of one (length, repeat) cell of an S-RT config share their haystack up to the shallower needle, so a
 replica that prefilled one row of a cell finds most of the next row's prompt in its prefix cache; a router that
 scatters a cell over the replicas makes every replica prefill the haystack again. The same rows (``single_en_4k``,
