@@ -132,13 +132,15 @@ def test_routed_run_equals_the_offline_run_and_uses_both_replicas(
     before = [_served_requests(url) for url in replicas]
     model_args = (
         f"model={SERVED_NAME},base_url={root}/v1/completions,tokenizer={model_dir},"
-        f"tokenizer_backend=huggingface,max_length={WINDOW},num_concurrent=2,seed=0"
-    )
+        "tokenizer_backend=huggingface,num_concurrent=2,seed=0"
+    )  # no max_length, no timeout: needlebench eval sets them from the window the router reports
     command = [
         str(BIN / "needlebench"), "eval", "run", "--model", "local-completions", "--model_args", model_args,
         "--include_path", str(REPO / "harness_tasks"), "--samples", json.dumps(SAMPLES), *_common(data_dir, tmp_path),
     ]  # fmt: skip
     _run(command, tmp_path / "eval.log")
+    log = (tmp_path / "eval.log").read_text(encoding="utf-8")
+    assert f"needlebench: local-completions: max_length={WINDOW} (the server's max_model_len) and timeout=" in log, log
     offline, routed = _samples(offline_run), _samples(tmp_path)
     assert sorted(routed) == sorted(offline)
     for row_id, sample in offline.items():
