@@ -5,7 +5,8 @@ faster: the needle bank and frames are read at the start of every build).
 expand to gigabytes, the "billion laughs"), no key given twice in one mapping (YAML 1.2 forbids it; PyYAML
 silently keeps the last), no explicit tag (``!!binary``, ``!!python/...``, ``!local``: plain YAML values only), no
 nesting deeper than :data:`MAX_DEPTH` and no integer longer than :data:`MAX_DIGITS` digits (CPython refuses to
-convert more than 4,300 digits, ``sys.int_info.default_max_str_digits``). Each refusal names the line and the field
+convert more than 4,300 digits, ``sys.int_info.default_max_str_digits``) and no more than :data:`MAX_VALUES`
+values. Each refusal names the line and the field
 (``needles.0.keyword``) in a :class:`UserYamlError`, checked on the parser's events before anything is built."""
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import yaml
 MAX_DEPTH = 32
 #: Longest integer in a user's file, in characters (digits, sign and ``_``).
 MAX_DIGITS = 40
+#: Most values (scalars, lists and mappings) in a user's file: an experiment's 10,000 needles of a few fields each
+#: are ~200,000; a file of 16 MB of one-line needles (300,000+) would take a minute and a gigabyte to build.
+MAX_VALUES = 400_000
 _INT_TAG = "tag:yaml.org,2002:int"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -57,7 +61,12 @@ def _check_events(text: str) -> None:
     resolver = yaml.resolver.Resolver()
     # each open collection: [kind, path, next index (list) or expecting a key (mapping), last key]
     stack: list[list] = []
-    for event in yaml.parse(text, Loader=_LOADER):
+    for count, event in enumerate(yaml.parse(text, Loader=_LOADER)):
+        if count > MAX_VALUES:
+            raise UserYamlError(
+                f"line {event.start_mark.line + 1}: more than {MAX_VALUES:,} values; allowed: at most {MAX_VALUES:,} "
+                "(an experiment's largest needle list is 10,000 needles; give a long list as needles_file)"
+            )
         if isinstance(event, (yaml.CollectionEndEvent, yaml.StreamStartEvent, yaml.StreamEndEvent)) or isinstance(
             event, (yaml.DocumentStartEvent, yaml.DocumentEndEvent)
         ):

@@ -455,6 +455,8 @@ def local_path(
     folder (absolute, ``~``, ``..`` or a link pointing out) is a one-line error unless it lies inside a path of
     `allowed` (given on the command line). The folder is the one open as `folder`, never `base` looked up again.
     Without `base` (a mapping given in code) the path is taken as it is."""
+    if "\0" in value:  # no file name holds one; os.path.realpath would raise ValueError
+        raise NeedlebenchError(f"{where}: key {key}: {value!r} holds a NUL byte; allowed: a path without one")
     path = Path(value).expanduser()
     if base is None:
         return path

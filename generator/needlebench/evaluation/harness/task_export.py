@@ -9,8 +9,10 @@ is refused.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -131,6 +133,40 @@ def _written_by_us(handle: Folder, name: str, record: dict[str, str] | None) -> 
     except (OSError, NeedlebenchError):
         return False
     return record[name] == _digest(data)
+
+
+#: Folders below a task folder searched for Python (lm-eval indexes the YAMLs of an ``--include_path`` recursively
+#: and imports the module a ``!function`` names from beside its YAML), and most entries looked at.
+_PYTHON_DEPTH = 6
+_PYTHON_ENTRIES = 10_000
+
+
+def foreign_python(folder: Path) -> list[str]:
+    """The Python files of the task folder `folder` (and the folders in it) that lm-eval would import and that this
+    user's ``needlebench tasks`` / ``export-tasks`` did not write: no signed record of this user covers them, or
+    their bytes changed since. Links are not followed (lm-eval would follow them; a link to Python is listed too).
+    ``__pycache__`` is Python's own. Empty when the folder cannot be read (lm-eval then says why)."""
+    found: list[str] = []
+    budget = [_PYTHON_ENTRIES]
+
+    def walk(handle: Folder, inside: str, depth: int) -> None:
+        record = _read_record(handle)
+        for name in sorted(handle.listdir()):
+            budget[0] -= 1
+            if budget[0] < 0 or name == _PYCACHE:
+                continue
+            info = handle.lstat(name)
+            if info is None:
+                continue
+            if stat.S_ISDIR(info.st_mode) and depth < _PYTHON_DEPTH:
+                with contextlib.suppress(OSError, NeedlebenchError), handle.sub(name) as sub:
+                    walk(sub, f"{inside}{name}/", depth + 1)
+            elif name.endswith(".py") and not _written_by_us(handle, name, record):
+                found.append(f"{inside}{name}")
+
+    with contextlib.suppress(OSError, NeedlebenchError), Folder.open(folder) as root:
+        walk(root, "", 0)
+    return found
 
 
 def write_generated_folder(out: Path, files: Mapping[str, str], writer: str) -> Mapping[str, str]:

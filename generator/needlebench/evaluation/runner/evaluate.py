@@ -94,6 +94,17 @@ def run_eval(argv: list[str]) -> int:
         if args.merge_shards:
             chunking.merge_from = [Path(folder).expanduser() / chunks_folder(args) for folder in args.merge_shards]
             prepared.namespace.use_cache = None  # nothing is asked of the model: no response cache
+    if user_include and not _project_tasks(Path(user_include)):
+        from needlebench.evaluation.harness.task_export import foreign_python  # deferred: a walk of the user's folder
+
+        if code := foreign_python(Path(user_include)):
+            shown = ", ".join(code[:3]) + (f" and {len(code) - 3} more" if len(code) > 3 else "")
+            print(
+                f"needlebench: lm-eval will import the Python of --include_path {printable(user_include)} "
+                f"({printable(shown)}), which needlebench did not write for you: it runs as you. Use task folders "
+                "you wrote or made with `needlebench tasks`",
+                file=sys.stderr,
+            )
     for note in prepared.notes if prepared is not None else []:
         print(f"needlebench: {printable(note)}", file=sys.stderr)
     started = time.time()
@@ -163,6 +174,15 @@ def merge_command(argv: Sequence[str], output: Path) -> str:
             continue
         kept.append(item)
     return f"needlebench eval run {shlex.join(kept)} --merge-shards {shlex.quote(str(output))}"
+
+
+def _project_tasks(path: Path) -> bool:
+    """Whether `path` is the project's own task folder (``needlebench tasks-path``) or the folder holding it."""
+    ours = default_include_path().resolve()
+    try:
+        return path.resolve() in (ours, ours.parent)
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def _remove_folder(path: Path) -> None:
