@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -135,37 +136,61 @@ def _written_by_us(handle: Folder, name: str, record: dict[str, str] | None) -> 
     return record[name] == _digest(data)
 
 
-#: Folders below a task folder searched for Python (lm-eval indexes the YAMLs of an ``--include_path`` recursively
-#: and imports the module a ``!function`` names from beside its YAML), and most entries looked at.
-_PYTHON_DEPTH = 6
-_PYTHON_ENTRIES = 10_000
+#: Most entries of an ``--include_path`` folder looked at; a folder with more is not one needlebench wrote.
+_INCLUDE_ENTRIES = 20_000
+#: Names lm-eval opens as task files when it indexes an ``--include_path`` folder (``lm_eval/tasks/__init__.py``).
+_TASK_SUFFIXES = (".yaml", ".yml")
 
 
-def foreign_python(folder: Path) -> list[str]:
-    """The Python files of the task folder `folder` (and the folders in it) that lm-eval would import and that this
-    user's ``needlebench tasks`` / ``export-tasks`` did not write: no signed record of this user covers them, or
-    their bytes changed since. Links are not followed (lm-eval would follow them; a link to Python is listed too).
-    ``__pycache__`` is Python's own. Empty when the folder cannot be read (lm-eval then says why)."""
+def foreign_files(folder: Path) -> list[str]:
+    """The entries of the task folder `folder` (every level) that this user's ``needlebench tasks`` /
+    ``export-tasks`` did not write: not covered by a record signed with this user's secret, changed since, a link
+    (lm-eval follows it), or anything but ``.pyc`` files in a ``__pycache__`` (a ``!function __pycache__.x.f``
+    imports a module from there; ``needlebench eval`` keeps Python's own bytecode elsewhere,
+    ``sys.pycache_prefix``, so a planted ``.pyc`` is never read). lm-eval imports the Python a task YAML names and
+    reads the files it names (``dataset_kwargs``), so a folder with any such entry is code and reads of someone
+    else's. A task file (``.yaml``) that is a FIFO, socket or device, or a link to one, is a one-line error: lm-eval
+    would wait on it forever. Empty when the folder cannot be opened (lm-eval then says why)."""
     found: list[str] = []
-    budget = [_PYTHON_ENTRIES]
+    budget = [_INCLUDE_ENTRIES]
 
-    def walk(handle: Folder, inside: str, depth: int) -> None:
-        record = _read_record(handle)
+    def refuse_special(handle: Folder, name: str, inside: str, info: os.stat_result) -> None:
+        if name.endswith(_TASK_SUFFIXES) and not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+            raise NeedlebenchError(
+                f"--include_path {folder}: {inside}{name} is not a regular file (a FIFO, socket or device, or a link "
+                "to one), which lm-eval would wait on when it indexes the folder; allowed: task YAML files"
+            )
+
+    def walk(handle: Folder, inside: str, pycache: bool) -> None:
+        record = None if pycache else _read_record(handle)
         for name in sorted(handle.listdir()):
             budget[0] -= 1
-            if budget[0] < 0 or name == _PYCACHE:
-                continue
+            if budget[0] < 0:
+                found.append(f"{inside}(more than {_INCLUDE_ENTRIES:,} entries)")
+                return
             info = handle.lstat(name)
             if info is None:
                 continue
-            if stat.S_ISDIR(info.st_mode) and depth < _PYTHON_DEPTH:
-                with contextlib.suppress(OSError, NeedlebenchError), handle.sub(name) as sub:
-                    walk(sub, f"{inside}{name}/", depth + 1)
-            elif name.endswith(".py") and not _written_by_us(handle, name, record):
+            if stat.S_ISLNK(info.st_mode):
+                with contextlib.suppress(OSError):
+                    refuse_special(handle, name, inside, os.stat(name, dir_fd=handle.fd))
                 found.append(f"{inside}{name}")
+            elif stat.S_ISDIR(info.st_mode):
+                try:
+                    with handle.sub(name) as sub:
+                        walk(sub, f"{inside}{name}/", name == _PYCACHE)
+                except (OSError, NeedlebenchError):
+                    found.append(f"{inside}{name}/")
+            elif pycache:
+                if not (stat.S_ISREG(info.st_mode) and name.endswith(".pyc")):
+                    found.append(f"{inside}{name}")
+            else:
+                refuse_special(handle, name, inside, info)
+                if name != RECORD and not _written_by_us(handle, name, record):
+                    found.append(f"{inside}{name}")
 
-    with contextlib.suppress(OSError, NeedlebenchError), Folder.open(folder) as root:
-        walk(root, "", 0)
+    with contextlib.suppress(OSError), Folder.open(folder) as root:
+        walk(root, "", False)
     return found
 
 

@@ -65,7 +65,7 @@ from needlebench.evaluation.runner.guard import CHUNKS_FOLDER, run_key
 from needlebench.evaluation.runner.lean_samples import lean_sample
 from needlebench.evaluation.scoring.thinking import policy_from
 from needlebench.safe_fs import Folder
-from needlebench.sources.cache import same_tag, sign
+from needlebench.sources.cache import same_tag, signer
 from needlebench.terminal import printable
 
 #: Context tokens per chunk (rows of a config are cut where the sum of their ``context_length`` passes it): about
@@ -189,8 +189,8 @@ def _jsonable(value: Any) -> Any:
 
 #: The store's record of the model that answered its chunks (:func:`run_info`): read by ``--merge-shards``.
 RUN_INFO_FILE = "run-info.json"
-#: A chunk file is at most this large (a chunk's logged samples; the largest at 1M tokens are a few MB).
-MAX_CHUNK_BYTES = 1 << 30
+#: A chunk file is at most this large (its logged samples: a few MB lean at 1M tokens, ~100 MB with --full-samples).
+MAX_CHUNK_BYTES = 256 << 20
 
 
 class ChunkStore:
@@ -244,29 +244,32 @@ class ChunkStore:
 
     def _read(self, name: str, payload_key: str) -> Any | None:
         """The ``payload_key`` value of the record file ``name`` of the first store (of :attr:`sources`) holding one
-        this user signed (HMAC tag keyed by the per-user secret of :func:`needlebench.sources.cache.sign`); a file
-        this user did not write (a shard store copied from elsewhere, pre-filled answers) is never taken."""
+        this user signed (HMAC tag keyed by the per-user secret of :func:`needlebench.sources.cache.sign`, over the
+        store's name, the file's name and the payload's bytes: checked before a byte of it is parsed); a file this
+        user did not write (a shard store copied from elsewhere, pre-filled answers, a record of another run) is
+        never taken."""
         for source in self.sources:
             try:
                 with self._open(source, create=False) as folder:
                     if not folder.is_file(name):
                         continue
-                    text = folder.read_text(name, limit=MAX_CHUNK_BYTES)
-                record = json.loads(text)
-                value = record[payload_key]
-                payload = json.dumps(value, ensure_ascii=False, sort_keys=True)
-                if same_tag(record["tag"], _tag(name, payload)):
-                    return value
+                    data = folder.read_bytes(name, limit=MAX_CHUNK_BYTES)
+                tag, newline, payload = data.partition(b"\n")
+                if not newline or not same_tag(tag.decode("ascii"), _tag(f"{source.name}/{name}", payload)):
+                    continue
+                record = json.loads(payload.decode("utf-8"))
+                if isinstance(record, dict) and payload_key in record:
+                    return record[payload_key]
             except (OSError, ValueError, KeyError, TypeError, RecursionError, NeedlebenchError):
                 continue  # a damaged, unsigned or foreign file (or one that is no regular file): not taken
         return None
 
     def _write(self, name: str, payload_key: str, value: Any) -> None:
-        value = _jsonable(value)
-        payload = json.dumps(value, ensure_ascii=False, sort_keys=True)
-        record = {payload_key: value, "tag": _tag(name, payload)}
+        """``<tag>\\n<payload>``: the tag first, so a reader checks it before it parses anything."""
+        payload = json.dumps({payload_key: _jsonable(value)}, ensure_ascii=False, sort_keys=True).encode("utf-8")
+        tag = _tag(f"{self.folder.name}/{name}", payload)
         with self._open(self.folder, create=True) as folder:
-            folder.write_text(name, json.dumps(record, ensure_ascii=False))
+            folder.write_bytes(name, tag.encode("ascii") + b"\n" + payload)
 
     def load(self, task: Any, positions: Sequence[int]) -> list[dict[str, Any]] | None:
         """The chunk's samples when this user's run wrote them (:meth:`_read`): a chunk file from a shared results
@@ -302,9 +305,13 @@ class ChunkStore:
         self._write(RUN_INFO_FILE, "info", info)
 
 
-def _tag(name: str, payload: str) -> str:
-    """The chunk file's tag: its name (which carries the key of everything that decides its answers) and samples."""
-    return sign(name.encode("utf-8") + b"\0" + payload.encode("utf-8")).hex()
+def _tag(name: str, payload: bytes) -> str:
+    """A store file's tag: its store's and its own name (which carry the key of everything that decides its answers:
+    model, model args, settings, rows) and its payload's bytes."""
+    mac = signer()
+    mac.update(name.encode("utf-8") + b"\0")
+    mac.update(payload)
+    return mac.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------- shards

@@ -78,13 +78,15 @@ def check_engine(args: EvalArgs) -> None:
 
 
 def _whole(value: Any) -> int | None:
-    """A whole number from a model arg (lm-eval types ``2`` as an int, a string otherwise), else None."""
+    """A whole number from a model arg (lm-eval types ``2`` as an int, ``2.0`` as a float, a string otherwise), else
+    None."""
     if isinstance(value, bool):
         return None
     try:
-        return int(str(value).strip())
+        number = float(str(value).strip())  # lm-eval reads "2.0" as 2 (int(float(...)) in its vllm model)
     except (TypeError, ValueError):
         return None
+    return int(number) if math.isfinite(number) else None
 
 
 def api_defaults(args: EvalArgs, prepared: PreparedRun) -> tuple[dict[str, int], str | None]:

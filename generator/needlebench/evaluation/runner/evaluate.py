@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from needlebench.errors import NeedlebenchError
+from needlebench.evaluation.harness.task_export import foreign_files
 from needlebench.evaluation.harness.tasks import loaded_rows, oracle_answer
 from needlebench.evaluation.runner import lm_eval_seam, run_output
 from needlebench.evaluation.runner.chunked import (
@@ -39,6 +40,7 @@ from needlebench.evaluation.runner.options import check_run, known_tasks, parse_
 from needlebench.evaluation.runner.quiet import lm_eval_output
 from needlebench.resources import tasks_path
 from needlebench.safe_fs import Folder
+from needlebench.sources.cache import cache_folder, cache_root
 from needlebench.terminal import printable
 
 #: Registered name of the oracle model (``--model needlebench-oracle``).
@@ -71,6 +73,9 @@ def run_eval(argv: list[str]) -> int:
     register_models()
 
     user_include = getattr(namespace, "include_path", None)
+    # before lm-eval indexes the folder (a FIFO named *.yaml would hang it) or imports anything of it
+    foreign = foreign_files(Path(user_include)) if user_include and not _project_tasks(Path(user_include)) else []
+    private_bytecode()
     prepared = None
     if args is not None:
         check_run(args)
@@ -94,17 +99,14 @@ def run_eval(argv: list[str]) -> int:
         if args.merge_shards:
             chunking.merge_from = [Path(folder).expanduser() / chunks_folder(args) for folder in args.merge_shards]
             prepared.namespace.use_cache = None  # nothing is asked of the model: no response cache
-    if user_include and not _project_tasks(Path(user_include)):
-        from needlebench.evaluation.harness.task_export import foreign_python  # deferred: a walk of the user's folder
-
-        if code := foreign_python(Path(user_include)):
-            shown = ", ".join(code[:3]) + (f" and {len(code) - 3} more" if len(code) > 3 else "")
-            print(
-                f"needlebench: lm-eval will import the Python of --include_path {printable(user_include)} "
-                f"({printable(shown)}), which needlebench did not write for you: it runs as you. Use task folders "
-                "you wrote or made with `needlebench tasks`",
-                file=sys.stderr,
-            )
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        print(
+            f"needlebench: --include_path {printable(user_include)} holds files needlebench did not write for you "
+            f"({printable(shown)}): lm-eval runs the Python and reads the files its task YAMLs name, as you. Use task "
+            "folders you wrote or made with `needlebench tasks`",
+            file=sys.stderr,
+        )
     for note in prepared.notes if prepared is not None else []:
         print(f"needlebench: {printable(note)}", file=sys.stderr)
     started = time.time()
@@ -174,6 +176,20 @@ def merge_command(argv: Sequence[str], output: Path) -> str:
             continue
         kept.append(item)
     return f"needlebench eval run {shlex.join(kept)} --merge-shards {shlex.quote(str(output))}"
+
+
+def private_bytecode() -> None:
+    """Python's bytecode of the modules lm-eval imports (a task folder's ``utils.py``) is read and written under this
+    user's private cache (``sys.pycache_prefix``, read by importlib at every import), never in a ``__pycache__`` of
+    the task folder, where someone who handed the folder over could have planted a ``.pyc`` that runs instead of the
+    ``utils.py`` beside it (its header names the source's size and time, both theirs to set)."""
+    try:
+        with cache_folder(cache_root() / "pycache") as folder:
+            sys.pycache_prefix = str(folder.path)
+    except (OSError, NeedlebenchError):  # no private cache folder: a new one of the run's (0700, mkdtemp)
+        import tempfile
+
+        sys.pycache_prefix = tempfile.mkdtemp(prefix="needlebench-pycache-")
 
 
 def _project_tasks(path: Path) -> bool:

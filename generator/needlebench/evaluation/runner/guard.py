@@ -245,15 +245,39 @@ def server_max_model_len(base_url: str, timeout: float = 10.0) -> int | None:
     return _SERVER_WINDOWS[root]
 
 
+#: Largest ``/v1/models`` reply read (a list of a few models is a few kB), and the longest window believed: no model
+#: has a window of more than 100M tokens, and a larger number would overflow the timeout derived from it.
+MAX_MODELS_REPLY_BYTES = 1 << 20
+MAX_WINDOW = 100_000_000
+
+
 def _ask_server(root: str, timeout: float) -> int | None:
-    """The smallest ``max_model_len`` of the models ``root/v1/models`` lists, or None."""
+    """The smallest ``max_model_len`` of the models ``root/v1/models`` lists, or None. The server may be anyone's:
+    the reply is read for at most `timeout` seconds in all and :data:`MAX_MODELS_REPLY_BYTES`, and anything but a
+    JSON object whose ``data`` lists objects with a whole ``max_model_len`` of 1 to :data:`MAX_WINDOW` is no window."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    body = bytearray()
     try:
         with urllib.request.urlopen(f"{root}/v1/models", timeout=timeout) as response:
-            payload = json.loads(response.read().decode("utf-8"))
-    except (urllib.error.URLError, OSError, ValueError):
+            while len(body) <= MAX_MODELS_REPLY_BYTES and time.monotonic() < deadline:
+                piece = response.read1(65536)
+                if not piece:
+                    break
+                body += piece
+            else:
+                return None  # too long, or still dripping at the deadline
+        payload = json.loads(bytes(body).decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError, RecursionError):
         return None
-    lengths = [item.get("max_model_len") for item in payload.get("data", []) if isinstance(item, dict)]
-    lengths = [int(value) for value in lengths if isinstance(value, int) and value > 0]
+    items = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(items, list):
+        return None
+    lengths = [item.get("max_model_len") for item in items if isinstance(item, dict)]
+    lengths = [
+        value for value in lengths if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_WINDOW
+    ]
     return min(lengths) if lengths else None
 
 
