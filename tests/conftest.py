@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,13 @@ def chinese_corpus(cl100k):
     from needlebench.sources.haystacks import tokenized_for
 
     return tokenized_for(None, "zh", "cl100k_base", 0)
+
+
+@pytest.fixture(autouse=True)
+def _own_pycache_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An in-process ``needlebench eval run`` points ``sys.pycache_prefix`` at the private cache (``private_bytecode``):
+    put it back after each test, so where a later test expects bytecode is not decided by an earlier one."""
+    monkeypatch.setattr(sys, "pycache_prefix", sys.pycache_prefix)
 
 
 @pytest.fixture(autouse=True)

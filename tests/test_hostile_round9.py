@@ -12,10 +12,10 @@ before and after."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import py_compile
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -175,9 +175,11 @@ def test_a_planted_pyc_never_runs_instead_of_a_signed_utils_py(sandbox, tmp_path
     evil_path = tmp_path / "utils.py"
     evil_path.write_bytes(evil)
     stamp = os.stat(utils)
-    py_compile.compile(str(evil_path), cfile=importlib.util.cache_from_source(str(utils)), doraise=True)
+    # where Python looks without a pycache prefix; not cache_from_source in this process, which an earlier in-process
+    # run (private_bytecode) may have pointed at the same private cache the command below uses
+    pyc = tasks / "__pycache__" / f"utils.{sys.implementation.cache_tag}.pyc"
+    py_compile.compile(str(evil_path), cfile=str(pyc), doraise=True)
     # the header must name utils.py's own size and time, as a sender would write it
-    pyc = Path(importlib.util.cache_from_source(str(utils)))
     header = bytearray(pyc.read_bytes())
     header[8:12] = int(stamp.st_mtime).to_bytes(4, "little")
     header[12:16] = (len(source) & 0xFFFFFFFF).to_bytes(4, "little")
