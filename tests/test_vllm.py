@@ -146,6 +146,25 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _wait(url: str, process: subprocess.Popen, log: Path, timeout: float) -> None:
+    """Until `url` answers 200; fails with the end of `log` when `process` exits or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            pytest.fail(
+                f"{process.args[0]} exited with {process.returncode}: {log.read_text(encoding='utf-8')[-4000:]}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"{url} did not answer within {timeout:.0f} s: {log.read_text(encoding='utf-8')[-4000:]}")
+        time.sleep(2)
+
+
 @pytest.fixture(scope="module")
 def server(venv: Path, model_dir: Path, offline_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``vllm serve`` on loopback, started once (after the offline run, so the two engines never share the CPU)."""
@@ -159,20 +178,8 @@ def server(venv: Path, model_dir: Path, offline_run: Path, tmp_path_factory: pyt
     handle = log.open("w", encoding="utf-8")
     process = subprocess.Popen(command, env=_env(), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
     root = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 900
     try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"vllm serve exited with {process.returncode}: {log.read_text(encoding='utf-8')[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"{root}/v1/models", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve did not answer within 15 minutes: {log.read_text(encoding='utf-8')[-4000:]}")
-            time.sleep(2)
+        _wait(f"{root}/v1/models", process, log, timeout=900)
         yield root
     finally:
         process.terminate()

@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from test_vllm import (
     _results,
     _run,
     _samples,
+    _wait,
 )
 
 pytestmark = pytest.mark.slow
@@ -46,24 +46,6 @@ pytestmark = pytest.mark.slow
 # test_vllm's module fixtures (the vLLM venv, the built rows, the SmolLM2 folder, lm_eval's offline vllm run), found
 # by pytest under these names in this module
 venv, data_dir, model_dir, offline_run = test_vllm.venv, test_vllm.data_dir, test_vllm.model_dir, test_vllm.offline_run
-
-
-def _wait(url: str, process: subprocess.Popen, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            pytest.fail(
-                f"{process.args[0]} exited with {process.returncode}: {log.read_text(encoding='utf-8')[-4000:]}"
-            )
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"{url} did not answer within {timeout:.0f} s: {log.read_text(encoding='utf-8')[-4000:]}")
-        time.sleep(2)
 
 
 def _served_requests(replica: str) -> float:
